@@ -1,0 +1,133 @@
+// Package fencing holds what a node needs to take itself out of service in
+// time: the fence clock (when must the units be down), unit control (how to
+// bring them down, with SIGKILL escalation) and the local guard socket.
+package fencing
+
+import (
+	"fmt"
+	"time"
+)
+
+// Window is the timing budget behind the safety inequality
+//
+//	fence_at = t_s + TTL*(1-rho) - S_max - delta
+//
+// where t_s is the monotonic instant at which the supervisor SENT the renewal
+// (or grant) whose successful answer it last received. etcd fixes a lease's
+// expiry no earlier than it processes that request, so no other node can win
+// before t_s + TTL in real time, or t_s + TTL*(1-rho) on our clock when it may
+// run fast by rho. Everything must be stopped before then: stopping takes at
+// most StopMax (TERM, wait, KILL, confirm) and Slack covers scheduling and
+// detection.
+type Window struct {
+	TTL       time.Duration // lease TTL granted by etcd
+	ClockRate float64       // rho: worst relative clock-rate error, e.g. 0.01
+	StopMax   time.Duration // S_max: worst-case time to stop every managed unit
+	Slack     time.Duration // delta: scheduling and detection slack
+}
+
+// Span is fence_at - t_s: how long after a renewal was sent the node may keep
+// its units running without a newer successful renewal.
+func (w Window) Span(ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return 0
+	}
+	safe := time.Duration(float64(ttl) * (1 - w.ClockRate))
+	return safe - w.StopMax - w.Slack
+}
+
+// Validate rejects windows that leave no room for renewals: the fence span
+// must cover at least two renew intervals, so that one lost renewal does not
+// fence a healthy leader.
+func (w Window) Validate(renew time.Duration) error {
+	switch {
+	case w.TTL <= 0:
+		return fmt.Errorf("lease TTL %s must be positive", w.TTL)
+	case w.ClockRate < 0 || w.ClockRate >= 0.5:
+		return fmt.Errorf("clock rate error %g must be in [0, 0.5)", w.ClockRate)
+	case w.StopMax <= 0:
+		return fmt.Errorf("stop budget %s must be positive", w.StopMax)
+	case w.Slack < 0:
+		return fmt.Errorf("slack %s must not be negative", w.Slack)
+	case renew <= 0:
+		return fmt.Errorf("renew interval %s must be positive", renew)
+	}
+	if span := w.Span(w.TTL); span < 2*renew {
+		return fmt.Errorf("fence window %s (TTL %s x (1-%g) - stop %s - slack %s) is under two renew intervals (2 x %s)",
+			span, w.TTL, w.ClockRate, w.StopMax, w.Slack, renew)
+	}
+	return nil
+}
+
+// Deadline tracks fence_at for one or more leases. Each lease keeps its own
+// last proof of validity; the deadline is the earliest of them, because the
+// node must be down before ANY lease it relies on could lapse. Deadline is a
+// plain value with no clock of its own: callers pass monotonic time.Time
+// values (from time.Now()), which is what makes it a pure, table-testable
+// type.
+type Deadline struct {
+	w      Window
+	proofs map[string]time.Time // lease name -> fence instant from its last renewal
+}
+
+// NewDeadline returns a Deadline with no proof yet: Expired reports true
+// until the first renewal is recorded.
+func NewDeadline(w Window) *Deadline {
+	return &Deadline{w: w, proofs: map[string]time.Time{}}
+}
+
+// Renewed records that a request for lease name, sent at sent, succeeded with
+// the given TTL. An answer older than the proof already held never moves the
+// deadline backwards or forwards incorrectly: the later fence instant wins
+// for that lease.
+func (d *Deadline) Renewed(name string, sent time.Time, ttl time.Duration) {
+	at := sent.Add(d.w.Span(ttl))
+	if ttl <= 0 {
+		at = sent // a zero TTL means the lease is gone: fence now
+	}
+	if prev, ok := d.proofs[name]; ok && prev.After(at) && ttl > 0 {
+		return
+	}
+	d.proofs[name] = at
+}
+
+// Forget drops a lease from the computation (it was released on purpose).
+func (d *Deadline) Forget(name string) { delete(d.proofs, name) }
+
+// At is the fence instant: the earliest over all tracked leases. ok is false
+// when no lease is tracked.
+func (d *Deadline) At() (at time.Time, ok bool) {
+	for _, t := range d.proofs {
+		if !ok || t.Before(at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
+// Left is how long until the fence instant, as seen at now (negative once
+// passed; zero when nothing is tracked).
+func (d *Deadline) Left(now time.Time) time.Duration {
+	at, ok := d.At()
+	if !ok {
+		return 0
+	}
+	return at.Sub(now)
+}
+
+// Expired reports whether the node must fence at now.
+func (d *Deadline) Expired(now time.Time) bool {
+	at, ok := d.At()
+	return !ok || !now.Before(at)
+}
+
+// LeaseLeft is how long the lease itself (not the fence instant) is still
+// guaranteed valid on our clock: fence instant + StopMax + Slack - now. The
+// guard uses it to refuse a start that could not be stopped in time.
+func (d *Deadline) LeaseLeft(now time.Time) time.Duration {
+	at, ok := d.At()
+	if !ok {
+		return 0
+	}
+	return at.Add(d.w.StopMax + d.w.Slack).Sub(now)
+}

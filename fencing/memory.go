@@ -1,0 +1,157 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Memory is an in-memory Units for tests of the supervisor's logic. It
+// records every transition with its wall-clock instant so a test can check
+// that one node's units were down before another's came up. It is not a
+// model of systemd; the real behaviour is tested against systemd itself.
+type Memory struct {
+	mu       sync.Mutex
+	state    map[string]string
+	restarts map[string]uint32
+	stubborn map[string]bool // ignores graceful stop until killed
+	failing  map[string]bool // start fails
+	killed   map[string]chan struct{}
+	Events   []Event
+}
+
+// Event is one recorded transition.
+type Event struct {
+	At   time.Time
+	Unit string
+	What string // "started", "stopped", "killed", "failed"
+}
+
+// NewMemory returns a Memory with every unit inactive.
+func NewMemory() *Memory {
+	return &Memory{
+		state:    map[string]string{},
+		restarts: map[string]uint32{},
+		stubborn: map[string]bool{},
+		failing:  map[string]bool{},
+		killed:   map[string]chan struct{}{},
+	}
+}
+
+func (m *Memory) record(unit, what string) {
+	m.Events = append(m.Events, Event{At: time.Now(), Unit: unit, What: what})
+}
+
+// Start implements Units.
+func (m *Memory) Start(ctx context.Context, unit string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m.failing[unit] {
+		m.state[unit] = "failed"
+		m.record(unit, "failed")
+		return fmt.Errorf("unit %s failed to start", unit)
+	}
+	if m.state[unit] != "active" {
+		m.state[unit] = "active"
+		m.record(unit, "started")
+	}
+	return nil
+}
+
+// Stop implements Units. A stubborn unit blocks until Kill or ctx expiry.
+func (m *Memory) Stop(ctx context.Context, unit string) error {
+	m.mu.Lock()
+	if m.stubborn[unit] && m.state[unit] == "active" {
+		ch := m.killed[unit]
+		if ch == nil {
+			ch = make(chan struct{})
+			m.killed[unit] = ch
+		}
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		m.mu.Lock()
+	}
+	defer m.mu.Unlock()
+	if m.state[unit] == "active" || m.state[unit] == "deactivating" {
+		m.state[unit] = "inactive"
+		m.record(unit, "stopped")
+	}
+	return nil
+}
+
+// Kill implements Units.
+func (m *Memory) Kill(ctx context.Context, unit string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state[unit] == "active" {
+		m.state[unit] = "inactive"
+		m.record(unit, "killed")
+	}
+	if ch := m.killed[unit]; ch != nil {
+		close(ch)
+		delete(m.killed, unit)
+	}
+	return nil
+}
+
+// States implements Units.
+func (m *Memory) States(ctx context.Context, units []string) ([]UnitState, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]UnitState, 0, len(units))
+	for _, u := range units {
+		s := m.state[u]
+		if s == "" {
+			s = "inactive"
+		}
+		out = append(out, UnitState{Name: u, ActiveState: s, NRestarts: m.restarts[u]})
+	}
+	return out, nil
+}
+
+// SetStubborn makes unit ignore graceful stops (like a process ignoring
+// SIGTERM) until it is killed.
+func (m *Memory) SetStubborn(unit string, v bool) { m.mu.Lock(); m.stubborn[unit] = v; m.mu.Unlock() }
+
+// SetFailing makes starts of unit fail.
+func (m *Memory) SetFailing(unit string, v bool) { m.mu.Lock(); m.failing[unit] = v; m.mu.Unlock() }
+
+// Crash marks a running unit failed, as systemd does when its main process
+// dies, and counts a restart.
+func (m *Memory) Crash(unit string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state[unit] = "failed"
+	m.restarts[unit]++
+	m.record(unit, "failed")
+}
+
+// StartBehindBack starts unit as an operator would, bypassing the supervisor.
+func (m *Memory) StartBehindBack(unit string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state[unit] = "active"
+	m.record(unit, "started")
+}
+
+// Running reports whether unit is currently active.
+func (m *Memory) Running(unit string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state[unit] == "active"
+}
+
+// Snapshot returns a copy of the recorded events.
+func (m *Memory) Snapshot() []Event {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Event(nil), m.Events...)
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the lab need on a fresh Debian machine.
+# Idempotent: does nothing when everything is present.
+set -euo pipefail
+need=()
+for p in systemd-container iproute2 dbus systemd lintian rpm; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+go mod download

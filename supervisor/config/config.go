@@ -1,0 +1,162 @@
+// Package config reads and validates kha-supervisor's one TOML file.
+package config
+
+import (
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+)
+
+// Config is the whole file. Field comments name the TOML key.
+type Config struct {
+	Node    string `toml:"node"`    // this member's name; default: hostname
+	Cluster string `toml:"cluster"` // election group; also the etcd key prefix component
+
+	Etcd     Etcd     `toml:"etcd"`
+	Lease    Lease    `toml:"lease"`
+	Units    Units    `toml:"units"`
+	Guard    Guard    `toml:"guard"`
+	Log      Log      `toml:"log"`
+	HTTP     HTTP     `toml:"http"`
+	Hooks    Hooks    `toml:"hooks"`
+	History  History  `toml:"history"`
+	Watchdog Watchdog `toml:"watchdog"`
+
+	// Path is the file this configuration was read from (not a TOML key).
+	Path string `toml:"-"`
+}
+
+// Etcd is how to reach the etcd cluster.
+type Etcd struct {
+	Endpoints      []string `toml:"endpoints"`
+	Prefix         string   `toml:"prefix"` // key prefix; default "/kha-supervisor"
+	CA             string   `toml:"ca"`     // PEM CA bundle for the servers
+	Cert           string   `toml:"cert"`   // client certificate (PEM)
+	Key            string   `toml:"key"`    // client key (PEM)
+	Username       string   `toml:"username"`
+	PasswordFile   string   `toml:"password_file"` // file holding the password; must not be world-readable
+	DialTimeout    Duration `toml:"dial_timeout"`
+	RequestTimeout Duration `toml:"request_timeout"`
+}
+
+// Lease sets the election lease and the renewal that proves it.
+type Lease struct {
+	TTL           Duration `toml:"ttl"`
+	RenewInterval Duration `toml:"renew_interval"`
+	ClockRate     float64  `toml:"clock_rate_error"` // rho
+	Slack         Duration `toml:"slack"`            // delta
+	TakeoverDelay Duration `toml:"takeover_delay"`   // extra wait after winning, before starting units
+}
+
+// Units lists the managed systemd units and how to handle them.
+type Units struct {
+	Managed          []string `toml:"managed"` // start order; stopped in reverse
+	StartTimeout     Duration `toml:"start_timeout"`
+	StopTimeout      Duration `toml:"stop_timeout"`
+	KillGrace        Duration `toml:"kill_grace"`
+	PollInterval     Duration `toml:"poll_interval"`
+	FailureThreshold int      `toml:"failure_threshold"` // failures within FailureWindow that make the leader demote
+	FailureWindow    Duration `toml:"failure_window"`
+	Cooldown         Duration `toml:"cooldown"` // stay out of the election this long after such a demotion
+}
+
+// Guard is the local socket answering the units' ExecStartPre= guard.
+type Guard struct {
+	Socket string `toml:"socket"`
+}
+
+// Log sets log/slog output.
+type Log struct {
+	Level  string `toml:"level"`  // debug, info, warn, error
+	Format string `toml:"format"` // text or json
+}
+
+// HTTP is the local metrics and health endpoint. Empty Listen disables it.
+type HTTP struct {
+	Listen string `toml:"listen"`
+}
+
+// Hooks are argv vectors run synchronously at transitions, never through a
+// shell. Empty means no hook.
+type Hooks struct {
+	OnPromote         []string `toml:"on_promote"`
+	OnDemote          []string `toml:"on_demote"`
+	OnFence           []string `toml:"on_fence"`
+	Timeout           Duration `toml:"timeout"`
+	AbortOnPromoteErr bool     `toml:"abort_on_promote_failure"`
+}
+
+// History bounds the transition log kept in etcd.
+type History struct {
+	Retain int `toml:"retain"`
+}
+
+// Watchdog is the optional hardware watchdog. Off unless Device is set.
+type Watchdog struct {
+	Device string `toml:"device"`
+}
+
+// Default returns the configuration used for every key the file leaves out.
+func Default() Config {
+	return Config{
+		Cluster: "kube-control-plane",
+		Etcd: Etcd{
+			Endpoints:      []string{"https://127.0.0.1:2379"},
+			Prefix:         "/kha-supervisor",
+			DialTimeout:    D(2 * time.Second),
+			RequestTimeout: D(1 * time.Second),
+		},
+		Lease: Lease{
+			TTL:           D(10 * time.Second),
+			RenewInterval: D(1 * time.Second),
+			ClockRate:     0.01,
+			Slack:         D(500 * time.Millisecond),
+		},
+		Units: Units{
+			Managed:          []string{"kube-controller-manager.service", "kube-scheduler.service"},
+			StartTimeout:     D(10 * time.Second),
+			StopTimeout:      D(2 * time.Second),
+			KillGrace:        D(1 * time.Second),
+			PollInterval:     D(1 * time.Second),
+			FailureThreshold: 3,
+			FailureWindow:    D(5 * time.Minute),
+			Cooldown:         D(2 * time.Minute),
+		},
+		Guard:   Guard{Socket: "/run/kha-supervisor/guard.sock"},
+		Log:     Log{Level: "info", Format: "text"},
+		HTTP:    HTTP{Listen: "127.0.0.1:9731"},
+		Hooks:   Hooks{Timeout: D(10 * time.Second), AbortOnPromoteErr: true},
+		History: History{Retain: 1000},
+	}
+}
+
+// Timeouts is the unit-control budget.
+func (c Config) Timeouts() fencing.Timeouts {
+	return fencing.Timeouts{
+		Start:     c.Units.StartTimeout.D(),
+		Stop:      c.Units.StopTimeout.D(),
+		KillGrace: c.Units.KillGrace.D(),
+	}
+}
+
+// Window is the fence window these settings give (brief section 3).
+func (c Config) Window() fencing.Window {
+	return fencing.Window{
+		TTL:       c.Lease.TTL.D(),
+		ClockRate: c.Lease.ClockRate,
+		StopMax:   c.Timeouts().StopMax(),
+		Slack:     c.Lease.Slack.D(),
+	}
+}
+
+// Duration is a time.Duration written in TOML as a Go duration string ("5s").
+type Duration time.Duration
+
+// D converts a time.Duration.
+func D(d time.Duration) Duration { return Duration(d) }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
