@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 export CGO_ENABLED := 0
 
-.PHONY: all build deps test unit vet clean
+.PHONY: all build deps test vet clean
 
 all: build
 
@@ -24,9 +24,6 @@ vet:
 # under CI=true they fail instead of skipping when something is missing.
 test: deps build vet
 	$(GO) test -count=1 -timeout 15m ./...
-
-unit:
-	$(GO) test -count=1 -short ./...
 
 clean:
 	rm -rf bin dist
