@@ -1,0 +1,75 @@
+package fencing
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+var fast = Timeouts{Start: time.Second, Stop: 100 * time.Millisecond, KillGrace: 100 * time.Millisecond}
+
+func TestStartAllInOrderStopAllReverse(t *testing.T) {
+	m := NewMemory()
+	units := []string{"a.service", "b.service", "c.service"}
+	if err := StartAll(context.Background(), m, units, fast); err != nil {
+		t.Fatal(err)
+	}
+	if err := StopAll(context.Background(), m, units, fast); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range m.Snapshot() {
+		got = append(got, e.What+" "+e.Unit)
+	}
+	want := []string{"started a.service", "started b.service", "started c.service", "stopped c.service", "stopped b.service", "stopped a.service"}
+	if len(got) != len(want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+	}
+}
+
+func TestStartAllStopsAtFirstFailure(t *testing.T) {
+	m := NewMemory()
+	m.SetFailing("b.service", true)
+	err := StartAll(context.Background(), m, []string{"a.service", "b.service", "c.service"}, fast)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if m.Running("c.service") {
+		t.Fatal("c must not start after b failed")
+	}
+}
+
+func TestFenceEscalatesToKill(t *testing.T) {
+	m := NewMemory()
+	units := []string{"a.service", "b.service"}
+	_ = StartAll(context.Background(), m, units, fast)
+	m.SetStubborn("b.service", true)
+	if err := Fence(context.Background(), m, units, fast); err != nil {
+		t.Fatal(err)
+	}
+	if m.Running("a.service") || m.Running("b.service") {
+		t.Fatal("units still running after Fence")
+	}
+	var killed []string
+	for _, e := range m.Snapshot() {
+		if e.What == "killed" {
+			killed = append(killed, e.Unit)
+		}
+	}
+	if len(killed) != 1 || killed[0] != "b.service" {
+		t.Fatalf("killed %v, want exactly b.service", killed)
+	}
+}
+
+func TestUnitStateRunning(t *testing.T) {
+	for state, want := range map[string]bool{"active": true, "activating": true, "deactivating": true, "reloading": true, "inactive": false, "failed": false} {
+		if got := (UnitState{ActiveState: state}).Running(); got != want {
+			t.Errorf("Running(%s) = %v, want %v", state, got, want)
+		}
+	}
+}

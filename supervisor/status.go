@@ -1,0 +1,67 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+)
+
+// Status is a member's view of itself, safe to read from any goroutine
+// (the guard socket, the HTTP endpoint).
+type Status struct {
+	Node          string              `json:"node"`
+	Cluster       string              `json:"cluster"`
+	State         State               `json:"state"`
+	From          State               `json:"from,omitempty"`
+	Reason        string              `json:"reason,omitempty"`
+	Since         time.Time           `json:"since"`
+	Leader        string              `json:"leader,omitempty"`
+	LeaderToken   int64               `json:"leader_token,omitempty"`
+	Token         int64               `json:"token,omitempty"` // ours, while holding the key
+	UnitsAllowed  bool                `json:"units_allowed"`   // past the barrier with a verified lease
+	LeaseLeft     time.Duration       `json:"lease_left_ns"`   // guaranteed lease time left on our clock
+	FenceIn       time.Duration       `json:"fence_in_ns"`     // time until fence_at
+	StopMax       time.Duration       `json:"stop_max_ns"`
+	Units         []fencing.UnitState `json:"units,omitempty"`
+	CooldownUntil time.Time           `json:"cooldown_until,omitempty"`
+	LastTick      time.Time           `json:"last_tick"`
+
+	fenceAt time.Time
+}
+
+// Active reports whether the member is active with a lease it can prove.
+func (st Status) Active() bool { return st.State == Active && st.LeaseLeft > 0 }
+
+// Status returns a snapshot; lease figures are computed at the call.
+func (s *Supervisor) Status() Status {
+	s.mu.Lock()
+	st := s.snap
+	s.mu.Unlock()
+	if st.State.Holding() && !st.fenceAt.IsZero() {
+		now := time.Now()
+		st.FenceIn = st.fenceAt.Sub(now)
+		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Slack).Sub(now)
+	}
+	if st.State == Fencing {
+		st.UnitsAllowed = false
+	}
+	return st
+}
+
+// updateSnapshot copies the loop's state for other goroutines.
+func (s *Supervisor) updateSnapshot() {
+	at, _ := s.deadline.At()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snap.State, s.snap.From, s.snap.Reason, s.snap.Since = s.state, s.snap.State, s.reason, s.since
+	if s.snap.From == s.state {
+		s.snap.From = s.prevState
+	}
+	s.snap.Leader, s.snap.LeaderToken = s.leader.Node, s.leader.Token
+	s.snap.Token = s.token
+	s.snap.UnitsAllowed = (s.state == Promoting || s.state == Active) && !s.gate.closed.Load() && s.token != 0
+	s.snap.fenceAt = at
+	s.snap.Units = s.lastUnits
+	s.snap.CooldownUntil = s.cooldown
+	s.snap.LastTick = time.Now()
+}

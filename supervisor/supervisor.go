@@ -1,0 +1,229 @@
+// Package supervisor runs one member of an active/standby group: it wins the
+// election key in etcd, only then starts the managed units, proves its lease
+// with renewals it times itself, and fences (stop, SIGKILL, exit) before any
+// other member could win. docs/architecture.md explains the argument.
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// Options are a Supervisor's collaborators, injected so tests can run two
+// members in one process against a real etcd with in-memory units.
+type Options struct {
+	Config  config.Config
+	Client  *clientv3.Client
+	Units   fencing.Units
+	Log     *slog.Logger
+	Version string
+
+	// Notify receives sd_notify payloads ("READY=1", "STATUS=...",
+	// "WATCHDOG=1", "STOPPING=1"). Nil means no notifications.
+	Notify func(string)
+	// Hook runs a configured hook (name is on_promote, on_demote or
+	// on_fence). Nil means no hooks. An on_promote error aborts the
+	// promotion when the config says so.
+	Hook func(ctx context.Context, name string, env map[string]string) error
+	// Observer is told of every transition (metrics, history). May be nil.
+	Observer func(Transition)
+	// RenewObserver is told of every renewal attempt (metrics). May be nil;
+	// called from the renewal goroutine.
+	RenewObserver func(lease string, took time.Duration, err error)
+}
+
+// Transition is one change of state, with its reason.
+type Transition struct {
+	Node   string
+	From   State
+	To     State
+	Reason string
+	Token  int64
+	At     time.Time
+}
+
+// FenceError is returned by Run when the member fenced itself. The process
+// must exit non-zero and never start units again; systemd restarts it as a
+// fresh standby.
+type FenceError struct {
+	Reason string
+	// Incomplete is non-nil when a unit could not be confirmed stopped.
+	Incomplete error
+}
+
+func (e *FenceError) Error() string {
+	if e.Incomplete != nil {
+		return fmt.Sprintf("fenced (%s); units not confirmed stopped: %v", e.Reason, e.Incomplete)
+	}
+	return "fenced: " + e.Reason
+}
+
+// Supervisor is one member. Create with New, then call Run once.
+type Supervisor struct {
+	cfg     config.Config
+	cli     *clientv3.Client
+	units   fencing.Units
+	log     *slog.Logger
+	opts    Options
+	keys    Keys
+	window  fencing.Window
+	timeout fencing.Timeouts
+	inc     string // incarnation
+
+	// Owned by the loop goroutine.
+	state       State
+	deadline    *fencing.Deadline
+	memberLease clientv3.LeaseID
+	elecLease   clientv3.LeaseID
+	token       int64
+	leader      LeaderInfo
+	job         *job
+	jobSeq      int64 // incremented when a job ends; stale observations are dropped
+	lastJobEnd  time.Time
+	failures    []time.Time
+	restarts    map[string]uint32
+	cooldown    time.Time
+	shutting    bool
+	fenceTimer  *time.Timer
+	stopRenew   map[string]context.CancelFunc
+	lastUnits   []fencing.UnitState
+	unitsSeen   time.Time // when lastUnits was read
+	fenceNow    string    // set by a handler that saw the lease lost: fence at once
+	retryAt     time.Time // earliest next start-up attempt after a failure
+	reason      string
+	since       time.Time
+	unitsMayRun atomic.Bool // true from before the first start until every unit is confirmed stopped
+
+	pubMu         sync.Mutex // serialises record writes, see writeRecord
+	pub           chan struct{}
+	pending       *pendingJob
+	prevState     State
+	memberLeaseID atomic.Int64 // the member lease, for the publisher goroutine
+
+	// Channels into the loop.
+	renewals chan renewal
+	leaders  chan leaderObs
+	unitObs  chan unitObs
+	jobDone  chan jobResult
+
+	gate gate
+
+	mu   sync.Mutex // guards snap
+	snap Status
+}
+
+// New checks the options and returns a Supervisor ready to Run.
+func New(o Options) (*Supervisor, error) {
+	if o.Client == nil || o.Units == nil {
+		return nil, errors.New("supervisor: Client and Units are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	c := o.Config
+	w := c.Window()
+	if err := w.Validate(c.Lease.RenewInterval.D()); err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	s := &Supervisor{
+		cfg: c, cli: o.Client, units: o.Units, opts: o,
+		log:       o.Log.With("node", c.Node, "cluster", c.Cluster),
+		keys:      NewKeys(c.Etcd.Prefix, c.Cluster),
+		window:    w,
+		timeout:   c.Timeouts(),
+		inc:       hex.EncodeToString(b),
+		state:     Starting,
+		deadline:  fencing.NewDeadline(w),
+		restarts:  map[string]uint32{},
+		stopRenew: map[string]context.CancelFunc{},
+		renewals:  make(chan renewal, 4),
+		leaders:   make(chan leaderObs, 1),
+		unitObs:   make(chan unitObs, 1),
+		jobDone:   make(chan jobResult, 1),
+		pub:       make(chan struct{}, 1),
+		since:     time.Now(),
+	}
+	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: Starting, StopMax: s.timeout.StopMax()}
+	return s, nil
+}
+
+// Keys returns the member's etcd key layout.
+func (s *Supervisor) Keys() Keys { return s.keys }
+
+// tickEvery is how often the loop wakes with nothing to do: it pings the
+// watchdog, so it must be well under WatchdogSec.
+const tickEvery = 250 * time.Millisecond
+
+// Run is the lifecycle loop. It returns nil after a graceful stop (ctx
+// cancelled: units stopped, lease released), a *FenceError after fencing,
+// or another error if start-up failed before anything was held.
+func (s *Supervisor) Run(ctx context.Context) error {
+	// Background work lives until Run returns, independent of ctx, because
+	// a graceful stop still needs etcd and systemd after ctx is cancelled.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	defer func() {
+		for _, c := range s.stopRenew {
+			c()
+		}
+	}()
+
+	s.fenceTimer = time.NewTimer(time.Hour)
+	s.fenceTimer.Stop()
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+
+	go s.observeLeader(bg)
+	go s.observeUnits(bg)
+	go s.publisher(bg)
+
+	done := ctx.Done()
+	for {
+		select {
+		case <-done:
+			done = nil
+			s.shutting = true
+			s.notify("STOPPING=1")
+			s.log.Info("shutdown requested", "state", s.state)
+			if err, exit := s.onShutdown(bg); exit {
+				return err
+			}
+		case <-tick.C:
+		case r := <-s.renewals:
+			s.onRenewal(r)
+		case o := <-s.leaders:
+			s.onLeader(bg, o)
+		case o := <-s.unitObs:
+			s.onUnits(bg, o)
+		case r := <-s.jobDone:
+			if err, exit := s.onJobDone(bg, r); exit {
+				return err
+			}
+		case <-s.fenceTimer.C:
+			// handled by the deadline check below
+		}
+		if s.state.Holding() && s.deadline.Expired(time.Now()) {
+			return s.fence(bg, "renewal deadline passed: lease can no longer be proven")
+		}
+		if s.fenceNow != "" {
+			return s.fence(bg, s.fenceNow)
+		}
+		s.step(bg)
+		s.updateSnapshot()
+		s.notify("WATCHDOG=1")
+	}
+}
