@@ -1,0 +1,103 @@
+package etcdtest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
+	"github.com/kha-supervisor/kha-supervisor/internal/pki"
+)
+
+func TestQuorumLossAndRestore(t *testing.T) {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3})
+	if got := len(c.Endpoints()); got != 3 {
+		t.Fatalf("Endpoints() = %d entries, want 3", got)
+	}
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "k", "v1"); err != nil {
+		t.Fatalf("put with full cluster: %v", err)
+	}
+
+	// Keep member 0 and stop the two others: one of three is not a quorum.
+	c.Member(1).Stop()
+	c.Member(2).Stop()
+	if c.Member(1).Running() || c.Member(2).Running() {
+		t.Fatal("stopped members still report running")
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 2*time.Second)
+	_, err := cli.Put(short, "k", "v2")
+	cancelShort()
+	if err == nil {
+		t.Fatal("put succeeded with 1 of 3 members running")
+	}
+	t.Logf("put without quorum: %v", err)
+	lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if i, err := c.WaitLeader(lctx); err == nil {
+		t.Errorf("WaitLeader found leader %d without quorum", i)
+	}
+	lcancel()
+
+	for _, i := range []int{1, 2} {
+		if err := c.Member(i).Restart(); err != nil {
+			t.Fatalf("restart member %d: %v", i, err)
+		}
+	}
+	lead, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Member(lead).IsLeader() {
+		t.Errorf("WaitLeader returned %d, which does not consider itself leader", lead)
+	}
+	if _, err := cli.Put(ctx, "k", "v3"); err != nil {
+		t.Fatalf("put after quorum restored: %v", err)
+	}
+	// The restarted members kept their data: read from one of them only.
+	one := c.Client(t)
+	one.SetEndpoints(c.Member(2).Endpoint())
+	resp, err := one.Get(ctx, "k")
+	if err != nil {
+		t.Fatalf("get from restarted member: %v", err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v3" {
+		t.Fatalf("get from restarted member = %v, want v3", resp.Kvs)
+	}
+}
+
+func TestTLSRequiresClientCertificate(t *testing.T) {
+	ca, err := pki.NewCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 1, TLS: ca})
+	for _, ep := range c.Endpoints() {
+		if ep[:8] != "https://" {
+			t.Fatalf("endpoint %s is not https", ep)
+		}
+	}
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put over TLS with client certificate: %v", err)
+	}
+
+	cfg, err := c.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TLS.Certificates = nil
+	cfg.TLS.GetClientCertificate = nil
+	noCert := clientFrom(t, cfg)
+	short, cancelShort := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancelShort()
+	if _, err := noCert.Get(short, "k"); err == nil {
+		t.Fatal("get without client certificate succeeded")
+	}
+}
