@@ -1,11 +1,21 @@
 // Package config reads and validates kha-supervisor's one TOML file.
+//
+// Load decodes the file strictly on top of Default() and refuses anything it
+// cannot vouch for (unknown keys, wrong types, bad durations, invalid unit
+// names, unreadable or exposed secret files, and timings whose fence window
+// leaves no room for renewals) with one *Error naming the file, the key, the
+// line and the value. docs/configuration.md lists the rules.
 package config
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
+
+// DefaultPath is where the packaged daemon and its commands look for the file.
+const DefaultPath = "/etc/kha-supervisor/config.toml"
 
 // Config is the whole file. Field comments name the TOML key.
 type Config struct {
@@ -160,3 +170,19 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // String formats like time.Duration.
 func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText writes the Go duration string, so the TOML encoder and
+// Describe print "1.5s" rather than nanoseconds.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText accepts any Go duration string ("1.5s", "500ms", "2m").
+// Signs are accepted here and judged per key by validation, which knows
+// whether a negative value means anything for that key (it never does today).
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: want a Go duration such as \"1.5s\" or \"500ms\"", text)
+	}
+	*d = Duration(v)
+	return nil
+}

@@ -1,0 +1,85 @@
+package config
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"reflect"
+)
+
+// Describe writes the effective configuration as TOML (every key, in the
+// order of config.example.toml; the output loads back to the same Config)
+// followed by the fence window it gives, with the arithmetic spelled out.
+// Secrets are never printed: the configuration only holds the path of the
+// password file, and that path is what appears.
+func (c Config) Describe(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	src := c.Path
+	if src == "" {
+		src = "(built in code)"
+	}
+	fmt.Fprintf(bw, "# kha-supervisor effective configuration, from %s\n", oneLine(src))
+	fmt.Fprintf(bw, "# (keys the file leaves out show their defaults)\n")
+	cv := reflect.ValueOf(c)
+	writeTable(bw, cv, schema)
+	c.describeWindow(bw)
+	return bw.Flush()
+}
+
+// notes are end-of-line comments for keys whose printed value needs context.
+var notes = map[string]string{
+	"node":               "default: the host name, lower-cased",
+	"etcd.password_file": "path only; the password is never printed",
+}
+
+func writeTable(w io.Writer, cv reflect.Value, t *node) {
+	if t.key != "" {
+		fmt.Fprintf(w, "\n[%s]\n", t.key)
+	}
+	for _, n := range t.children { // plain keys must precede sub-tables in TOML
+		if n.kind == kindTable {
+			continue
+		}
+		line := n.name + " = " + renderField(cv.FieldByIndex(n.index))
+		if note := notes[n.key]; note != "" {
+			line += " # " + note
+		}
+		fmt.Fprintln(w, line)
+	}
+	for _, n := range t.children {
+		if n.kind == kindTable {
+			writeTable(w, cv, n)
+		}
+	}
+}
+
+// describeWindow prints brief section 3's inequality with this
+// configuration's numbers.
+func (c Config) describeWindow(w io.Writer) {
+	win := c.Window()
+	renew := c.Lease.RenewInterval.D()
+	span := win.Span(win.TTL)
+	safe := span + win.StopMax + win.Slack // TTL*(1-rho), rounded exactly as Span rounds it
+	p := func(format string, args ...any) { fmt.Fprintf(w, "# "+format+"\n", args...) }
+	fmt.Fprintln(w)
+	p("Fence window (brief section 3). t_s = when the last successful renewal was SENT;")
+	p("no other node can win the lease before t_s + lease.ttl, or t_s + TTL*(1-rho) on this clock.")
+	p("  S_max    = units.stop_timeout + units.kill_grace = %s + %s = %s", c.Units.StopTimeout, c.Units.KillGrace, win.StopMax)
+	p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - delta")
+	p("         X = %s*(1-%g) - %s - %s", win.TTL, win.ClockRate, win.StopMax, win.Slack)
+	p("           = %s - %s - %s = %s", safe, win.StopMax, win.Slack, span)
+	switch {
+	case renew <= 0:
+		p("  renewals: lease.renew_interval %s is not positive", renew)
+	default:
+		fit := int64(span / renew)
+		verdict := "ok"
+		if span < 2*renew {
+			verdict = "REFUSED: under 2"
+		}
+		p("  renewals: X / lease.renew_interval = %s / %s = %d renew intervals fit (at least 2 required: %s)", span, renew, max(fit, 0), verdict)
+	}
+	if d := c.Lease.TakeoverDelay.D(); d > 0 {
+		p("  takeover: after winning, units start %s later (lease.takeover_delay)", d)
+	}
+}
