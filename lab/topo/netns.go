@@ -2,6 +2,7 @@ package topo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,24 +16,42 @@ import (
 // thread later reads them; that is how the host-side lab talks to its hosts
 // without giving the root namespace a route into the lab.
 //
-// The thread stays locked and is never switched back: when the goroutine
-// ends, the Go runtime destroys a still-locked thread instead of reusing it,
-// so no other goroutine can ever run in the lab's namespace by accident.
+// The thread returns to its own namespace afterwards and goes back to the
+// pool. Letting it die instead would be simpler but wrong here: a child
+// started with Pdeathsig (systemd-nspawn) is signalled when the THREAD that
+// forked it exits, and that may be this one. Only if switching back fails
+// does the thread stay locked, so the runtime discards it rather than run
+// other goroutines in the lab's namespace.
 func Do(path string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		f, err := os.Open(path)
+		home, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("topo: open own namespace: %w", err)
+			return
+		}
+		defer home.Close()
+		target, err := os.Open(path)
+		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("topo: open namespace: %w", err)
 			return
 		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("topo: join namespace %s: %w", path, err)
 			return
 		}
-		errc <- fn()
+		ferr := fn()
+		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("topo: return from namespace %s: %w", path, err))
+			return // still locked: the thread ends with the goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
 	}()
 	return <-errc
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -187,5 +188,48 @@ func TestDownLeavesNothing(t *testing.T) {
 	}
 	if ns, _ := Namespaces(topo.Prefix); len(ns) != len(topo.Hosts)+1 {
 		t.Fatalf("namespaces after up = %v, want %d", ns, len(topo.Hosts)+1)
+	}
+}
+
+// After Do, no thread of the process is left in a lab namespace.
+func TestDoRestoresThreads(t *testing.T) {
+	topo := newLab(t)
+	home, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	for range 20 {
+		go func() {
+			done <- Do(topo.NetNSPath("m1"), func() error {
+				ns, err := os.Readlink("/proc/thread-self/ns/net")
+				if err == nil && ns == home {
+					err = fmt.Errorf("Do ran fn in the host namespace")
+				}
+				time.Sleep(5 * time.Millisecond)
+				return err
+			})
+		}()
+	}
+	for range 20 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Visit many threads; each must be back home.
+	res := make(chan string)
+	for range 64 {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ns, _ := os.Readlink("/proc/thread-self/ns/net")
+			time.Sleep(2 * time.Millisecond)
+			res <- ns
+		}()
+	}
+	for range 64 {
+		if ns := <-res; ns != home {
+			t.Fatalf("a thread is still in namespace %s (home %s)", ns, home)
+		}
 	}
 }
