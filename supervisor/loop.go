@@ -181,6 +181,9 @@ func (s *Supervisor) recentFailures(now time.Time) int {
 func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit bool) {
 	s.job = nil
 	s.lastJobEnd = time.Now()
+	// What was observed before the job may no longer be true: decide on a
+	// fresh observation only.
+	s.lastUnits, s.unitsSeen = nil, time.Time{}
 	defer s.runPending(bg)
 	switch r.name {
 	case "startup":

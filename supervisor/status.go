@@ -61,7 +61,9 @@ func (s *Supervisor) updateSnapshot() {
 	s.snap.Token = s.token
 	s.snap.UnitsAllowed = (s.state == Promoting || s.state == Active) && !s.gate.closed.Load() && s.token != 0
 	s.snap.fenceAt = at
-	s.snap.Units = s.lastUnits
+	if s.lastUnits != nil {
+		s.snap.Units = s.lastUnits
+	}
 	s.snap.CooldownUntil = s.cooldown
 	s.snap.LastTick = time.Now()
 }

@@ -206,7 +206,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case r := <-s.renewals:
 			s.onRenewal(r)
 		case o := <-s.leaders:
-			s.onLeader(bg, o)
+			s.onLeader(o)
 		case o := <-s.unitObs:
 			s.onUnits(bg, o)
 		case r := <-s.jobDone:
