@@ -153,6 +153,13 @@ func decode(file string, data []byte) (*document, error) {
 	if u := md2.Undecoded(); len(u) > 0 {
 		return nil, &Error{File: file, Key: u[0].String(), Line: d.line(u[0]), Msg: "unknown key"}
 	}
+	// "key = []" and a missing key mean the same; make them equal values too.
+	cv := reflect.ValueOf(&d.cfg).Elem()
+	for _, n := range schema.leaves() {
+		if f := cv.FieldByIndex(n.index); n.kind == kindStrings && f.Len() == 0 {
+			f.SetZero()
+		}
+	}
 	return d, nil
 }
 

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCheckConfig(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = dispatch(env{ctx: context.Background(), stdout: &out, stderr: &errb}, append([]string{"check-config"}, args...))
+	return code, out.String(), errb.String()
+}
+
+func checkConfigFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckConfigAccepts(t *testing.T) {
+	file := checkConfigFile(t, "node = \"m1\"\n[lease]\nttl = \"12s\"\n")
+	code, out, errs := runCheckConfig(t, "-c", file)
+	if code != exitOK || errs != "" {
+		t.Fatalf("exit %d, stderr %q; want 0 and nothing", code, errs)
+	}
+	for _, want := range []string{
+		"from " + file,
+		`node = "m1"`,
+		"[lease]\nttl = \"12s\"",
+		"managed = [\"kube-controller-manager.service\", \"kube-scheduler.service\"]",
+		// 12s*(1-0.01) - 3s - 500ms = 8.38s
+		"= 11.88s - 3s - 500ms = 8.38s",
+		"8 renew intervals fit",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCheckConfigExample(t *testing.T) {
+	if code, _, errs := runCheckConfig(t, "-c", "../../config.example.toml"); code != exitOK {
+		t.Fatalf("config.example.toml: exit %d: %s", code, errs)
+	}
+}
+
+func TestCheckConfigRefuses(t *testing.T) {
+	file := checkConfigFile(t, "[lease]\nttl = \"4s\"\n")
+	code, out, errs := runCheckConfig(t, "-c", file)
+	if code != exitConfig {
+		t.Fatalf("exit %d, want %d", code, exitConfig)
+	}
+	if out != "" {
+		t.Errorf("a refused file printed a configuration:\n%s", out)
+	}
+	want := "kha-supervisor: " + file + `:2: lease.ttl = "4s": fence window 460ms is under two renew intervals`
+	if !strings.HasPrefix(errs, want) || strings.Count(errs, "\n") != 1 {
+		t.Errorf("stderr = %q\nwant one line starting %q", errs, want)
+	}
+}
+
+func TestCheckConfigUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		err  string
+	}{
+		{"unknown flag", []string{"-x"}, exitConfig, "flag provided but not defined"},
+		{"missing flag value", []string{"-c"}, exitConfig, "flag needs an argument"},
+		{"stray argument", []string{"-c", "/dev/null", "extra"}, exitConfig, `unexpected argument "extra"`},
+		{"missing file", []string{"-c", "/nonexistent/kt-config.toml"}, exitConfig, "/nonexistent/kt-config.toml: cannot read"},
+		{"help", []string{"-h"}, exitOK, "usage: kha-supervisor check-config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := runCheckConfig(t, tc.args...)
+			if code != tc.code || !strings.Contains(errs, tc.err) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errs, tc.code, tc.err)
+			}
+		})
+	}
+}

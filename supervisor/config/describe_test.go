@@ -1,0 +1,101 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func describe(t *testing.T, c Config) string {
+	t.Helper()
+	var b strings.Builder
+	if err := c.Describe(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestDescribeWindow(t *testing.T) {
+	c := Default()
+	c.Node = "m1"
+	out := describe(t, c)
+	for _, want := range []string{
+		"S_max    = units.stop_timeout + units.kill_grace = 2s + 1s = 3s",
+		"X = 10s*(1-0.01) - 3s - 500ms",
+		"= 9.9s - 3s - 500ms = 6.4s",
+		"6.4s / 1s = 6 renew intervals fit (at least 2 required: ok)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Describe lacks %q:\n%s", want, out)
+		}
+	}
+
+	c.Lease.TTL = D(4 * time.Second)
+	c.Lease.RenewInterval = D(500 * time.Millisecond)
+	c.Units.StopTimeout = D(time.Second)
+	c.Units.KillGrace = D(500 * time.Millisecond)
+	out = describe(t, c)
+	for _, want := range []string{"= 3.96s - 1.5s - 500ms = 1.96s", "1.96s / 500ms = 3 renew intervals fit"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fast profile: Describe lacks %q:\n%s", want, out)
+		}
+	}
+
+	c.Lease.TTL = D(3 * time.Second)
+	if out = describe(t, c); !strings.Contains(out, "REFUSED") {
+		t.Errorf("a too-small window is not flagged:\n%s", out)
+	}
+}
+
+// Describe prints every key, as TOML that loads back to the same
+// configuration. Every field is set to a non-default value so that a key
+// Describe forgot would come back as its default and differ.
+func TestDescribeRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	p := newPKI(t, dir)
+	c := Config{
+		Node:    "m2.example.com",
+		Cluster: "other-plane",
+		Etcd: Etcd{
+			Endpoints: []string{"https://10.0.0.1:2379", "http://[::1]:2379"}, Prefix: "/x/y",
+			CA: p.ca, Cert: p.cert, Key: p.key, Username: "kha \"quoted\" \\ user",
+			PasswordFile: writeFile(t, dir, "pw", "pw", 0o600),
+			DialTimeout:  D(3 * time.Second), RequestTimeout: D(900 * time.Millisecond),
+		},
+		Lease: Lease{TTL: D(15 * time.Second), RenewInterval: D(1500 * time.Millisecond), ClockRate: 0.02,
+			Slack: D(700 * time.Millisecond), TakeoverDelay: D(time.Second)},
+		Units: Units{Managed: []string{"b.service", "a@x.service"}, StartTimeout: D(11 * time.Second),
+			StopTimeout: D(3 * time.Second), KillGrace: D(2 * time.Second), PollInterval: D(2 * time.Second),
+			FailureThreshold: 4, FailureWindow: D(time.Hour), Cooldown: D(0)},
+		Guard:    Guard{Socket: "/run/x.sock"},
+		Log:      Log{Level: "debug", Format: "json"},
+		HTTP:     HTTP{Listen: "[::1]:9999"},
+		Hooks:    Hooks{OnPromote: []string{"/bin/a", "tab\there", "é"}, OnDemote: []string{"/bin/b"}, OnFence: []string{"/bin/c", ""}, Timeout: D(time.Minute)},
+		History:  History{Retain: 7},
+		Watchdog: Watchdog{Device: "/dev/watchdog1"},
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	out := describe(t, c)
+	path := writeFile(t, dir, "described.toml", out, 0o600)
+	got, err := Load(path)
+	if err != nil {
+		t.Fatalf("Describe output does not load: %v\n%s", err, out)
+	}
+	got.Path = ""
+	if d := diff(got, c); d != "" || !reflect.DeepEqual(got, c) {
+		t.Errorf("round trip changed %s\n%s", d, out)
+	}
+}
+
+// diff names the first leaf key whose values differ.
+func diff(a, b Config) string {
+	for _, n := range schema.leaves() {
+		if x, y := fieldText(a, n.key), fieldText(b, n.key); x != y {
+			return n.key + ": " + x + " != " + y
+		}
+	}
+	return ""
+}
