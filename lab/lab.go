@@ -114,7 +114,9 @@ func New(cfg Config) (*Lab, error) {
 // Config is the resolved configuration.
 func (l *Lab) Config() Config { return l.cfg }
 
-func (l *Lab) path(p ...string) string { return filepath.Join(append([]string{l.cfg.StateDir}, p...)...) }
+func (l *Lab) path(p ...string) string {
+	return filepath.Join(append([]string{l.cfg.StateDir}, p...)...)
+}
 
 // SharedPath is a path in the directory bound at /lab inside the masters.
 func (l *Lab) SharedPath(p ...string) string { return l.path(append([]string{"shared"}, p...)...) }
@@ -395,4 +397,3 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	}
 	return nil
 }
-
