@@ -33,11 +33,16 @@ var testUnits = map[string]string{
 	"kt-sd-2.service":     "[Service]\nExecStart=/bin/sleep infinity\n",
 	"kt-sd-plain.service": "[Service]\nExecStart=/bin/sleep infinity\n",
 	// Ignores SIGTERM (the ignore disposition is inherited by the sleeps),
-	// and systemd itself would wait 90 s before its own SIGKILL.
-	"kt-sd-stubborn.service": `[Service]
+	// systemd itself would wait 90 s before its own SIGKILL, and Restart=
+	// would bring it back if the SIGKILL were not sent under a stop job.
+	"kt-sd-stubborn.service": `[Unit]
+StartLimitIntervalSec=0
+[Service]
 ExecStart=/bin/sh -c 'trap "" TERM; while :; do sleep 0.1; done'
 KillMode=control-group
 TimeoutStopSec=90
+Restart=always
+RestartSec=100ms
 `,
 	"kt-sd-crash.service": `[Unit]
 StartLimitIntervalSec=0
@@ -279,6 +284,26 @@ func jobDone(t *testing.T, c *nspawn.Container, jobType string, units ...string)
 	return res
 }
 
+// ignoresTERM reports whether unit's main process has SIGTERM ignored
+// (bit 15 of SigIgn in /proc/PID/status).
+func ignoresTERM(t *testing.T, c *nspawn.Container, unit string) bool {
+	t.Helper()
+	pid := show(t, c, unit, "MainPID")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := c.Exec(ctx, "cat", "/proc/"+pid+"/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(15-1)) != 0
+		}
+	}
+	return false
+}
+
 // recorder counts Kill calls on the way to the real implementation.
 type recorder struct {
 	fencing.Units
@@ -300,6 +325,11 @@ func TestSystemdFenceEscalatesToSIGKILL(t *testing.T) {
 	if err := fencing.StartAll(bg(t, time.Minute), s, units, timeouts); err != nil {
 		t.Fatalf("StartAll: %v", err)
 	}
+	// Type=simple is active once forked; wait until the shell really
+	// ignores SIGTERM, or a slow machine makes this test vacuous.
+	waitFor(t, "the stubborn unit to ignore SIGTERM", 20*time.Second, func() bool {
+		return ignoresTERM(t, c, "kt-sd-stubborn.service")
+	})
 	rec := &recorder{Units: s}
 	start := time.Now()
 	err := fencing.Fence(bg(t, time.Minute), rec, units, timeouts)
@@ -322,6 +352,14 @@ func TestSystemdFenceEscalatesToSIGKILL(t *testing.T) {
 		if pid := show(t, c, u, "MainPID"); pid != "0" {
 			t.Fatalf("%s still has main PID %s", u, pid)
 		}
+	}
+	// Killed under the pending stop job, so Restart=always did not fire.
+	time.Sleep(500 * time.Millisecond)
+	if got := show(t, c, "kt-sd-stubborn.service", "ActiveState"); got != "inactive" && got != "failed" {
+		t.Fatalf("stubborn unit is %s 0.5 s after Fence: restarted", got)
+	}
+	if n := show(t, c, "kt-sd-stubborn.service", "NRestarts"); n != "0" {
+		t.Fatalf("stubborn unit restarted %s times", n)
 	}
 	// Nothing of the stubborn unit survives in the container.
 	if out, _ := c.Exec(bg(t, 10*time.Second), "pgrep", "-f", "trap"); len(strings.TrimSpace(string(out))) > 0 {

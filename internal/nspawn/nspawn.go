@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,14 +224,25 @@ func (c *Container) start(opts Options) error {
 		Pdeathsig: syscall.SIGTERM,
 	}
 	c.log.Debug("starting systemd-nspawn", "args", args)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("nspawn: start systemd-nspawn: %w", err)
-	}
-	c.cmd = cmd
+	// Pdeathsig fires when the forking *thread* exits, and Go may retire a
+	// thread whose goroutine locked it (netns helpers do). So fork from a
+	// goroutine that holds its thread until systemd-nspawn has exited.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		c.waitErr = cmd.Wait()
 		close(c.exited)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("nspawn: start systemd-nspawn: %w", err)
+	}
+	c.cmd = cmd
 	return nil
 }
 
