@@ -158,6 +158,10 @@ func (c *Container) prepare(opts Options) error {
 		return err
 	}
 	if c.netns == "" {
+		if _, err := os.Stat(filepath.Join("/run/netns", c.name)); err == nil {
+			// Not ours: never mark it for deletion.
+			return fmt.Errorf("nspawn: network namespace %s already exists", c.name)
+		}
 		// Marker before creation, for the same reason.
 		if err := os.WriteFile(filepath.Join(c.dir, "netns"), []byte(c.name+"\n"), 0o644); err != nil {
 			return fmt.Errorf("nspawn: %w", err)
@@ -358,11 +362,17 @@ func (c *Container) WriteFile(rel string, data []byte, perm os.FileMode) error {
 }
 
 // Command returns a command that runs argv inside every namespace of the
-// container (nsenter -a), with a clean environment.
+// container (nsenter -a), with a clean environment, in its own process
+// group; when ctx ends the whole group is killed.
 func (c *Container) Command(ctx context.Context, argv ...string) *exec.Cmd {
 	args := append([]string{"-t", strconv.Itoa(c.leader), "-a", "--"}, argv...)
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.Env = containerEnv
+	// nsenter forks to enter the PID namespace, so killing it alone would
+	// leave the command running inside: cancel kills the process group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
 

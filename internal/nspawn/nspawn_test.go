@@ -133,6 +133,19 @@ func TestBootExecUnitShutdown(t *testing.T) {
 		t.Fatalf("/lab/probe on host = %q, %v", b, err)
 	}
 
+	// A command whose ctx ends is killed inside the container too, not
+	// just the nsenter in front of it.
+	short, scancel := context.WithTimeout(ctx, time.Second)
+	_, err = c.Exec(short, "sleep", "271")
+	scancel()
+	if err == nil {
+		t.Fatal("Exec of sleep 271 with a 1 s ctx returned no error")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if out, _ := c.Exec(ctx, "pgrep", "-f", "sleep 271"); len(out) > 0 {
+		t.Fatalf("command outlived its ctx inside the container: pids %s", out)
+	}
+
 	nspawnPID, leader := c.NspawnPID(), c.Leader()
 	start := time.Now()
 	if err := c.Shutdown(ctx); err != nil {
