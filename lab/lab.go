@@ -107,6 +107,13 @@ func New(cfg Config) (*Lab, error) {
 		DataDir:  cfg.DataDir,
 		LogDir:   l.OutDir(),
 		Observer: "obs",
+		// A lost etcd leader must be replaced well inside the fast
+		// profile's fence window (1.96 s): with etcd's defaults (1 s
+		// election timeout, randomised up to 2 s) a dead etcd leader alone
+		// could fence a healthy supervisor. 50/500 ms is etcd's advice
+		// for a low-latency LAN (heartbeat ~ round trip, election 10x).
+		HeartbeatMS: 50,
+		ElectionMS:  500,
 	}
 	return l, nil
 }

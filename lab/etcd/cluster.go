@@ -39,6 +39,9 @@ type Cluster struct {
 	LogDir   string // one log per member
 	Observer string // host from which the lab's own client dials (never cut by a scenario)
 	LogLevel string
+	// Raft timing; zero keeps etcd's defaults (100 ms heartbeat, 1 s
+	// election timeout).
+	HeartbeatMS, ElectionMS uint
 }
 
 // ClientURL is member's client endpoint.
@@ -91,6 +94,8 @@ func (c *Cluster) memberConfig(m string) (MemberConfig, error) {
 		Cert:           pair.CertFile,
 		Key:            pair.KeyFile,
 		LogLevel:       lvl,
+		HeartbeatMS:    c.HeartbeatMS,
+		ElectionMS:     c.ElectionMS,
 	}, nil
 }
 

@@ -33,6 +33,8 @@ type MemberConfig struct {
 	Cert           string // server certificate, also presented to peers
 	Key            string
 	LogLevel       string
+	HeartbeatMS    uint // raft heartbeat interval; 0 = etcd's default (100)
+	ElectionMS     uint // raft election timeout; 0 = etcd's default (1000)
 }
 
 // Args renders c as the flags MemberMain parses.
@@ -42,6 +44,7 @@ func (c MemberConfig) Args() []string {
 		"--client-url", c.ClientURL, "--peer-url", c.PeerURL,
 		"--initial-cluster", c.InitialCluster, "--token", c.Token,
 		"--ca", c.CA, "--cert", c.Cert, "--key", c.Key, "--log-level", c.LogLevel,
+		"--heartbeat-ms", fmt.Sprint(c.HeartbeatMS), "--election-ms", fmt.Sprint(c.ElectionMS),
 	}
 }
 
@@ -61,6 +64,8 @@ func MemberMain(args []string, stderr io.Writer) int {
 	fs.StringVar(&c.Cert, "cert", "", "member certificate (PEM)")
 	fs.StringVar(&c.Key, "key", "", "member key (PEM)")
 	fs.StringVar(&c.LogLevel, "log-level", "warn", "etcd log level")
+	fs.UintVar(&c.HeartbeatMS, "heartbeat-ms", 0, "raft heartbeat interval in ms (0: etcd's default, 100)")
+	fs.UintVar(&c.ElectionMS, "election-ms", 0, "raft election timeout in ms (0: etcd's default, 1000)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,6 +105,12 @@ func RunMember(ctx context.Context, c MemberConfig, log *slog.Logger) error {
 	// "new" is right on every start: a member whose data directory holds a
 	// WAL restarts from it and ignores the initial cluster.
 	cfg.ClusterState = embed.ClusterStateFlagNew
+	if c.HeartbeatMS > 0 {
+		cfg.TickMs = c.HeartbeatMS
+	}
+	if c.ElectionMS > 0 {
+		cfg.ElectionMs = c.ElectionMS
+	}
 	tls := transport.TLSInfo{CertFile: c.Cert, KeyFile: c.Key, TrustedCAFile: c.CA, ClientCertAuth: true}
 	cfg.ClientTLSInfo, cfg.PeerTLSInfo = tls, tls
 	cfg.Logger = "zap"

@@ -295,3 +295,49 @@ func earlier(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// Interval is the half-open span [From, To).
+type Interval struct{ From, To time.Time }
+
+// Coverage merges the alive intervals of unit on any node, clipped to
+// [from, to): when at least one node ran it.
+func Coverage(ins []Instance, unit string, from, to time.Time) []Interval {
+	var ivs []Interval
+	for _, in := range ins {
+		if in.Unit != unit {
+			continue
+		}
+		a, b := later(in.First, from), earlier(in.Until(), to)
+		if a.Before(b) {
+			ivs = append(ivs, Interval{a, b})
+		}
+	}
+	sort.Slice(ivs, func(i, j int) bool { return ivs[i].From.Before(ivs[j].From) })
+	var out []Interval
+	for _, iv := range ivs {
+		if n := len(out); n > 0 && !iv.From.After(out[n-1].To) {
+			out[n-1].To = later(out[n-1].To, iv.To)
+			continue
+		}
+		out = append(out, iv)
+	}
+	return out
+}
+
+// LongestGap is the longest span inside [from, to) during which no node ran
+// unit (zero when it ran all along).
+func LongestGap(ins []Instance, unit string, from, to time.Time) Interval {
+	var best Interval
+	cursor := from
+	consider := func(a, b time.Time) {
+		if b.Sub(a) > best.To.Sub(best.From) {
+			best = Interval{a, b}
+		}
+	}
+	for _, iv := range Coverage(ins, unit, from, to) {
+		consider(cursor, iv.From)
+		cursor = later(cursor, iv.To)
+	}
+	consider(cursor, to)
+	return best
+}

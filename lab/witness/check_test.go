@@ -176,3 +176,27 @@ func TestIncrementalRefresh(t *testing.T) {
 		t.Fatalf("a malformed line must be an error")
 	}
 }
+
+func TestCoverageAndLongestGap(t *testing.T) {
+	dir := t.TempDir()
+	beats(t, dir, "m1", "s", 1, ms(0), ms(1000))
+	beats(t, dir, "m2", "s", 2, ms(1500), ms(2000)) // gap 1040..1500
+	beats(t, dir, "m1", "s", 3, ms(2010), ms(3000)) // overlapping m2: no gap
+	beats(t, dir, "m2", "other", 4, ms(0), ms(5000))
+	ins := read(t, dir).Instances()
+	cov := Coverage(ins, "s", ms(0), ms(4000))
+	if len(cov) != 2 || !cov[0].To.Equal(ms(1040)) || !cov[1].From.Equal(ms(1500)) || !cov[1].To.Equal(ms(3040)) {
+		t.Fatalf("coverage = %v", cov)
+	}
+	g := LongestGap(ins, "s", ms(0), ms(4000))
+	if !g.From.Equal(ms(3040)) || !g.To.Equal(ms(4000)) {
+		t.Fatalf("longest gap = %v..%v, want 3040..4000 ms", g.From.Sub(t0), g.To.Sub(t0))
+	}
+	g = LongestGap(ins, "s", ms(0), ms(3000))
+	if !g.From.Equal(ms(1040)) || !g.To.Equal(ms(1500)) {
+		t.Fatalf("longest gap to 3000 = %v..%v, want 1040..1500 ms", g.From.Sub(t0), g.To.Sub(t0))
+	}
+	if g := LongestGap(ins, "other", ms(100), ms(4000)); g.To.Sub(g.From) != 0 {
+		t.Fatalf("a unit running all along has gap %v", g)
+	}
+}
