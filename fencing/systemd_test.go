@@ -260,8 +260,14 @@ func TestSystemdStartAllInOrder(t *testing.T) {
 // job-result message, JOB_TYPE/JOB_RESULT fields).
 func jobDone(t *testing.T, c *nspawn.Container, jobType string, units ...string) map[string]uint64 {
 	t.Helper()
-	args := []string{"journalctl", "--no-pager", "-o", "json", "JOB_TYPE=" + jobType, "JOB_RESULT=done"}
-	out := exec(t, c, args...)
+	return journalLast(t, c, []string{"JOB_TYPE=" + jobType, "JOB_RESULT=done"}, units...)
+}
+
+// journalLast returns, per unit, the monotonic time (µs) of the last
+// journal record matching every field match.
+func journalLast(t *testing.T, c *nspawn.Container, matches []string, units ...string) map[string]uint64 {
+	t.Helper()
+	out := exec(t, c, append([]string{"journalctl", "--no-pager", "-o", "json"}, matches...)...)
 	want := map[string]bool{}
 	for _, u := range units {
 		want[u] = true
@@ -622,6 +628,17 @@ func TestBindsToFacts(t *testing.T) {
 		t.Fatalf("A came back with B: %+v", st)
 	}
 	t.Logf("A observed stopped %s after B's SIGKILL (polled from the host); A stays stopped after B's restart", aDown.Round(time.Millisecond))
+	// systemd's own timing: B's failure record to A's completed stop job.
+	var failed, stopped map[string]uint64
+	waitFor(t, "journal records of B's failure and A's stop", 10*time.Second, func() bool {
+		failed = journalLast(t, c, []string{"UNIT_RESULT=signal"}, b)
+		stopped = jobDone(t, c, "stop", a)
+		return failed[b] != 0 && stopped[a] != 0
+	})
+	if stopped[a] < failed[b] {
+		t.Fatalf("A's stop job (at %d µs) finished before B failed (at %d µs): stopped by something else", stopped[a], failed[b])
+	}
+	t.Logf("journal: A's stop job done %d µs after B's failure record", stopped[a]-failed[b])
 
 	// 3. An operator's restart of B restarts A as well.
 	exec(t, c, "systemctl", "start", a)
