@@ -238,6 +238,10 @@ func refusals() []refusal {
 				"S_max 3s (units.stop_timeout 2s + units.kill_grace 1s)", "lease.slack 500ms"}},
 		{name: "fence window too small from renew interval", toml: text("[lease]\nrenew_interval = \"4s\"\n[etcd]\nrequest_timeout = \"1s\"\n"),
 			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window 6.4s", "2 * lease.renew_interval 4s = 8s"}},
+		{name: "fence window wraps around", toml: text("[units]\nstop_timeout = \"2562047h\"\nkill_grace = \"2562047h\"\n[lease]\nslack = \"2562047h\"\n"),
+			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"is under two renew intervals"}},
+		{name: "renew interval wraps around", toml: text("[lease]\nrenew_interval = \"2562047h\"\n"),
+			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"is under two renew intervals"}},
 		{name: "fence window negative", toml: text("[units]\nstop_timeout = \"20s\"\n"),
 			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window -11.6s"}},
 

@@ -312,17 +312,35 @@ func checkTiming(c Config) *Error {
 			"must not exceed lease.renew_interval (%s): a renewal still waiting when the next is due delays every later one", renew)
 	}
 	w := c.Window()
-	if err := w.Validate(renew); err != nil {
-		span := w.Span(w.TTL)
+	// The same inequality in float64 seconds, which cannot overflow: with
+	// durations near the int64 limit the Duration arithmetic wraps around,
+	// and a wrapped window must not pass for a large one.
+	spanF := w.TTL.Seconds()*(1-w.ClockRate) - c.Units.StopTimeout.D().Seconds() - c.Units.KillGrace.D().Seconds() - w.Slack.Seconds()
+	err := w.Validate(renew)
+	if err == nil && spanF < 2*renew.Seconds() {
+		err = fmt.Errorf("fence window %.3fs is under two renew intervals (2 x %s)", spanF, renew)
+	}
+	if err != nil {
 		e := refuse(c, "lease.ttl",
 			"fence window %s is under two renew intervals (2 * lease.renew_interval %s = %s): "+
 				"window = lease.ttl %s * (1 - lease.clock_rate_error %g) - S_max %s (units.stop_timeout %s + units.kill_grace %s) - lease.slack %s; "+
 				"raise lease.ttl or lower the others",
-			span, renew, 2*renew, w.TTL, w.ClockRate, w.StopMax, c.Units.StopTimeout, c.Units.KillGrace, w.Slack)
+			exact(w.Span(w.TTL), spanF), renew, exact(2*renew, 2*renew.Seconds()),
+			w.TTL, w.ClockRate, exact(w.StopMax, c.Units.StopTimeout.D().Seconds()+c.Units.KillGrace.D().Seconds()),
+			c.Units.StopTimeout, c.Units.KillGrace, w.Slack)
 		e.Err = err
 		return e
 	}
 	return nil
+}
+
+// exact prints d, or the float64 seconds f when d has wrapped around (they
+// then differ by far more than rounding).
+func exact(d time.Duration, f float64) string {
+	if math.Abs(d.Seconds()-f) > 1 {
+		return strconv.FormatFloat(f, 'g', 4, 64) + "s"
+	}
+	return d.String()
 }
 
 // --- local endpoints -------------------------------------------------------
