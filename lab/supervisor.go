@@ -2,12 +2,164 @@ package lab
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 )
 
-// installSupervisor installs kha-supervisor in a master. Filled in once the
-// daemon and its packaging exist.
+// Paths of the supervisor inside a master, as the package installs them.
+const (
+	SupervisorUnit   = "kha-supervisor.service"
+	SupervisorConfig = "/etc/kha-supervisor/config.toml"
+	supervisorBinary = "/usr/bin/kha-supervisor"
+	supervisorLabDir = "/etc/systemd/system/kha-supervisor.service.d"
+	// Cluster is the election group the lab's supervisors compete in.
+	Cluster = "lab"
+	// EtcdPrefix is the supervisors' etcd key prefix (the default).
+	EtcdPrefix = "/kha-supervisor"
+)
+
+// SupervisorConfigFor renders master's configuration: every etcd member
+// over TLS with the master's own client certificate, and the profile's
+// timings.
+func (l *Lab) SupervisorConfigFor(node string) []byte {
+	p := l.cfg.Profile
+	q := func(s []string) string {
+		for i := range s {
+			s[i] = fmt.Sprintf("%q", s[i])
+		}
+		return "[" + strings.Join(s, ", ") + "]"
+	}
+	var units []string
+	for _, w := range Witnesses {
+		units = append(units, w.Service())
+	}
+	return fmt.Appendf(nil, `# Written by kha-lab (profile %[1]s).
+node = %[2]q
+cluster = %[3]q
+
+[etcd]
+endpoints = %[4]s
+prefix = %[14]q
+ca = "/lab/pki/ca.crt"
+cert = "/lab/pki/%[2]s.crt"
+key = "/lab/pki/%[2]s.key"
+request_timeout = %[5]q
+
+[lease]
+ttl = %[6]q
+renew_interval = %[7]q
+slack = %[8]q
+
+[units]
+managed = %[9]s
+stop_timeout = %[10]q
+kill_grace = %[11]q
+poll_interval = %[12]q
+cooldown = %[13]q
+
+[log]
+level = "debug"
+`, p.Name, node, Cluster, q(l.Etcd.Endpoints()), p.RequestTimeout, p.TTL, p.Renew, p.Slack,
+		q(units), p.StopTimeout, p.KillGrace, p.Poll, p.Cooldown, EtcdPrefix)
+}
+
+// watchdogDropin shortens the shipped unit's watchdog for short TTLs, as the
+// unit file's own comment asks: the frozen-supervisor path (SIGSTOP) must
+// end within TTL*(1-rho) - S_max - slack - renew - request timeout.
+func (l *Lab) watchdogDropin() []byte {
+	p := l.cfg.Profile
+	wd, abort := 2*time.Second, time.Second
+	if p.TTL < 10*time.Second {
+		wd, abort = time.Second, 500*time.Millisecond
+	}
+	return fmt.Appendf(nil, "# Written by kha-lab: watchdog for the %s profile (TTL %s).\n[Service]\nWatchdogSec=%dms\nTimeoutAbortSec=%dms\n",
+		p.Name, p.TTL, wd.Milliseconds(), abort.Milliseconds())
+}
+
+// SupervisorAvailable reports whether the lab has something to install.
+func (l *Lab) SupervisorAvailable() bool {
+	return l.cfg.Deb != "" || l.cfg.Supervisor != ""
+}
+
+// installSupervisor installs kha-supervisor in a master the way an operator
+// would: the .deb when one is given, otherwise the same files the package
+// holds (binary, unit) from the build; then the configuration, the managed
+// units' drop-ins (install-dropins) and a start. Idempotent: an installed,
+// running supervisor with the same configuration is left alone.
 func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
+	if !l.SupervisorAvailable() {
+		l.log.Warn("lab: no kha-supervisor binary or package; masters run without a supervisor", "master", n.Name)
+		return nil
+	}
+	if st, _ := n.ActiveState(ctx, SupervisorUnit); st == "active" {
+		if cur, err := os.ReadFile(filepath.Join(n.Root(), SupervisorConfig)); err == nil && string(cur) == string(l.SupervisorConfigFor(n.Name)) {
+			return nil
+		}
+	}
+	if l.cfg.Deb != "" {
+		dst := l.SharedPath("dist", filepath.Base(l.cfg.Deb))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+		if err := copyFile(l.cfg.Deb, dst, 0o644); err != nil {
+			return err
+		}
+		if out, err := n.Exec(ctx, "dpkg", "-i", master.LabDir+"/dist/"+filepath.Base(l.cfg.Deb)); err != nil {
+			return fmt.Errorf("lab: install package in %s: %w: %s", n.Name, err, out)
+		}
+	} else {
+		unit, err := os.ReadFile(filepath.Join(l.cfg.Packaging, "systemd", SupervisorUnit))
+		if err != nil {
+			return fmt.Errorf("lab: the supervisor's unit file (give --packaging or --deb): %w", err)
+		}
+		bin, err := os.ReadFile(l.SharedPath("bin", "kha-supervisor"))
+		if err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+		if err := n.WriteFile(supervisorBinary, bin, 0o755); err != nil {
+			return err
+		}
+		if err := n.WriteFile("/usr/lib/systemd/system/"+SupervisorUnit, unit, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := n.WriteFile(SupervisorConfig, l.SupervisorConfigFor(n.Name), 0o600); err != nil {
+		return err
+	}
+	if err := n.WriteFile(supervisorLabDir+"/90-lab-watchdog.conf", l.watchdogDropin(), 0o644); err != nil {
+		return err
+	}
+	if out, err := n.Exec(ctx, supervisorBinary, "check-config", "-c", SupervisorConfig); err != nil {
+		return fmt.Errorf("lab: configuration of %s refused: %w: %s", n.Name, err, out)
+	}
+	if out, err := n.Exec(ctx, supervisorBinary, "install-dropins", "-c", SupervisorConfig); err != nil {
+		return fmt.Errorf("lab: install-dropins in %s: %w: %s", n.Name, err, out)
+	}
+	if _, err := n.Systemctl(ctx, "daemon-reload"); err != nil {
+		return err
+	}
+	if _, err := n.Systemctl(ctx, "restart", SupervisorUnit); err != nil {
+		return fmt.Errorf("lab: start the supervisor in %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// StartSupervisors starts the supervisor on every master where it is not
+// running.
+func (l *Lab) StartSupervisors(ctx context.Context) error {
+	nodes, err := l.Masters()
+	if err != nil {
+		return err
+	}
+	for _, name := range MasterNames {
+		if _, err := nodes[name].Systemctl(ctx, "start", SupervisorUnit); err != nil {
+			return err
+		}
+	}
 	return nil
 }

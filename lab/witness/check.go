@@ -341,3 +341,27 @@ func LongestGap(ins []Instance, unit string, from, to time.Time) Interval {
 	consider(cursor, to)
 	return best
 }
+
+// FirstStart is the earliest first heartbeat of an instance of node's unit
+// that started after t (one already running at t does not count).
+func (l *Log) FirstStart(node, unit string, t time.Time) (time.Time, bool) {
+	var best time.Time
+	for _, in := range l.Instances() {
+		if in.Node == node && in.Unit == unit && in.First.After(t) && (best.IsZero() || in.First.Before(best)) {
+			best = in.First
+		}
+	}
+	return best, !best.IsZero()
+}
+
+// InstancesBetween lists the instances of node's unit alive at some point
+// in [from, to).
+func (l *Log) InstancesBetween(node, unit string, from, to time.Time) []Instance {
+	var out []Instance
+	for _, in := range l.Instances() {
+		if in.Node == node && in.Unit == unit && in.First.Before(to) && in.Until().After(from) {
+			out = append(out, in)
+		}
+	}
+	return out
+}

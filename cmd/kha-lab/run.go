@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
+)
+
+func init() {
+	register("run", "run scenarios of the failure matrix: run all | run 1 4 5 [--repeat N]", runRun)
+	register("report", "print the Markdown report of saved runs (default: every matrix run; --latest)", runReport)
+	register("soak", "random faults back to back: soak --duration 30m --seed 1", runSoak)
+	register("list", "list the scenarios", runList)
+}
+
+func reportsDir(l *lab.Lab) string { return filepath.Join(l.OutDir(), "reports") }
+
+func parseIDs(args []string) ([]int, error) {
+	if len(args) == 1 && args[0] == "all" {
+		var ids []int
+		for _, s := range scenario.All {
+			ids = append(ids, s.ID)
+		}
+		return ids, nil
+	}
+	var ids []int
+	for _, a := range args {
+		for _, f := range strings.Split(a, ",") {
+			id, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %q: want a number or all", f)
+			}
+			if _, ok := scenario.Lookup(id); !ok {
+				return nil, fmt.Errorf("no scenario %d", id)
+			}
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("name scenarios (numbers) or all")
+	}
+	return ids, nil
+}
+
+func openEnv(ctx context.Context, f *labFlags) (*lab.Lab, *scenario.Env, error) {
+	l, err := f.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	env, err := scenario.Open(ctx, l, slog.Default())
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, env, nil
+}
+
+func runRun(ctx context.Context, args []string) error {
+	var fs flag.FlagSet
+	var f labFlags
+	f.register(&fs)
+	repeat := fs.Int("repeat", 1, "run every scenario this many times (for medians and spread)")
+	rest, err := parse("run", args, &fs)
+	if err != nil {
+		return err
+	}
+	ids, err := parseIDs(rest)
+	if err != nil {
+		return err
+	}
+	l, env, err := openEnv(ctx, &f)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	rep, path, err := env.RunMatrix(ctx, ids, *repeat, reportsDir(l))
+	if rep != nil {
+		scenario.WriteMarkdown(os.Stdout, []*scenario.Report{rep})
+		fmt.Printf("\nreport: %s (and .md)\n", path)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Pass {
+		return errors.New("some scenario failed or an overlap was found")
+	}
+	return nil
+}
+
+func savedReports(l *lab.Lab, kind string) ([]string, error) {
+	paths, err := filepath.Glob(filepath.Join(reportsDir(l), kind+"-*.json"))
+	sort.Strings(paths)
+	return paths, err
+}
+
+func runReport(ctx context.Context, args []string) error {
+	var fs flag.FlagSet
+	var f labFlags
+	f.register(&fs)
+	latest := fs.Bool("latest", false, "only the latest saved run")
+	kind := fs.String("kind", "matrix", "matrix or soak")
+	rest, err := parse("report", args, &fs)
+	if err != nil {
+		return err
+	}
+	paths := rest
+	if len(paths) == 0 {
+		l, err := f.open()
+		if err != nil {
+			return err
+		}
+		if paths, err = savedReports(l, *kind); err != nil {
+			return err
+		}
+		if len(paths) == 0 {
+			return fmt.Errorf("no saved %s reports in %s", *kind, reportsDir(l))
+		}
+		if *latest {
+			paths = paths[len(paths)-1:]
+		}
+	}
+	reps, err := scenario.Load(paths...)
+	if err != nil {
+		return err
+	}
+	scenario.WriteMarkdown(os.Stdout, reps)
+	for _, r := range reps {
+		if !r.Pass {
+			return errors.New("a reported run failed")
+		}
+	}
+	return nil
+}
+
+func runSoak(ctx context.Context, args []string) error {
+	var fs flag.FlagSet
+	var f labFlags
+	f.register(&fs)
+	d := fs.Duration("duration", 30*time.Minute, "how long to inject faults")
+	seed := fs.Uint64("seed", 1, "random seed (the same seed draws the same faults)")
+	if _, err := parse("soak", args, &fs); err != nil {
+		return err
+	}
+	l, env, err := openEnv(ctx, &f)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	rep, path, err := env.Soak(ctx, *d, *seed, reportsDir(l), os.Stdout)
+	if rep != nil {
+		fmt.Println()
+		rep.Soak.WriteMarkdown(os.Stdout)
+		fmt.Printf("\nreport: %s (and .md)\n", path)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Pass {
+		return errors.New("the soak found an overlap or a failed scenario")
+	}
+	return nil
+}
+
+func runList(ctx context.Context, args []string) error {
+	for _, s := range scenario.All {
+		fmt.Printf("%2d  %-26s %s\n      expected: %s\n", s.ID, s.Name, s.Fault, s.Expected)
+	}
+	return nil
+}

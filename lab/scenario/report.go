@@ -1,0 +1,260 @@
+package scenario
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+)
+
+// Report is one `kha-lab run` (or soak): every result plus the overlap check
+// over the whole span.
+type Report struct {
+	Kind     string     `json:"kind"` // "matrix" or "soak"
+	Started  time.Time  `json:"started"`
+	Ended    time.Time  `json:"ended"`
+	Profile  Timing     `json:"profile"`
+	Results  []Result   `json:"results"`
+	Overlaps []string   `json:"overlaps"` // whole span, not excused
+	Excused  []string   `json:"excused_overlaps,omitempty"`
+	Pass     bool       `json:"pass"`
+	Soak     *SoakStats `json:"soak,omitempty"`
+}
+
+// Timing is the profile as the report prints it.
+type Timing struct {
+	Name, TTL, Renew, RequestTimeout, StopTimeout, KillGrace, Slack, Poll, Cooldown string
+}
+
+// TimingOf renders p.
+func TimingOf(p lab.Profile) Timing {
+	return Timing{p.Name, p.TTL.String(), p.Renew.String(), p.RequestTimeout.String(), p.StopTimeout.String(),
+		p.KillGrace.String(), p.Slack.String(), p.Poll.String(), p.Cooldown.String()}
+}
+
+// Save writes the report as JSON and Markdown into dir and returns the JSON
+// path.
+func (rep *Report) Save(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("report: %w", err)
+	}
+	base := filepath.Join(dir, fmt.Sprintf("%s-%s", rep.Kind, rep.Started.UTC().Format("20060102-150405")))
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(base+".json", b, 0o644); err != nil {
+		return "", fmt.Errorf("report: %w", err)
+	}
+	f, err := os.Create(base + ".md")
+	if err != nil {
+		return "", fmt.Errorf("report: %w", err)
+	}
+	defer f.Close()
+	WriteMarkdown(f, []*Report{rep})
+	return base + ".json", nil
+}
+
+// Load reads reports written by Save.
+func Load(paths ...string) ([]*Report, error) {
+	var out []*Report
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		var r Report
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("report: %s: %w", p, err)
+		}
+		out = append(out, &r)
+	}
+	return out, nil
+}
+
+// stat is median and spread of one metric.
+type stat struct {
+	n                int
+	median, min, max float64
+}
+
+func summarize(vs []float64) stat {
+	if len(vs) == 0 {
+		return stat{}
+	}
+	s := slices.Clone(vs)
+	sort.Float64s(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return stat{n: len(s), median: med, min: s[0], max: s[len(s)-1]}
+}
+
+func (s stat) String() string {
+	switch {
+	case s.n == 0:
+		return "–"
+	case s.n == 1 || s.min == s.max:
+		return fmtMS(s.median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", fmtMS(s.median), fmtMS(s.min), fmtMS(s.max))
+}
+
+func fmtMS(v float64) string {
+	if v >= 10000 || v <= -10000 {
+		return fmt.Sprintf("%.1f s", v/1000)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+// Row is one scenario aggregated over repeats (and over reports).
+type Row struct {
+	ID                    int
+	Name, Fault, Expected string
+	Runs, Passes          int
+	Metrics               map[string]stat
+	OverlapMS             float64
+	Excused               int
+	Notes                 []string
+}
+
+// Aggregate groups results by scenario.
+func Aggregate(reps []*Report) []Row {
+	byID := map[int]*Row{}
+	vals := map[int]map[string][]float64{}
+	for _, rep := range reps {
+		for _, res := range rep.Results {
+			row, ok := byID[res.ID]
+			if !ok {
+				row = &Row{ID: res.ID, Name: res.Name, Fault: res.Fault, Expected: res.Expected}
+				byID[res.ID] = row
+				vals[res.ID] = map[string][]float64{}
+			}
+			row.Runs++
+			if res.Pass {
+				row.Passes++
+			}
+			row.OverlapMS += res.OverlapMS
+			row.Excused += len(res.Excused)
+			for k, v := range res.Metrics {
+				vals[res.ID][k] = append(vals[res.ID][k], v)
+			}
+			if len(row.Notes) < 2 {
+				for _, n := range res.Notes {
+					if len(row.Notes) < 2 && !slices.Contains(row.Notes, n) {
+						row.Notes = append(row.Notes, n)
+					}
+				}
+			}
+			for _, p := range res.Problems {
+				row.Notes = append(row.Notes, "FAILED: "+p)
+			}
+		}
+	}
+	var rows []Row
+	for id, row := range byID {
+		row.Metrics = map[string]stat{}
+		for k, vs := range vals[id] {
+			row.Metrics[k] = summarize(vs)
+		}
+		rows = append(rows, *row)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+	return rows
+}
+
+var standard = []string{MStopped, MWon, MFailover, MMargin, MGap}
+
+// WriteMarkdown prints the aggregated table of reps.
+func WriteMarkdown(w io.Writer, reps []*Report) {
+	if len(reps) == 0 {
+		fmt.Fprintln(w, "no reports")
+		return
+	}
+	rows := Aggregate(reps)
+	runs, pass, overlaps := 0, 0, 0
+	profiles := map[string]bool{}
+	var start, end time.Time
+	for _, r := range reps {
+		profiles[fmt.Sprintf("%s (TTL %s, renew %s, stop_timeout %s, kill_grace %s, poll %s)",
+			r.Profile.Name, r.Profile.TTL, r.Profile.Renew, r.Profile.StopTimeout, r.Profile.KillGrace, r.Profile.Poll)] = true
+		overlaps += len(r.Overlaps)
+		if start.IsZero() || r.Started.Before(start) {
+			start = r.Started
+		}
+		if r.Ended.After(end) {
+			end = r.Ended
+		}
+	}
+	for _, row := range rows {
+		runs += row.Runs
+		pass += row.Passes
+	}
+	var profs []string
+	for p := range profiles {
+		profs = append(profs, p)
+	}
+	sort.Strings(profs)
+	fmt.Fprintf(w, "## Failure matrix: %d/%d runs passed, %d overlap interval(s)\n\n", pass, runs, overlaps)
+	fmt.Fprintf(w, "%d report(s), %s to %s UTC. Timing profile: %s.\n", len(reps),
+		start.UTC().Format("2006-01-02 15:04:05"), end.UTC().Format("15:04:05"), strings.Join(profs, "; "))
+	fmt.Fprintln(w, "Times are milliseconds from the fault: median (min–max) over the runs.")
+	fmt.Fprintln(w, "stopped = last heartbeat of the old leader's units; won = another node holds the election key")
+	fmt.Fprintln(w, "(as seen by an observer on an uncut subnet); failover = every unit beating on the new leader;")
+	fmt.Fprintln(w, "margin = won minus the old units' last heartbeat (positive: stopped before anyone could win);")
+	fmt.Fprintln(w, "unavailable = longest span in which a unit ran nowhere. Overlap uses alive = last heartbeat + 40 ms.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| # | fault | expected | verdict | stopped | won | failover | margin | unavailable | overlap | other measurements, notes |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, row := range rows {
+		verdict := fmt.Sprintf("PASS %d/%d", row.Passes, row.Runs)
+		if row.Passes != row.Runs {
+			verdict = fmt.Sprintf("**FAIL** %d/%d", row.Passes, row.Runs)
+		}
+		cells := []string{fmt.Sprint(row.ID), esc(row.Fault), esc(row.Expected), verdict}
+		for _, k := range standard {
+			cells = append(cells, row.Metrics[k].String())
+		}
+		ov := fmt.Sprintf("%.0f ms", row.OverlapMS)
+		if row.Excused > 0 {
+			ov += fmt.Sprintf(" (+%d by hand, see notes)", row.Excused)
+		}
+		cells = append(cells, ov)
+		var other []string
+		var keys []string
+		for k := range row.Metrics {
+			if !slices.Contains(standard, k) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			other = append(other, k+" "+row.Metrics[k].String())
+		}
+		other = append(other, row.Notes...)
+		cells = append(cells, esc(strings.Join(other, "; ")))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	for _, r := range reps {
+		for _, o := range r.Overlaps {
+			fmt.Fprintf(w, "\nOVERLAP (%s run of %s): %s\n", r.Kind, r.Started.UTC().Format("15:04:05"), o)
+		}
+		for _, o := range r.Excused {
+			fmt.Fprintf(w, "\nBy hand, guard removed (%s run of %s): %s\n", r.Kind, r.Started.UTC().Format("15:04:05"), o)
+		}
+		if r.Soak != nil {
+			fmt.Fprintln(w)
+			r.Soak.WriteMarkdown(w)
+		}
+	}
+}
+
+func esc(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ") }
