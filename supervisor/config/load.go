@@ -221,8 +221,9 @@ func (d *document) checkKey(k toml.Key) error {
 			return nil
 		}
 	}
-	if msg := n.checkValue(d.value(k)); msg != "" {
-		return &Error{File: d.file, Key: n.key, Line: d.line(k), Msg: msg}
+	v := d.value(k)
+	if msg := n.checkValue(v); msg != "" {
+		return &Error{File: d.file, Key: n.key, Line: d.line(k), Value: renderRaw(v), Msg: msg}
 	}
 	return nil
 }

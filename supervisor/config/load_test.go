@@ -58,7 +58,7 @@ func refusals() []refusal {
 		{name: "leaf as table", toml: text("[etcd]\nendpoints.x = \"a\"\n"),
 			key: "etcd.endpoints", value: `{x = "a"}`, line: 2, msg: []string{"wrong type"}},
 		{name: "section as value", toml: text("lease = \"10s\"\n"),
-			key: "lease", line: 1, msg: []string{"want a table", "string"}},
+			key: "lease", value: `"10s"`, line: 1, msg: []string{"want a table", "string"}},
 		{name: "section as array of tables", toml: text("[[lease]]\nttl = \"10s\"\n"),
 			key: "lease", line: 1, msg: []string{"want a table", "array of tables"}},
 		{name: "bad duration", toml: text("[lease]\nrenew_interval = \"1 second\"\n"),
