@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
+)
+
+// guardServe runs a real guard server in dir with a fixed status.
+func guardServe(t *testing.T, sock string, st guard.Status) {
+	t.Helper()
+	srv, err := guard.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv.SetStatus(func() guard.Status { return st })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// guardConfig writes a configuration whose guard.socket is sock.
+func guardConfig(t *testing.T, sock string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.toml")
+	text := "node = \"m2\"\n[guard]\nsocket = \"" + sock + "\"\n"
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runGuard(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := dispatch(env{ctx: context.Background(), stdout: &out, stderr: &errb}, append([]string{"guard"}, args...))
+	return code, out.String(), errb.String()
+}
+
+func TestGuardCommand(t *testing.T) {
+	dir := t.TempDir()
+	active := filepath.Join(dir, "active", "guard.sock")
+	standby := filepath.Join(dir, "standby", "guard.sock")
+	guardServe(t, active, guard.Status{Node: "m1", State: "active", Leader: "m1", Token: 1234,
+		UnitsAllowed: true, LeaseLeft: 6 * time.Second, StopMax: 3 * time.Second})
+	guardServe(t, standby, guard.Status{Node: "m2", State: "standby", Leader: "m1", Token: 1234, StopMax: 3 * time.Second})
+
+	code, out, errs := runGuard(t, "-c", guardConfig(t, active), "kube-scheduler.service")
+	if code != exitOK || errs != "" || !strings.Contains(out, "kube-scheduler.service may start on m1") {
+		t.Fatalf("active: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+
+	code, out, errs = runGuard(t, "-c", guardConfig(t, standby), "kube-scheduler.service")
+	want := "kha-supervisor: refusing to start kube-scheduler.service on m2: this node is standby; leader is m1 (token 1234)\n"
+	if code != exitGuardRefused || out != "" || errs != want {
+		t.Fatalf("standby: exit %d, stdout %q, stderr %q; want %d and %q", code, out, errs, exitGuardRefused, want)
+	}
+
+	code, _, errs = runGuard(t, "-c", guardConfig(t, filepath.Join(dir, "none", "guard.sock")), "kube-scheduler.service")
+	if code != exitGuardNoSup || !strings.Contains(errs, "the supervisor is not running or not reachable") {
+		t.Fatalf("no supervisor: exit %d, stderr %q", code, errs)
+	}
+	if strings.Count(errs, "\n") != 1 {
+		t.Fatalf("no supervisor: stderr is not one line: %q", errs)
+	}
+}
+
+func TestGuardCommandConfigFallback(t *testing.T) {
+	dir := t.TempDir()
+	fallback := filepath.Join(dir, "fallback", "guard.sock")
+	old := guardFallbackSocket
+	guardFallbackSocket = fallback
+	t.Cleanup(func() { guardFallbackSocket = old })
+
+	missing := filepath.Join(dir, "no-such-config.toml")
+	code, _, errs := runGuard(t, "-c", missing, "kube-scheduler.service")
+	if code != exitGuardNoSup || !strings.Contains(errs, "cannot load the configuration, asking the default socket "+fallback) {
+		t.Fatalf("bad config, nothing at the fallback: exit %d, stderr %q", code, errs)
+	}
+
+	guardServe(t, fallback, guard.Status{Node: "m1", State: "active", Leader: "m1", Token: 5,
+		UnitsAllowed: true, LeaseLeft: 6 * time.Second, StopMax: 3 * time.Second})
+	code, out, errs := runGuard(t, "-c", missing, "kube-scheduler.service")
+	if code != exitOK || !strings.Contains(out, "may start") || !strings.Contains(errs, "asking the default socket") {
+		t.Fatalf("bad config, supervisor at the fallback: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+func TestGuardCommandUsage(t *testing.T) {
+	for _, args := range [][]string{{}, {"a.service", "b.service"}, {"-x", "a.service"}} {
+		if code, _, _ := runGuard(t, args...); code != exitConfig {
+			t.Errorf("guard %q: exit %d, want %d", args, code, exitConfig)
+		}
+	}
+	if code, _, errs := runGuard(t, "-h"); code != exitOK || !strings.Contains(errs, "usage: kha-supervisor guard") {
+		t.Errorf("guard -h: exit %d, %q", code, errs)
+	}
+}
