@@ -1,0 +1,186 @@
+// Package etcdconn builds the daemon's etcd client from its configuration and
+// checks at start-up that the client can actually talk to the cluster, so a
+// wrong password or certificate is reported at once and by endpoint instead
+// of surfacing later as an election that never succeeds.
+package etcdconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// Keepalive of the gRPC connections. gRPC raises any ping time below 10 s
+// to 10 s, and etcd servers refuse pings on connections without an open RPC
+// (so PermitWithoutStream stays off): keepalive only notices a dead
+// connection while a request is outstanding, about 11 s after it went
+// silent. Lease safety never depends on it (renewals carry their own
+// deadlines); it only makes the client drop a dead connection and redial.
+const (
+	keepAliveTime    = 2 * time.Second
+	keepAliveTimeout = time.Second
+)
+
+// defaultDialTimeout applies when the configuration leaves dial_timeout 0.
+const defaultDialTimeout = 2 * time.Second
+
+// Client is what ServerVersion needs; *clientv3.Client implements it.
+type Client interface {
+	Endpoints() []string
+	Status(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error)
+}
+
+// ClientConfig turns the [etcd] section into a clientv3 configuration: TLS
+// from ca/cert/key, the password read from password_file, the dial timeout,
+// keepalive, no endpoint auto-sync (the configured endpoints are the ones
+// the operator vetted), and client-library logs at error level through
+// slog.Default().
+func ClientConfig(cfg config.Etcd) (clientv3.Config, error) {
+	if len(cfg.Endpoints) == 0 {
+		return clientv3.Config{}, errors.New("etcd: no endpoints configured")
+	}
+	cc := clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		DialTimeout:          cfg.DialTimeout.D(),
+		DialKeepAliveTime:    keepAliveTime,
+		DialKeepAliveTimeout: keepAliveTimeout,
+		AutoSyncInterval:     0,
+		Logger:               zap.New(newSlogCore(zap.ErrorLevel)).With(zap.String("component", "etcd-client")),
+	}
+	if cc.DialTimeout <= 0 {
+		cc.DialTimeout = defaultDialTimeout
+	}
+
+	if (cfg.Cert == "") != (cfg.Key == "") {
+		return clientv3.Config{}, fmt.Errorf("etcd: cert and key must be set together (cert=%q, key=%q)", cfg.Cert, cfg.Key)
+	}
+	if cfg.CA != "" || cfg.Cert != "" || anyHTTPS(cfg.Endpoints) {
+		info := transport.TLSInfo{CertFile: cfg.Cert, KeyFile: cfg.Key, TrustedCAFile: cfg.CA}
+		tlsCfg, err := info.ClientConfig()
+		if err != nil {
+			return clientv3.Config{}, fmt.Errorf("etcd: TLS files (ca=%q, cert=%q, key=%q): %w", cfg.CA, cfg.Cert, cfg.Key, err)
+		}
+		cc.TLS = tlsCfg
+	}
+
+	switch {
+	case cfg.Username != "" && cfg.PasswordFile == "":
+		return clientv3.Config{}, fmt.Errorf("etcd: username %q is set but password_file is not", cfg.Username)
+	case cfg.Username == "" && cfg.PasswordFile != "":
+		return clientv3.Config{}, fmt.Errorf("etcd: password_file %s is set but username is not", cfg.PasswordFile)
+	case cfg.Username != "":
+		pw, err := cfg.Password()
+		if err != nil {
+			return clientv3.Config{}, fmt.Errorf("etcd: %w", err)
+		}
+		if pw == "" {
+			// clientv3 would silently skip authentication with an empty
+			// password and act on the certificate alone.
+			return clientv3.Config{}, fmt.Errorf("etcd: password_file %s is empty", cfg.PasswordFile)
+		}
+		cc.Username = cfg.Username
+		cc.Password = pw
+	}
+	return cc, nil
+}
+
+func anyHTTPS(endpoints []string) bool {
+	for _, ep := range endpoints {
+		if strings.HasPrefix(ep, "https://") || strings.HasPrefix(ep, "unixs://") {
+			return true
+		}
+	}
+	return false
+}
+
+// Dial builds the client and proves it works: with a username it logs in
+// (clientv3 does so while connecting), then it asks every endpoint for its
+// status, which needs a completed TLS handshake and, with auth on, a valid
+// identity. It succeeds when at least one endpoint answers, so one member
+// down does not stop the daemon (endpoints that failed are logged as
+// warnings); it fails naming every endpoint and its error when none does.
+// ctx bounds the check; without a deadline, dial_timeout plus
+// request_timeout apply. The client's own lifetime does not depend on ctx.
+func Dial(ctx context.Context, cfg config.Etcd) (*clientv3.Client, error) {
+	cc, err := ClientConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	where := strings.Join(cfg.Endpoints, ",")
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		if cc.Username != "" {
+			return nil, fmt.Errorf("etcd %s: log in as user %q: %w", where, cc.Username, err)
+		}
+		return nil, fmt.Errorf("etcd %s: %w", where, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cc.DialTimeout+cfg.RequestTimeout.D())
+		defer cancel()
+	}
+	results := statusAll(ctx, cli)
+	var failed []error
+	for _, r := range results {
+		if r.err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", r.endpoint, r.err))
+		}
+	}
+	if len(failed) == len(results) {
+		_ = cli.Close()
+		return nil, fmt.Errorf("etcd: no endpoint accepted this client (%s): %w", describeIdentity(cc), errors.Join(failed...))
+	}
+	for _, err := range failed {
+		slog.Warn("etcd endpoint did not answer at start-up; continuing with the others", "err", err)
+	}
+	return cli, nil
+}
+
+func describeIdentity(cc clientv3.Config) string {
+	var parts []string
+	if cc.Username != "" {
+		parts = append(parts, fmt.Sprintf("user %q", cc.Username))
+	}
+	if cc.TLS != nil {
+		if len(cc.TLS.Certificates) > 0 || cc.TLS.GetClientCertificate != nil {
+			parts = append(parts, "TLS with client certificate")
+		} else {
+			parts = append(parts, "TLS without client certificate")
+		}
+	}
+	if len(parts) == 0 {
+		return "plain, anonymous"
+	}
+	return strings.Join(parts, ", ")
+}
+
+type endpointStatus struct {
+	endpoint string
+	resp     *clientv3.StatusResponse
+	err      error
+}
+
+// statusAll asks every endpoint at once, each on its own connection.
+func statusAll(ctx context.Context, cli Client) []endpointStatus {
+	eps := cli.Endpoints()
+	out := make([]endpointStatus, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Go(func() {
+			resp, err := cli.Status(ctx, ep)
+			out[i] = endpointStatus{endpoint: ep, resp: resp, err: err}
+		})
+	}
+	wg.Wait()
+	return out
+}
