@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
@@ -53,6 +54,17 @@ type Result struct {
 	// and starts a unit by hand). They are reported, never hidden.
 	Excused  []string `json:"excused_overlaps,omitempty"`
 	Timeline []Mark   `json:"timeline,omitempty"`
+	// Alive is when each node ran each unit during the scenario (merged
+	// witness intervals), for the timeline picture.
+	Alive []Span `json:"alive,omitempty"`
+}
+
+// Span is one node's unit alive from From to To.
+type Span struct {
+	Node string    `json:"node"`
+	Unit string    `json:"unit"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 }
 
 // Mark is one instant of a scenario's timeline (for the report's picture).
@@ -179,6 +191,7 @@ func (e *Env) Execute(ctx context.Context, sc Scenario, repeat int) Result {
 	}
 	res.End = time.Now()
 	r.checkOverlaps()
+	r.recordAlive()
 	res.Pass = len(res.Problems) == 0
 	slices.SortFunc(res.Timeline, func(a, b Mark) int { return a.At.Compare(b.At) })
 	e.Log.Info("scenario: done", "scenario", sc.ID, "pass", res.Pass, "metrics_ms", res.Metrics, "overlap_ms", res.OverlapMS)
@@ -200,6 +213,23 @@ func (r *Run) checkOverlaps() {
 	}
 	if len(r.Res.Overlaps) > 0 {
 		r.Failf("OVERLAP: %d interval(s), %.3f ms in total", len(r.Res.Overlaps), r.Res.OverlapMS)
+	}
+}
+
+func (r *Run) recordAlive() {
+	ins := r.W.Instances()
+	for _, n := range lab.MasterNames {
+		var mine []witness.Instance
+		for _, in := range ins {
+			if in.Node == n {
+				mine = append(mine, in)
+			}
+		}
+		for _, u := range Units() {
+			for _, iv := range witness.Coverage(mine, u, r.Res.Start, r.Res.End) {
+				r.Res.Alive = append(r.Res.Alive, Span{Node: n, Unit: u, From: iv.From, To: iv.To})
+			}
+		}
 	}
 }
 

@@ -1,0 +1,116 @@
+package scenario
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func result(id int, pass bool, stopped, won float64) Result {
+	sc, _ := Lookup(id)
+	r := Result{ID: id, Name: sc.Name, Fault: sc.Fault, Expected: sc.Expected, Pass: pass,
+		Metrics: map[string]float64{MStopped: stopped, MWon: won, MMargin: won - stopped}}
+	if !pass {
+		r.Problems = []string{"something broke"}
+	}
+	return r
+}
+
+func TestAggregateMedianAndSpread(t *testing.T) {
+	reps := []*Report{
+		{Kind: "matrix", Results: []Result{result(1, true, 1000, 4000), result(1, true, 1200, 4100), result(4, true, 50, 4500)}},
+		{Kind: "matrix", Results: []Result{result(1, true, 1100, 4300), result(1, false, 900, 3900)}},
+	}
+	rows := Aggregate(reps)
+	if len(rows) != 2 || rows[0].ID != 1 || rows[1].ID != 4 {
+		t.Fatalf("rows = %+v", rows)
+	}
+	r1 := rows[0]
+	if r1.Runs != 4 || r1.Passes != 3 {
+		t.Fatalf("scenario 1: runs %d passes %d, want 4 and 3", r1.Runs, r1.Passes)
+	}
+	st := r1.Metrics[MStopped]
+	if st.n != 4 || st.median != 1050 || st.min != 900 || st.max != 1200 {
+		t.Fatalf("stopped stat = %+v, want n 4 median 1050 min 900 max 1200", st)
+	}
+	if got := st.String(); got != "1050 ms (900 ms–1200 ms)" {
+		t.Fatalf("stat text %q", got)
+	}
+	if rows[1].Metrics[MWon].String() != "4500 ms" {
+		t.Fatalf("single value text %q", rows[1].Metrics[MWon].String())
+	}
+	var b bytes.Buffer
+	WriteMarkdown(&b, reps)
+	out := b.String()
+	if !strings.Contains(out, "**FAIL** 3/4") || !strings.Contains(out, "PASS 1/1") || !strings.Contains(out, "FAILED: something broke") {
+		t.Fatalf("markdown misses verdicts:\n%s", out)
+	}
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	rep := &Report{Kind: "matrix", Started: time.Unix(1700000000, 0), Results: []Result{result(3, true, 1500, 4200)}, Pass: true}
+	path, err := rep.Save(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(path) != dir {
+		t.Fatalf("saved to %s", path)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].Results) != 1 || got[0].Results[0].Metrics[MMargin] != 2700 {
+		t.Fatalf("loaded %+v", got)
+	}
+}
+
+func TestTimelineSVGIsWellFormed(t *testing.T) {
+	f := time.Unix(1700000000, 0)
+	res := result(1, true, 1500, 4200)
+	res.FaultAt = f
+	res.Timeline = []Mark{{At: f, Label: "fault: cut <rack> & more"}, {At: f.Add(1500 * time.Millisecond), Label: "last heartbeat"}, {At: f.Add(4200 * time.Millisecond), Label: "m2 wins the election key"}}
+	res.Alive = []Span{{Node: "m1", Unit: "kube-scheduler", From: f.Add(-10 * time.Second), To: f.Add(1540 * time.Millisecond)},
+		{Node: "m2", Unit: "kube-scheduler", From: f.Add(4400 * time.Millisecond), To: f.Add(20 * time.Second)}}
+	var b bytes.Buffer
+	if err := WriteTimelineSVG(&b, res, 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(&b)
+	rects := 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			rects++
+		}
+	}
+	// background + 4 lane backgrounds + 2 alive spans
+	if rects != 7 {
+		t.Fatalf("rects = %d, want 7", rects)
+	}
+}
+
+func TestScenarioTableMatchesBrief(t *testing.T) {
+	if len(All) != 15 {
+		t.Fatalf("%d scenarios, the brief's matrix has 15", len(All))
+	}
+	for i, s := range All {
+		if s.ID != i+1 || s.run == nil || s.Fault == "" || s.Expected == "" {
+			t.Fatalf("scenario %d incomplete: %+v", i+1, s)
+		}
+	}
+	if ids := SoakSet(); len(ids) != 14 {
+		t.Fatalf("soak set %v", ids)
+	}
+}
