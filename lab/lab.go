@@ -144,6 +144,11 @@ func (l *Lab) Up(ctx context.Context) error {
 	if _, err := nspawn.CleanupStale(l.cfg.Prefix + "-"); err != nil {
 		return fmt.Errorf("lab: clean up stale containers: %w", err)
 	}
+	if _, ok := proc.Running(l.holdPID()); !ok {
+		if err := l.recordOwner(os.Getpid()); err != nil {
+			return err
+		}
+	}
 	for _, d := range []string{l.path("run"), l.OutDir(), l.SharedPath("bin"), l.SharedPath("pki"), l.WitnessDir(), l.cfg.DataDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("lab: %w", err)
@@ -263,6 +268,12 @@ func (l *Lab) ensureMasters(ctx context.Context) (map[string]*master.Node, error
 	deadline := time.Now().Add(4 * time.Minute)
 	for {
 		if nodes, err := master.Load(l.holdState()); err == nil {
+			// From now on the holder keeps the lab alive.
+			if id, ok := proc.Running(l.holdPID()); ok {
+				if err := l.recordOwner(id.PID); err != nil {
+					return nil, err
+				}
+			}
 			return nodes, nil
 		}
 		if _, ok := proc.Running(l.holdPID()); !ok {
@@ -345,6 +356,9 @@ func (l *Lab) Down(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, l.Topo.Down(ctx))
+	if err := os.Remove(l.ownerFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
 	for _, d := range []string{l.path("run"), l.pkiDir(), l.SharedPath("bin"), l.SharedPath("pki"), l.cfg.DataDir} {
 		errs = append(errs, os.RemoveAll(d))
 	}
