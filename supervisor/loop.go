@@ -37,7 +37,7 @@ func (s *Supervisor) step(bg context.Context) {
 		case s.shutting:
 			s.start(bg, "leave", s.leaveJob)
 		case s.memberLease == 0:
-			s.transition(Starting, "member lease lost; re-registering")
+			s.transition(Starting, "member_lease_lost", "member lease lost; re-registering")
 		case len(runningUnits(s.lastUnits)) > 0:
 			running := runningUnits(s.lastUnits)
 			s.log.Warn("managed unit running on standby; stopping it", "units", running)
@@ -50,12 +50,12 @@ func (s *Supervisor) step(bg context.Context) {
 	case Promoting:
 		// promote job finished without moving us on: only on shutdown.
 		if s.shutting {
-			s.demote(bg, "shutdown requested", 0)
+			s.demote(bg, "shutdown", "shutdown requested", 0)
 		}
 	case Active:
 		switch {
 		case s.shutting:
-			s.demote(bg, "shutdown requested", 0)
+			s.demote(bg, "shutdown", "shutdown requested", 0)
 		case len(s.lastUnits) > 0 && len(runningUnits(s.lastUnits)) < len(s.lastUnits):
 			s.start(bg, "restart", func(ctx context.Context) (any, error) {
 				return nil, s.gate.do(func() error { return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout) })
@@ -95,7 +95,7 @@ func (s *Supervisor) onRenewal(r renewal) {
 		return
 	case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
 		if s.state.Holding() {
-			s.fenceNow = fmt.Sprintf("%s lease %x no longer exists in etcd (revoked or expired)", r.name, r.lease)
+			s.fenceNow, s.fenceKind = fmt.Sprintf("%s lease %x no longer exists in etcd (revoked or expired)", r.name, r.lease), "lease_lost"
 			return
 		}
 		if r.name == memberLease {
@@ -121,9 +121,9 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	s.leader = o.info
 	if (s.state == Promoting || s.state == Active) && o.info.Token != s.token {
 		if o.info.Present() {
-			s.fenceNow = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.token)
+			s.fenceNow, s.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.token), "key_lost"
 		} else {
-			s.fenceNow = fmt.Sprintf("election key deleted (our token %d)", s.token)
+			s.fenceNow, s.fenceKind = fmt.Sprintf("election key deleted (our token %d)", s.token), "key_lost"
 		}
 	}
 }
@@ -155,7 +155,7 @@ func (s *Supervisor) onUnits(bg context.Context, o unitObs) {
 		}
 	}
 	if n := s.recentFailures(now); n >= s.cfg.Units.FailureThreshold {
-		s.demote(bg, fmt.Sprintf("%d unit failures within %s (threshold %d)", n, s.cfg.Units.FailureWindow, s.cfg.Units.FailureThreshold), s.cfg.Units.Cooldown.D())
+		s.demote(bg, "failure_threshold", fmt.Sprintf("%d unit failures within %s (threshold %d)", n, s.cfg.Units.FailureWindow, s.cfg.Units.FailureThreshold), s.cfg.Units.Cooldown.D())
 	}
 }
 
@@ -196,7 +196,7 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		s.memberLease = res.lease
 		s.deadline.Renewed(memberLease, res.sent, res.ttl)
 		s.startRenewer(bg, memberLease, res.lease)
-		s.transition(Standby, "registered; units stopped")
+		s.transition(Standby, "registered", "registered; units stopped")
 		s.notify("READY=1")
 	case "acquire":
 		if r.err != nil {
@@ -214,9 +214,9 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		s.startRenewer(bg, electionLease, res.lease)
 		s.leader = LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease, Revision: res.token}
 		s.failures, s.restarts = nil, map[string]uint32{}
-		s.transition(Promoting, fmt.Sprintf("won the election key (token %d)", res.token))
+		s.transition(Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
 		if s.shutting {
-			s.demote(bg, "shutdown requested", 0)
+			s.demote(bg, "shutdown", "shutdown requested", 0)
 			return nil, false
 		}
 		s.gate.open()
@@ -226,11 +226,11 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		case s.state != Promoting:
 			// cancelled by a demotion already under way
 		case s.shutting:
-			s.demote(bg, "shutdown requested", 0)
+			s.demote(bg, "shutdown", "shutdown requested", 0)
 		case r.err != nil:
-			s.demote(bg, "promotion failed: "+r.err.Error(), s.cfg.Units.Cooldown.D())
+			s.demote(bg, "promotion_failed", "promotion failed: "+r.err.Error(), s.cfg.Units.Cooldown.D())
 		default:
-			s.transition(Active, "units started")
+			s.transition(Active, "units_started", "units started")
 		}
 	case "restart":
 		if r.err != nil && s.state == Active {
@@ -242,19 +242,19 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		}
 	case "demote":
 		if r.err != nil {
-			return s.fence(bg, "demotion could not confirm units stopped: "+r.err.Error()), true
+			return s.fence(bg, "demote_failed", "demotion could not confirm units stopped: "+r.err.Error()), true
 		}
 		s.stopRenewer(electionLease)
 		s.deadline.Forget(electionLease)
 		s.elecLease, s.token = 0, 0
 		s.leader = LeaderInfo{}
 		if s.shutting {
-			s.transition(Stopped, "units stopped, lease released")
+			s.transition(Stopped, "shutdown", "units stopped, lease released")
 			return nil, true
 		}
-		s.transition(Standby, s.reason)
+		s.transition(Standby, "released", s.reason)
 	case "leave":
-		s.transition(Stopped, "left the group")
+		s.transition(Stopped, "shutdown", "left the group")
 		return nil, true
 	}
 	return nil, false
@@ -275,7 +275,7 @@ func (s *Supervisor) onShutdown(bg context.Context) (error, bool) {
 // demote starts the graceful path: units down in reverse order, record
 // says so, then the key and lease are released. cooldown > 0 keeps this
 // member out of the election for that long.
-func (s *Supervisor) demote(bg context.Context, reason string, cooldown time.Duration) {
+func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown time.Duration) {
 	if s.job != nil {
 		s.job.cancel()
 		// The cancelled job reports back through jobDone; demote runs as
@@ -286,7 +286,7 @@ func (s *Supervisor) demote(bg context.Context, reason string, cooldown time.Dur
 	if cooldown > 0 {
 		s.cooldown = time.Now().Add(cooldown)
 	}
-	s.transition(Demoting, reason)
+	s.transition(Demoting, kind, reason)
 	s.reason = "demoted: " + reason
 	token, lease := s.token, s.elecLease
 	s.startAfter(bg, "demote", func(ctx context.Context) (any, error) {
@@ -305,16 +305,16 @@ func (s *Supervisor) demote(bg context.Context, reason string, cooldown time.Dur
 
 // fence stops every unit at once with SIGKILL escalation and returns the
 // FenceError Run must return. It never starts anything again.
-func (s *Supervisor) fence(bg context.Context, reason string) error {
+func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	start := time.Now()
-	s.fenceNow = ""
+	s.fenceNow, s.fenceKind = "", ""
 	if s.job != nil {
 		s.job.cancel()
 	}
 	// Wait (briefly) for an in-flight start call to return so that our stop
 	// jobs are queued after it and replace it.
 	s.gate.closeWait(200 * time.Millisecond)
-	s.transition(Fencing, reason)
+	s.transition(Fencing, kind, reason)
 	s.updateSnapshot()
 	s.log.Error("FENCING", "reason", reason, "token", s.token, "lease_left", s.deadline.LeaseLeft(start).Round(time.Millisecond))
 
@@ -356,7 +356,7 @@ func (s *Supervisor) fence(bg context.Context, reason string) error {
 }
 
 // transition changes state and tells everyone who listens.
-func (s *Supervisor) transition(to State, reason string) {
+func (s *Supervisor) transition(to State, kind, reason string) {
 	from := s.state
 	if from == to && reason == s.reason {
 		return
@@ -366,7 +366,7 @@ func (s *Supervisor) transition(to State, reason string) {
 	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.token)
 	s.notify("STATUS=" + s.statusLine())
 	if s.opts.Observer != nil {
-		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Reason: reason, Token: s.token, At: s.since})
+		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token, At: s.since})
 	}
 	s.updateSnapshot()
 	offer(s.pub, struct{}{})

@@ -49,7 +49,8 @@ type Transition struct {
 	Node   string
 	From   State
 	To     State
-	Reason string
+	Kind   string // short, fixed vocabulary: a metrics label (elected, deadline, key_lost, ...)
+	Reason string // for people: may carry node names and tokens
 	Token  int64
 	At     time.Time
 }
@@ -101,6 +102,7 @@ type Supervisor struct {
 	lastUnits   []fencing.UnitState
 	unitsSeen   time.Time // when lastUnits was read
 	fenceNow    string    // set by a handler that saw the lease lost: fence at once
+	fenceKind   string    // short label for fenceNow (metrics)
 	retryAt     time.Time // earliest next start-up attempt after a failure
 	reason      string
 	since       time.Time
@@ -217,10 +219,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			// handled by the deadline check below
 		}
 		if s.state.Holding() && s.deadline.Expired(time.Now()) {
-			return s.fence(bg, "renewal deadline passed: lease can no longer be proven")
+			return s.fence(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
 		if s.fenceNow != "" {
-			return s.fence(bg, s.fenceNow)
+			return s.fence(bg, s.fenceKind, s.fenceNow)
 		}
 		s.step(bg)
 		s.updateSnapshot()

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+)
+
+func init() {
+	register("status", "show the leader and every member, from etcd [--json]", statusCmd)
+}
+
+func statusCmd(e env, args []string) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	path := fs.String("c", defaultConfig, "configuration file")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return exitConfig
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitConfig
+	}
+	cs, code := readCluster(e, cfg)
+	if code != exitOK {
+		return code
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(cs)
+		return exitOK
+	}
+	printStatus(e.stdout, cs, time.Now())
+	return exitOK
+}
+
+// readCluster dials etcd with the configuration and reads the group.
+func readCluster(e env, cfg config.Config) (supervisor.ClusterStatus, int) {
+	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout.D()+2*cfg.Etcd.RequestTimeout.D()+time.Second)
+	defer cancel()
+	cli, err := etcdconn.Dial(ctx, cfg.Etcd)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return supervisor.ClusterStatus{}, exitFailure
+	}
+	defer cli.Close()
+	cs, err := supervisor.ReadCluster(ctx, cli, supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster), cfg.Cluster)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return cs, exitFailure
+	}
+	return cs, exitOK
+}
+
+func printStatus(w io.Writer, cs supervisor.ClusterStatus, now time.Time) {
+	leader := "none"
+	if cs.Leader != "" {
+		leader = fmt.Sprintf("%s (token %d, lease %s left in etcd)", cs.Leader, cs.Token, cs.LeaseLeft)
+	}
+	fmt.Fprintf(w, "cluster %s: leader %s\n\n", cs.Cluster, leader)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tUNITS\tLEASE LEFT\tTOKEN\tVERSION\tSINCE\tREASON")
+	for _, m := range cs.Members {
+		role := "standby"
+		if m.Node == cs.Leader {
+			role = "leader"
+		}
+		var units []string
+		for _, u := range m.Units {
+			units = append(units, strings.TrimSuffix(u.Name, ".service")+"="+u.State)
+		}
+		lease, token := "-", "-"
+		if m.State.Holding() {
+			lease = (time.Duration(m.LeaseLeftMS) * time.Millisecond).String()
+			token = fmt.Sprint(m.Token)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", m.Node, role, m.State, strings.Join(units, ","),
+			lease, token, m.Version, now.Sub(m.Since).Round(time.Second), m.Reason)
+	}
+	_ = tw.Flush()
+}

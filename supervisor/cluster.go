@@ -1,0 +1,49 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ClusterStatus is the group as etcd sees it, readable from any node with
+// the configuration: who holds the election key and what every member
+// last published.
+type ClusterStatus struct {
+	Cluster   string        `json:"cluster"`
+	Leader    string        `json:"leader,omitempty"`
+	Token     int64         `json:"token,omitempty"`
+	LeaseLeft time.Duration `json:"lease_left_ns,omitempty"` // etcd's view of the election lease's remaining TTL
+	Members   []Record      `json:"members"`
+	Revision  int64         `json:"revision"`
+}
+
+// ReadCluster reads the election key, its lease's remaining TTL and every
+// member record.
+func ReadCluster(ctx context.Context, cli *clientv3.Client, k Keys, cluster string) (ClusterStatus, error) {
+	cs := ClusterStatus{Cluster: cluster, Members: []Record{}}
+	li, err := ReadLeader(ctx, cli, k)
+	if err != nil {
+		return cs, err
+	}
+	cs.Leader, cs.Token, cs.Revision = li.Node, li.Token, li.Revision
+	if li.Present() && li.Lease != 0 {
+		ttl, err := cli.TimeToLive(ctx, li.Lease)
+		if err != nil {
+			return cs, fmt.Errorf("read election lease: %w", err)
+		}
+		cs.LeaseLeft = time.Duration(ttl.TTL) * time.Second
+	}
+	recs, _, err := ReadMembers(ctx, cli, k)
+	if err != nil {
+		return cs, err
+	}
+	for _, r := range recs {
+		cs.Members = append(cs.Members, r)
+	}
+	sort.Slice(cs.Members, func(i, j int) bool { return cs.Members[i].Node < cs.Members[j].Node })
+	return cs, nil
+}
