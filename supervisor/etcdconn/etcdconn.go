@@ -116,24 +116,49 @@ func Dial(ctx context.Context, cfg config.Etcd) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	where := strings.Join(cfg.Endpoints, ",")
+	// Each endpoint gets one connection attempt plus one request; a member
+	// that is down costs no more than that, whatever ctx allows.
+	perEndpoint := cc.DialTimeout + cfg.RequestTimeout.D()
+	if cfg.RequestTimeout <= 0 {
+		perEndpoint += time.Second
+	}
 	cli, err := clientv3.New(cc)
 	if err != nil {
+		what := "connect"
 		if cc.Username != "" {
-			return nil, fmt.Errorf("etcd %s: log in as user %q: %w", where, cc.Username, err)
+			what = fmt.Sprintf("log in as user %q", cc.Username)
 		}
-		return nil, fmt.Errorf("etcd %s: %w", where, err)
+		if opaque(err) {
+			findings := diagnoseAll(context.WithoutCancel(ctx), cc.Endpoints, cc.TLS, cc.DialTimeout)
+			var errs []error
+			for _, ep := range cc.Endpoints {
+				if f := findings[ep]; f != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ep, f))
+				}
+			}
+			if len(errs) > 0 {
+				err = fmt.Errorf("%w; %w", err, errors.Join(errs...))
+			}
+		}
+		return nil, fmt.Errorf("etcd %s: %s (%s): %w", strings.Join(cc.Endpoints, ","), what, describeIdentity(cc), err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cc.DialTimeout+cfg.RequestTimeout.D())
-		defer cancel()
-	}
-	results := statusAll(ctx, cli)
+	sctx, cancel := context.WithTimeout(ctx, perEndpoint)
+	defer cancel()
+	results := statusAll(sctx, cli)
 	var failed []error
+	var unclear []string
+	for _, r := range results {
+		if r.err != nil && opaque(r.err) {
+			unclear = append(unclear, r.endpoint)
+		}
+	}
+	findings := map[string]error{}
+	if len(unclear) > 0 {
+		findings = diagnoseAll(context.WithoutCancel(ctx), unclear, cc.TLS, cc.DialTimeout)
+	}
 	for _, r := range results {
 		if r.err != nil {
-			failed = append(failed, fmt.Errorf("%s: %w", r.endpoint, r.err))
+			failed = append(failed, fmt.Errorf("%s: %w", r.endpoint, explain(r.err, findings[r.endpoint])))
 		}
 	}
 	if len(failed) == len(results) {
