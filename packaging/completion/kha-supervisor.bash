@@ -1,0 +1,63 @@
+# bash completion for kha-supervisor(8)                      -*- shell-script -*-
+#
+# Self-contained: it works with or without the bash-completion package's
+# helpers. The command list comes from `kha-supervisor help`, so commands
+# added in a later version complete without a new version of this file.
+
+_kha_supervisor_commands()
+{
+    local out
+    out=$("$1" help 2>/dev/null | awk '
+        /^commands:/ { on = 1; next }
+        on && /^  [a-z]/ { print $1; next }
+        on && /^$/ { exit }')
+    if [[ -z $out ]]; then
+        out=$'run\nstatus\nguard\ncheck-config\ninstall-dropins\nversion'
+    fi
+    printf '%s\nhelp\n' "$out"
+}
+
+_kha_supervisor()
+{
+    local cur=${COMP_WORDS[COMP_CWORD]}
+    local prev=${COMP_WORDS[COMP_CWORD - 1]}
+    local IFS=$'\n'
+    COMPREPLY=()
+
+    if ((COMP_CWORD == 1)); then
+        COMPREPLY=($(compgen -W "$(_kha_supervisor_commands "${COMP_WORDS[0]}")" -- "$cur"))
+        return
+    fi
+
+    case $prev in
+        -c | --c | -binary | --binary)
+            COMPREPLY=($(compgen -f -- "$cur"))
+            compopt -o filenames 2>/dev/null
+            return
+            ;;
+        -dir | --dir)
+            COMPREPLY=($(compgen -d -- "$cur"))
+            compopt -o filenames 2>/dev/null
+            return
+            ;;
+    esac
+
+    local opts=""
+    case ${COMP_WORDS[1]} in
+        run | check-config) opts="-c" ;;
+        status) opts="-c --json" ;;
+        install-dropins) opts="-c --dry-run --dir --no-reload --binary" ;;
+        guard)
+            opts="-c"
+            if [[ $cur != -* ]]; then
+                # The unit to ask about: the services systemd knows.
+                COMPREPLY=($(compgen -W "$(systemctl list-units --all --type=service --plain --no-legend 2>/dev/null | awk '{ print $1 }')" -- "$cur"))
+                return
+            fi
+            ;;
+    esac
+    IFS=$' \t\n'
+    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+}
+
+complete -F _kha_supervisor kha-supervisor
