@@ -99,6 +99,9 @@ func (r *Runner) Run(ctx context.Context, name string, argv []string, env map[st
 	if timeout <= 0 {
 		return fail(fmt.Errorf("timeout %v must be positive", timeout))
 	}
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("not started: %w", err))
+	}
 	envv, err := buildEnv(env)
 	if err != nil {
 		return fail(err)

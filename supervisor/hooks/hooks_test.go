@@ -355,4 +355,14 @@ func TestProgramLookup(t *testing.T) {
 	if err := runner(nil).Run(context.Background(), "on_promote", []string{"/bin/true"}, nil, 0); err == nil {
 		t.Fatal("zero timeout accepted")
 	}
+	marker := filepath.Join(dir, "ran")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = runner(nil).Run(ctx, "on_promote", []string{"/usr/bin/touch", marker}, nil, time.Second)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled context: %v, want Canceled", err)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("hook ran with a cancelled context (%v)", err)
+	}
 }
