@@ -30,6 +30,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
 )
@@ -382,6 +383,10 @@ func (m *Member) launch(initialCluster string) error {
 	// Durability across a crash of the host is not what these tests are
 	// about, and fsync on a shared slow disk makes elections flaky.
 	cfg.UnsafeNoFsync = true
+	// Passwords are hashed when a user is added, and every login verifies
+	// the hash: at the default cost that takes seconds under the race
+	// detector on a busy machine, long enough to time logins out.
+	cfg.BcryptCost = uint(bcrypt.MinCost)
 	if ca := m.c.opts.TLS; ca != nil {
 		info := transport.TLSInfo{
 			CertFile:       m.tls.CertFile,
