@@ -171,12 +171,13 @@ func (c *Cluster) start() error {
 	return nil
 }
 
-// Close stops every member. NewCluster registers it with t.Cleanup; calling
-// it again is harmless.
+// Close kills every member (a graceful stop of all members at once spends
+// seconds on leadership transfers to peers that are going away).
+// NewCluster registers it with t.Cleanup; calling it again is harmless.
 func (c *Cluster) Close() {
 	var wg sync.WaitGroup
 	for _, m := range c.members {
-		wg.Go(m.Stop)
+		wg.Go(m.Kill)
 	}
 	wg.Wait()
 }
@@ -308,9 +309,17 @@ func (m *Member) running() *embed.Etcd {
 	return m.etcd
 }
 
-// Stop shuts the member down (its listeners close, so clients see connection
-// refused). A stopped member is left alone; Stop never fails.
-func (m *Member) Stop() {
+// Stop shuts the member down gracefully, as etcd does on SIGTERM: a leader
+// first hands leadership to a peer. Its listeners close, so clients see
+// connection refused. Stopping a stopped member does nothing.
+func (m *Member) Stop() { m.stop(false) }
+
+// Kill stops the member abruptly, like a crash: no leadership transfer, the
+// others notice only when heartbeats stop. Killing a stopped member does
+// nothing.
+func (m *Member) Kill() { m.stop(true) }
+
+func (m *Member) stop(hard bool) {
 	m.mu.Lock()
 	e := m.etcd
 	m.etcd = nil
@@ -320,6 +329,11 @@ func (m *Member) Stop() {
 	}
 	m.stopping.Store(true)
 	defer m.stopping.Store(false)
+	if hard {
+		// Stopping the raft loop first leaves Close nothing to hand over;
+		// Close then releases listeners, connections and files.
+		e.Server.HardStop()
+	}
 	e.Close()
 	// Close returns once the server goroutines are done; drain the error
 	// channel so nothing is left blocked on it.

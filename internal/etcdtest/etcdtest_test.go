@@ -101,3 +101,38 @@ func TestTLSRequiresClientCertificate(t *testing.T) {
 		t.Fatal("get without client certificate succeeded")
 	}
 }
+
+func TestKillLeader(t *testing.T) {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	old, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Member(old).Kill()
+	lead, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatalf("no new leader after killing member %d: %v", old, err)
+	}
+	if lead == old {
+		t.Fatalf("killed member %d is still reported as leader", old)
+	}
+	cli := c.Client(t)
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put with two of three members: %v", err)
+	}
+	if err := c.Member(old).Restart(); err != nil {
+		t.Fatal(err)
+	}
+	one := c.Client(t)
+	one.SetEndpoints(c.Member(old).Endpoint())
+	// A linearizable read through the restarted member proves it rejoined.
+	resp, err := one.Get(ctx, "k")
+	if err != nil {
+		t.Fatalf("get through the restarted member: %v", err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
+		t.Fatalf("restarted member returned %v, want v", resp.Kvs)
+	}
+}
