@@ -33,6 +33,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
+	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 )
 
 // Timing of the test members. An election timeout of 10 ticks is what etcd
@@ -195,6 +196,28 @@ func (c *Cluster) Endpoints() []string {
 		eps[i] = m.Endpoint()
 	}
 	return eps
+}
+
+// ProxiedEndpoints starts one tcpproxy per member and returns client URLs
+// that go through them (same scheme; member certificates cover 127.0.0.1, so
+// TLS verifies), plus the group to blackhole them: give each client under
+// test its own set to cut it off alone. The proxies close when t ends.
+func (c *Cluster) ProxiedEndpoints(t testing.TB) ([]string, *tcpproxy.Group) {
+	t.Helper()
+	targets := make([]string, len(c.members))
+	for i, m := range c.members {
+		targets[i] = m.client.Host
+	}
+	g, err := tcpproxy.NewGroup(targets...)
+	if err != nil {
+		t.Fatalf("etcdtest: proxies: %v", err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	eps := make([]string, len(c.members))
+	for i, addr := range g.Addrs() {
+		eps[i] = c.members[i].client.Scheme + "://" + addr
+	}
+	return eps, g
 }
 
 // ClientCert is the client certificate (CN "root") that Client uses when TLS

@@ -136,3 +136,45 @@ func TestKillLeader(t *testing.T) {
 		t.Fatalf("restarted member returned %v, want v", resp.Kvs)
 	}
 }
+
+// TestProxiedEndpoints cuts one client off over TLS while another keeps
+// working.
+func TestProxiedEndpoints(t *testing.T) {
+	ca, err := pki.NewCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3, TLS: ca})
+	eps, g := c.ProxiedEndpoints(t)
+	cfg, err := c.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Endpoints = eps
+	cut := clientFrom(t, cfg)
+	direct := c.Client(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := cut.Put(ctx, "k", "1"); err != nil {
+		t.Fatalf("put through the proxies: %v", err)
+	}
+	g.Blackhole(true)
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	_, err = cut.Get(short, "k")
+	cancelShort()
+	if err == nil {
+		t.Fatal("get through blackholed proxies succeeded")
+	}
+	if _, err := direct.Put(ctx, "k", "2"); err != nil {
+		t.Fatalf("a client not behind the proxies was cut off too: %v", err)
+	}
+	g.Blackhole(false)
+	resp, err := cut.Get(ctx, "k")
+	if err != nil {
+		t.Fatalf("get after the heal: %v", err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
+		t.Fatalf("get after the heal = %v, want 2", resp.Kvs)
+	}
+}
