@@ -52,7 +52,9 @@ func (w Window) Validate(renew time.Duration) error {
 	case renew <= 0:
 		return fmt.Errorf("renew interval %s must be positive", renew)
 	}
-	if span := w.Span(w.TTL); span < 2*renew {
+	// span/2 < renew rather than span < 2*renew: no overflow for absurd
+	// renew intervals.
+	if span := w.Span(w.TTL); span < 0 || span/2 < renew {
 		return fmt.Errorf("fence window %s (TTL %s x (1-%g) - stop %s - slack %s) is under two renew intervals (2 x %s)",
 			span, w.TTL, w.ClockRate, w.StopMax, w.Slack, renew)
 	}

@@ -39,7 +39,7 @@ func TestValidate(t *testing.T) {
 		{"defaults", defaults, time.Second, ""},
 		{"fast", Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 1500 * ms, Slack: 500 * ms}, 500 * ms, ""},
 		{"exactly two renewals fits", Window{TTL: 10 * time.Second, StopMax: 5 * time.Second, Slack: time.Second}, 2 * time.Second, ""},
-		{"window under two renewals", Window{TTL: 10 * time.Second, ClockRate: 0.01, StopMax: 7 * time.Second, Slack: 500 * ms}, time.Second, "under two renew intervals"},
+		{"window under two renewals", Window{TTL: 10 * time.Second, ClockRate: 0.01, StopMax: 8 * time.Second, Slack: 500 * ms}, time.Second, "under two renew intervals"},
 		{"negative window", Window{TTL: 2 * time.Second, StopMax: 3 * time.Second}, time.Second, "under two renew intervals"},
 		{"zero ttl", Window{StopMax: time.Second}, time.Second, "TTL"},
 		{"absurd clock error", Window{TTL: 10 * time.Second, ClockRate: 0.6, StopMax: time.Second}, time.Second, "clock rate"},
@@ -96,5 +96,11 @@ func TestDeadline(t *testing.T) {
 	d.Renewed("election", at(3*s), 0)
 	if !d.Expired(at(3 * s)) {
 		t.Fatal("zero TTL must expire at once")
+	}
+}
+
+func TestValidateHugeRenewDoesNotOverflow(t *testing.T) {
+	if err := defaults.Validate(time.Duration(1<<62) + 1); err == nil {
+		t.Fatal("a renew interval of ~146 years must be refused, not wrap around")
 	}
 }

@@ -18,6 +18,7 @@ type ClusterStatus struct {
 	Token     int64         `json:"token,omitempty"`
 	LeaseLeft time.Duration `json:"lease_left_ns,omitempty"` // etcd's view of the election lease's remaining TTL
 	Members   []Record      `json:"members"`
+	Control   Control       `json:"control"`
 	Revision  int64         `json:"revision"`
 }
 
@@ -39,6 +40,9 @@ func ReadCluster(ctx context.Context, cli *clientv3.Client, k Keys, cluster stri
 	}
 	recs, _, err := ReadMembers(ctx, cli, k)
 	if err != nil {
+		return cs, err
+	}
+	if cs.Control, err = ReadControl(ctx, cli, k); err != nil {
 		return cs, err
 	}
 	for _, r := range recs {

@@ -21,9 +21,10 @@ type job struct {
 }
 
 type jobResult struct {
-	name string
-	val  any
-	err  error
+	name  string
+	val   any
+	err   error
+	units unitObs // read after the job's last action
 }
 
 type pendingJob struct {
@@ -37,7 +38,7 @@ func (s *Supervisor) start(bg context.Context, name string, fn func(context.Cont
 	go func() {
 		v, err := fn(ctx)
 		cancel()
-		s.jobDone <- jobResult{name: name, val: v, err: err}
+		s.jobDone <- jobResult{name: name, val: v, err: err, units: s.readUnits(bg)}
 	}()
 }
 
@@ -390,43 +391,74 @@ func (s *Supervisor) stopRenewer(name string) {
 }
 
 type leaderObs struct {
-	info LeaderInfo
-	err  error
+	info   LeaderInfo
+	ctl    Control
+	ctlErr error
+	err    error
 }
 
-// observeLeader reads the election key on every watch event and every poll
-// interval: the watch makes reactions fast, the poll makes them certain
-// (a lost watch is followed by a fresh read, never trusted silently).
+// observeLeader reads the election key and the operator's control records
+// together on every watch event and every poll interval: the watches make
+// reactions fast, the poll makes them certain (a lost watch is followed by
+// a fresh read, never trusted silently).
 func (s *Supervisor) observeLeader(bg context.Context) {
 	t := time.NewTicker(s.cfg.Units.PollInterval.D())
 	defer t.Stop()
-	var wch clientv3.WatchChan
+	var leaderW, ctlW clientv3.WatchChan
 	wctx, wcancel := context.WithCancel(bg)
 	newWatch := func() {
 		wcancel()
 		wctx, wcancel = context.WithCancel(bg)
-		wch = s.cli.Watch(clientv3.WithRequireLeader(wctx), s.keys.Leader())
+		leaderW = s.cli.Watch(clientv3.WithRequireLeader(wctx), s.keys.Leader())
+		ctlW = s.cli.Watch(clientv3.WithRequireLeader(wctx), s.keys.Control(), clientv3.WithPrefix())
 	}
 	newWatch()
 	defer func() { wcancel() }()
+	lost := func(wr clientv3.WatchResponse, ok bool) bool {
+		if ok && wr.Err() == nil {
+			return false
+		}
+		if sleep(bg, 200*time.Millisecond) == nil {
+			newWatch()
+		}
+		return true
+	}
 	for {
 		select {
 		case <-bg.Done():
 			return
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				if err := sleep(bg, 200*time.Millisecond); err != nil {
-					return
-				}
-				newWatch()
-			}
+		case wr, ok := <-leaderW:
+			lost(wr, ok)
+		case wr, ok := <-ctlW:
+			lost(wr, ok)
 		case <-t.C:
 		}
 		rctx, cancel := s.reqCtx(bg)
-		li, err := ReadLeader(rctx, s.cli, s.keys)
+		offer(s.leaders, s.readLeaderAndControl(rctx))
 		cancel()
-		offer(s.leaders, leaderObs{info: li, err: err})
 	}
+}
+
+// readLeaderAndControl reads both in one transaction (one revision).
+func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
+	start := time.Now()
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.keys.Leader()),
+		clientv3.OpGet(s.keys.Control(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return leaderObs{err: fmt.Errorf("read election key and control records: %w", err)}
+	}
+	li := LeaderInfo{Revision: resp.Header.Revision, ReadStart: start}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		li.Node, li.Token, li.Lease = string(kvs[0].Value), kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease)
+	}
+	var kvs []*mvccKV
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		kvs = append(kvs, &mvccKV{Key: kv.Key, Value: kv.Value})
+	}
+	ctl, cerr := parseControl(s.keys, kvs)
+	return leaderObs{info: li, ctl: ctl, ctlErr: cerr}
 }
 
 type unitObs struct {
@@ -437,17 +469,22 @@ type unitObs struct {
 
 // observeUnits polls the managed units' states.
 func (s *Supervisor) observeUnits(bg context.Context) {
-	every := s.cfg.Units.PollInterval.D()
 	for {
-		started := time.Now()
-		ctx, cancel := context.WithTimeout(bg, every)
-		states, err := s.units.States(ctx, s.cfg.Units.Managed)
-		cancel()
-		offer(s.unitObs, unitObs{started: started, states: states, err: err})
-		if sleep(bg, every) != nil {
+		offer(s.unitObs, s.readUnits(bg))
+		if sleep(bg, s.cfg.Units.PollInterval.D()) != nil {
 			return
 		}
 	}
+}
+
+// readUnits reads the managed units' states once, bounded by the poll
+// interval.
+func (s *Supervisor) readUnits(bg context.Context) unitObs {
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(bg, s.cfg.Units.PollInterval.D())
+	defer cancel()
+	states, err := s.units.States(ctx, s.cfg.Units.Managed)
+	return unitObs{started: started, states: states, err: err}
 }
 
 // offer sends v on a one-slot channel, replacing an unread older value: the

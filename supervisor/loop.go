@@ -2,11 +2,13 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
@@ -56,6 +58,14 @@ func (s *Supervisor) step(bg context.Context) {
 		switch {
 		case s.shutting:
 			s.demote(bg, "shutdown", "shutdown requested", 0)
+		case s.ctl.Freeze == nil && s.ctl.Handoff != nil && s.ctl.Handoff.Token == s.token:
+			to := s.ctl.Handoff.To
+			if to == "" {
+				to = "any other member"
+			}
+			s.demote(bg, "handoff", fmt.Sprintf("handoff %s requested to %s", s.ctl.Handoff.ID, to), 0)
+		case s.ctl.Banned(s.cfg.Node):
+			s.demote(bg, "banned", "this node was banned", 0)
 		case len(s.lastUnits) > 0 && len(runningUnits(s.lastUnits)) < len(s.lastUnits):
 			s.start(bg, "restart", func(ctx context.Context) (any, error) {
 				return nil, s.gate.do(func() error { return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout) })
@@ -66,8 +76,11 @@ func (s *Supervisor) step(bg context.Context) {
 
 // mayCampaign reports whether this standby may try for the election key.
 func (s *Supervisor) mayCampaign(now time.Time) bool {
-	if now.Before(s.cooldown) {
+	if now.Before(s.cooldown) || s.ctlErr != nil || s.ctl.Freeze != nil || s.ctl.Banned(s.cfg.Node) {
 		return false
+	}
+	if h := s.ctl.Handoff; h != nil && (h.From == s.cfg.Node || (h.To != "" && h.To != s.cfg.Node)) {
+		return false // a switchover to someone else is under way: hold off
 	}
 	// Never take the lead while a local unit may still run, and never
 	// before the units were observed at all.
@@ -119,6 +132,15 @@ func (s *Supervisor) onLeader(o leaderObs) {
 		return // read before we won: stale
 	}
 	s.leader = o.info
+	if o.ctlErr != nil {
+		// An operator's request we cannot read (a freeze, a ban) must not
+		// be ignored: campaign no more until it is readable.
+		s.log.Error("control records unreadable; not campaigning until they are", "err", o.ctlErr)
+	}
+	s.ctl, s.ctlErr = o.ctl, o.ctlErr
+	if d := o.ctl.Drill; d != nil && d.Token == s.token && s.token != 0 && s.state == Active && o.ctl.Freeze == nil {
+		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
+	}
 	if (s.state == Promoting || s.state == Active) && o.info.Token != s.token {
 		if o.info.Present() {
 			s.fenceNow, s.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.token), "key_lost"
@@ -139,7 +161,13 @@ func (s *Supervisor) onUnits(bg context.Context, o unitObs) {
 		s.log.Warn("cannot read managed units", "err", o.err)
 		return
 	}
-	s.lastUnits, s.unitsSeen = o.states, o.started
+	s.noteUnits(o)
+	s.assessUnits(bg, o)
+}
+
+// assessUnits counts failures on the leader: a unit not running, or one
+// systemd restarted since the last look. Reaching the threshold demotes.
+func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
 	if s.state != Active {
 		return
 	}
@@ -181,9 +209,13 @@ func (s *Supervisor) recentFailures(now time.Time) int {
 func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit bool) {
 	s.job = nil
 	s.lastJobEnd = time.Now()
-	// What was observed before the job may no longer be true: decide on a
-	// fresh observation only.
+	// What was observed before the job may no longer be true: decide only
+	// on the observation the job took after its last action (or wait for
+	// the next poll if it could not read the units).
 	s.lastUnits, s.unitsSeen = nil, time.Time{}
+	if r.units.err == nil {
+		s.noteUnits(r.units)
+	}
 	defer s.runPending(bg)
 	switch r.name {
 	case "startup":
@@ -231,9 +263,16 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 			s.demote(bg, "promotion_failed", "promotion failed: "+r.err.Error(), s.cfg.Units.Cooldown.D())
 		default:
 			s.transition(Active, "units_started", "units started")
+			if h := s.ctl.Handoff; h != nil && h.Token != s.token {
+				go s.clearHandoff(bg, h.ID)
+			}
 		}
 	case "restart":
-		if r.err != nil && s.state == Active {
+		// Judge the restart by what runs now, not by the job's error, so
+		// one failure is never counted twice.
+		if r.units.err == nil {
+			s.assessUnits(bg, r.units)
+		} else if r.err != nil && s.state == Active {
 			s.failed(time.Now(), r.err.Error())
 		}
 	case "enforce":
@@ -345,11 +384,15 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	}
 	// Best effort, after the units are down: tell the others, run the hook,
 	// give back the election lease if etcd still listens.
+	// The lease is not revoked: the others wait it out, exactly as they
+	// would if we had simply gone silent.
 	pctx, pcancel := context.WithTimeout(bg, s.cfg.Etcd.RequestTimeout.D())
 	_ = s.writeRecord(pctx, false)
-	if err == nil && s.elecLease != 0 {
-		_, _ = s.cli.Revoke(pctx, s.elecLease)
+	outcome := fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond))
+	if err != nil {
+		outcome = "units NOT confirmed stopped: " + err.Error()
 	}
+	_ = AppendHistory(pctx, s.cli, s.keys, Event{At: time.Now(), Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: kind, Reason: outcome, Token: s.token}, s.cfg.History.Retain)
 	pcancel()
 	s.runHook(bg, "on_fence", s.token)
 	return fe
@@ -365,6 +408,7 @@ func (s *Supervisor) transition(to State, kind, reason string) {
 	s.state, s.reason, s.since = to, reason, time.Now()
 	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.token)
 	s.notify("STATUS=" + s.statusLine())
+	s.recordHistory(Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token})
 	if s.opts.Observer != nil {
 		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token, At: s.since})
 	}
@@ -419,4 +463,42 @@ func (s *Supervisor) resetFenceTimer() {
 		left = 0
 	}
 	s.fenceTimer.Reset(left)
+}
+
+// clearHandoff removes a fulfilled switchover request.
+func (s *Supervisor) clearHandoff(bg context.Context, id string) {
+	ctx, cancel := s.reqCtx(bg)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.keys.Handoff())
+	if err != nil || len(resp.Kvs) != 1 {
+		return
+	}
+	var h Handoff
+	if json.Unmarshal(resp.Kvs[0].Value, &h) != nil || h.ID != id {
+		return
+	}
+	_, _ = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.keys.Handoff()), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(s.keys.Handoff())).Commit()
+}
+
+func unitsSignature(states []fencing.UnitState) string {
+	var b []byte
+	for _, u := range states {
+		b = append(b, u.Name...)
+		b = append(b, '=')
+		b = append(b, u.ActiveState...)
+		b = append(b, ';')
+	}
+	return string(b)
+}
+
+// noteUnits adopts a unit observation and republishes the record when the
+// states changed, so status and the other members see them.
+func (s *Supervisor) noteUnits(o unitObs) {
+	s.lastUnits, s.unitsSeen = o.states, o.started
+	if sig := unitsSignature(o.states); sig != s.publishedUnits {
+		s.publishedUnits = sig
+		s.updateSnapshot()
+		offer(s.pub, struct{}{})
+	}
 }

@@ -27,6 +27,7 @@ const (
 	Demoting  State = "demoting"  // stopping the units in order, then releasing the key
 	Fencing   State = "fencing"   // lease can no longer be proven: stop, SIGKILL, exit
 	Stopped   State = "stopped"   // clean exit after SIGTERM
+	Fenced    State = "fenced"    // history only: fencing finished, the process exits
 )
 
 // Holding reports whether a member in this state may have units running

@@ -25,6 +25,8 @@ type Status struct {
 	Units         []fencing.UnitState `json:"units,omitempty"`
 	CooldownUntil time.Time           `json:"cooldown_until,omitempty"`
 	LastTick      time.Time           `json:"last_tick"`
+	Frozen        bool                `json:"frozen,omitempty"`
+	Banned        bool                `json:"banned,omitempty"`
 
 	fenceAt time.Time
 }
@@ -66,4 +68,5 @@ func (s *Supervisor) updateSnapshot() {
 	}
 	s.snap.CooldownUntil = s.cooldown
 	s.snap.LastTick = time.Now()
+	s.snap.Frozen, s.snap.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
 }

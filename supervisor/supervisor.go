@@ -108,11 +108,15 @@ type Supervisor struct {
 	since       time.Time
 	unitsMayRun atomic.Bool // true from before the first start until every unit is confirmed stopped
 
-	pubMu         sync.Mutex // serialises record writes, see writeRecord
-	pub           chan struct{}
-	pending       *pendingJob
-	prevState     State
-	memberLeaseID atomic.Int64 // the member lease, for the publisher goroutine
+	pubMu          sync.Mutex // serialises record writes, see writeRecord
+	pub            chan struct{}
+	pending        *pendingJob
+	ctl            Control // operator requests, as last read
+	publishedUnits string  // unit states in the last published record
+	ctlErr         error
+	history        chan Event
+	prevState      State
+	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 
 	// Channels into the loop.
 	renewals chan renewal
@@ -157,6 +161,7 @@ func New(o Options) (*Supervisor, error) {
 		unitObs:   make(chan unitObs, 1),
 		jobDone:   make(chan jobResult, 1),
 		pub:       make(chan struct{}, 1),
+		history:   make(chan Event, 64),
 		since:     time.Now(),
 	}
 	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: Starting, StopMax: s.timeout.StopMax()}
@@ -192,6 +197,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.observeLeader(bg)
 	go s.observeUnits(bg)
 	go s.publisher(bg)
+	go s.historian(bg)
 
 	done := ctx.Done()
 	for {

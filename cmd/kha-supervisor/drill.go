@@ -1,0 +1,157 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+)
+
+func init() {
+	register("drill", "rehearse on the live group: drill handoff|failover [--to NODE] [--expect-within D]", drillCmd)
+}
+
+// timeline is what a drill reconstructs from the members' history.
+type timeline struct {
+	requested   time.Time
+	oldNode     string
+	newNode     string
+	oldStopped  time.Time // old leader's units confirmed stopped
+	leaseWon    time.Time // new leader won the election key
+	unitsActive time.Time // new leader's units confirmed active
+}
+
+// check is the drill's verdict: the old units stopped before the new
+// leader won (which is before its units started), and the whole took no
+// longer than expect (0: no expectation).
+func (t timeline) check(expect time.Duration) []string {
+	var bad []string
+	switch {
+	case t.oldStopped.IsZero():
+		bad = append(bad, fmt.Sprintf("no record that %s's units stopped", t.oldNode))
+	case t.leaseWon.IsZero():
+		bad = append(bad, "no record of the new leader winning the lease")
+	case !t.oldStopped.Before(t.leaseWon):
+		bad = append(bad, fmt.Sprintf("%s won the lease at %s, before %s's units were recorded stopped at %s",
+			t.newNode, t.leaseWon.Format("15:04:05.000"), t.oldNode, t.oldStopped.Format("15:04:05.000")))
+	}
+	if t.unitsActive.IsZero() {
+		bad = append(bad, "no record of the new leader's units becoming active")
+	} else if took := t.unitsActive.Sub(t.requested); expect > 0 && took > expect {
+		bad = append(bad, fmt.Sprintf("took %s, more than the expected %s", took.Round(time.Millisecond), expect))
+	}
+	return bad
+}
+
+func (t timeline) print(w io.Writer) {
+	at := func(x time.Time) string {
+		if x.IsZero() {
+			return "      (missing)"
+		}
+		return fmt.Sprintf("%+10.3fs", x.Sub(t.requested).Seconds())
+	}
+	fmt.Fprintf(w, "  %s  request\n", at(t.requested))
+	fmt.Fprintf(w, "  %s  %s: old units stopped\n", at(t.oldStopped), t.oldNode)
+	fmt.Fprintf(w, "  %s  %s: lease won\n", at(t.leaseWon), t.newNode)
+	fmt.Fprintf(w, "  %s  %s: new units active\n", at(t.unitsActive), t.newNode)
+}
+
+// fill reads the history after the request and finds the three events.
+// History is written asynchronously, so it polls briefly until complete.
+func (s *session) fill(e env, t *timeline, stoppedTo supervisor.State) {
+	for range 50 {
+		ctx, cancel := s.ctx(e)
+		evs, err := supervisor.ReadHistory(ctx, s.cli, s.keys, 200)
+		cancel()
+		if err == nil {
+			for _, ev := range evs {
+				if ev.At.Before(t.requested) {
+					continue
+				}
+				switch {
+				case ev.Node == t.oldNode && ev.To == stoppedTo && t.oldStopped.IsZero():
+					t.oldStopped = ev.At
+				case ev.Node == t.newNode && ev.To == supervisor.Promoting && t.leaseWon.IsZero():
+					t.leaseWon = ev.At
+				case ev.Node == t.newNode && ev.To == supervisor.Active && t.unitsActive.IsZero():
+					t.unitsActive = ev.At
+				}
+			}
+		}
+		if !t.oldStopped.IsZero() && !t.leaseWon.IsZero() && !t.unitsActive.IsZero() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func drillCmd(e env, args []string) int {
+	if len(args) == 0 || (args[0] != "handoff" && args[0] != "failover") {
+		return fail(e, exitConfig, "usage: kha-supervisor drill handoff|failover [--to NODE] [--expect-within D] [-c FILE]")
+	}
+	kind := args[0]
+	fs := flag.NewFlagSet("drill "+kind, flag.ContinueOnError)
+	expect := fs.Duration("expect-within", 0, "fail unless the new units are active within this long of the request")
+	timeout := fs.Duration("timeout", 90*time.Second, "give up waiting for a new leader after this long")
+	var to *string
+	if kind == "handoff" {
+		to = fs.String("to", "", "node that should take over")
+	}
+	s, code := connect(e, fs, args[1:])
+	if code != exitOK {
+		return code
+	}
+	defer s.close()
+
+	var t timeline
+	var stoppedTo supervisor.State
+	if kind == "handoff" {
+		res, code := s.handoff(e, *to, true, *timeout)
+		if code != exitOK {
+			return code
+		}
+		t = timeline{requested: res.requested, oldNode: res.from, newNode: res.to}
+		stoppedTo = supervisor.Standby
+	} else {
+		cs, err := s.cluster(e)
+		if err != nil {
+			return fail(e, exitFailure, "%v", err)
+		}
+		switch {
+		case cs.Control.Freeze != nil:
+			return fail(e, exitConfig, "refused: the group is frozen (%s); unfreeze first", cs.Control.Freeze.Reason)
+		case cs.Leader == "":
+			return fail(e, exitFailure, "refused: no member holds the lease right now")
+		case countStandbys(cs) == 0:
+			return fail(e, exitConfig, "refused: no standby member could take over; the drill would leave the group without units")
+		}
+		d := supervisor.Drill{ID: supervisor.NewID(), Kind: "failover", Token: cs.Token, At: time.Now()}
+		ctx, cancel := s.ctx(e)
+		err = supervisor.RequestDrill(ctx, s.cli, s.keys, d, 4*s.cfg.Lease.TTL.D())
+		cancel()
+		if err != nil {
+			return fail(e, exitFailure, "%v", err)
+		}
+		fmt.Fprintf(e.stdout, "failover drill %s: asked %s (token %d) to fence as if its renewals had failed; the others must wait out its lease (%s)\n",
+			d.ID, cs.Leader, cs.Token, s.cfg.Lease.TTL)
+		ncs, err := s.waitNewLeader(e, cs.Token, "", *timeout)
+		if err != nil {
+			return fail(e, exitDrillFailed, "drill %s: %v", d.ID, err)
+		}
+		t = timeline{requested: d.At, oldNode: cs.Leader, newNode: ncs.Leader}
+		stoppedTo = supervisor.Fenced
+	}
+	s.fill(e, &t, stoppedTo)
+	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)
+	t.print(e.stdout)
+	if bad := t.check(*expect); len(bad) > 0 {
+		for _, b := range bad {
+			fmt.Fprintln(e.stdout, "FAIL:", b)
+		}
+		return exitDrillFailed
+	}
+	fmt.Fprintln(e.stdout, "PASS: old units stopped before the new leader won the lease")
+	return exitOK
+}

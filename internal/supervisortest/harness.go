@@ -1,0 +1,301 @@
+// Package supervisortest runs real supervisors in one process against a
+// real etcd cluster (embed), with in-memory units that record wall-clock
+// start and stop instants, and checks that no two members ever ran a unit
+// at once. Each member reaches etcd through its own loopback proxies so a
+// test can cut it off silently.
+package supervisortest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
+	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// These tests run real supervisors against a real three-member etcd
+// cluster. Units are in memory (fencing.Memory records wall-clock start and
+// stop instants); real systemd is tested in the fencing package and the lab.
+// Each member reaches etcd through its own loopback proxies so a test can
+// cut it off silently.
+
+// Units are the managed units every member runs.
+var Units = []string{"kube-controller-manager.service", "kube-scheduler.service"}
+
+// fastConfig is the "fast" profile: TTL 4 s, renew 0.5 s, stop 1 s + 0.5 s.
+func FastConfig(node string) config.Config {
+	c := config.Default()
+	c.Node = node
+	c.Cluster = "test"
+	c.Etcd.RequestTimeout = config.D(400 * time.Millisecond)
+	c.Lease.TTL = config.D(4 * time.Second)
+	c.Lease.RenewInterval = config.D(500 * time.Millisecond)
+	c.Units.Managed = Units
+	c.Units.StopTimeout = config.D(time.Second)
+	c.Units.KillGrace = config.D(500 * time.Millisecond)
+	c.Units.PollInterval = config.D(250 * time.Millisecond)
+	c.Units.FailureThreshold = 3
+	c.Units.FailureWindow = config.D(time.Minute)
+	c.Units.Cooldown = config.D(30 * time.Second)
+	return c
+}
+
+type Member struct {
+	Name    string
+	Units   *fencing.Memory
+	Sup     *supervisor.Supervisor
+	Proxies []*tcpproxy.Proxy
+	Cancel  context.CancelFunc
+	Done    chan error
+}
+
+func (m *Member) Cut(v bool) {
+	for _, p := range m.Proxies {
+		p.Blackhole(v)
+	}
+}
+
+func (m *Member) State() supervisor.State { return m.Sup.Status().State }
+
+type World struct {
+	t       *testing.T
+	Cluster *etcdtest.Cluster
+	Admin   *clientv3.Client
+}
+
+func NewWorld(t *testing.T, members int) *World {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: members})
+	return &World{t: t, Cluster: c, Admin: c.Client(t)}
+}
+
+func (w *World) Start(name string, tweak func(*config.Config)) *Member {
+	t := w.t
+	cfg := FastConfig(name)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	m := &Member{Name: name, Units: fencing.NewMemory(), Done: make(chan error, 1)}
+	var eps []string
+	for _, ep := range w.Cluster.Endpoints() {
+		p, err := tcpproxy.New(strings.TrimPrefix(ep, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		m.Proxies = append(m.Proxies, p)
+		eps = append(eps, "http://"+p.Addr())
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: eps, DialTimeout: 2 * time.Second,
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: time.Second,
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	m.Sup, err = supervisor.New(supervisor.Options{Config: cfg, Client: cli, Units: m.Units, Log: log, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.Cancel = cancel
+	go func() { m.Done <- m.Sup.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-m.Done:
+		case <-time.After(15 * time.Second):
+			t.Errorf("%s: Run did not return after cancel", name)
+		}
+	})
+	return m
+}
+
+type testWriter struct {
+	t    *testing.T
+	name string
+}
+
+var logMu sync.Mutex
+
+func (w testWriter) Write(p []byte) (int, error) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	if os.Getenv("KHA_TEST_LOG") != "" {
+		w.t.Logf("%s", strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
+
+func WaitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(within)
+	for time.Now().Before(end) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", within, what)
+}
+
+// leaderOf waits until exactly one of ms is active with all units running
+// and returns it and the others.
+func LeaderOf(t *testing.T, ms ...*Member) (*Member, []*Member) {
+	t.Helper()
+	var leader *Member
+	WaitFor(t, "one active member with its units running", 30*time.Second, func() bool {
+		leader = nil
+		n := 0
+		for _, m := range ms {
+			if m.State() == supervisor.Active && m.Units.Running(Units[0]) && m.Units.Running(Units[1]) {
+				leader = m
+				n++
+			}
+		}
+		return n == 1
+	})
+	var others []*Member
+	for _, m := range ms {
+		if m != leader {
+			others = append(others, m)
+		}
+	}
+	return leader, others
+}
+
+// interval is one span during which a member ran a unit.
+type interval struct {
+	node       string
+	start, end time.Time // end zero = still running
+}
+
+func intervals(m *Member, unit string) []interval {
+	var out []interval
+	var cur *interval
+	for _, e := range m.Units.Snapshot() {
+		if e.Unit != unit {
+			continue
+		}
+		switch e.What {
+		case "started":
+			if cur == nil {
+				cur = &interval{node: m.Name, start: e.At}
+			}
+		case "stopped", "killed", "failed":
+			if cur != nil {
+				cur.end = e.At
+				out = append(out, *cur)
+				cur = nil
+			}
+		}
+	}
+	if cur != nil {
+		out = append(out, *cur)
+	}
+	return out
+}
+
+// assertNoOverlap checks that no two members ever ran the same unit at the
+// same instant, and returns the smallest gap seen between one member's stop
+// and another's start.
+func AssertNoOverlap(t *testing.T, ms ...*Member) time.Duration {
+	t.Helper()
+	minGap := time.Duration(-1)
+	for _, u := range Units {
+		var all []interval
+		for _, m := range ms {
+			all = append(all, intervals(m, u)...)
+		}
+		for i, a := range all {
+			for _, b := range all[i+1:] {
+				if a.node == b.node {
+					continue
+				}
+				aEnd, bEnd := a.end, b.end
+				if aEnd.IsZero() {
+					aEnd = time.Now().Add(time.Hour)
+				}
+				if bEnd.IsZero() {
+					bEnd = time.Now().Add(time.Hour)
+				}
+				if a.start.Before(bEnd) && b.start.Before(aEnd) {
+					t.Fatalf("OVERLAP on %s: %s ran %s..%s and %s ran %s..%s", u,
+						a.node, a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"),
+						b.node, b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000"))
+				}
+				gap := b.start.Sub(aEnd)
+				if b.start.Before(a.start) {
+					gap = a.start.Sub(bEnd)
+				}
+				if minGap < 0 || gap < minGap {
+					minGap = gap
+				}
+			}
+		}
+	}
+	return minGap
+}
+
+func LastStop(m *Member) time.Time {
+	var at time.Time
+	for _, e := range m.Units.Snapshot() {
+		if e.What != "started" && e.At.After(at) {
+			at = e.At
+		}
+	}
+	return at
+}
+
+func FirstStartAfter(m *Member, after time.Time) time.Time {
+	for _, e := range m.Units.Snapshot() {
+		if e.What == "started" && e.At.After(after) {
+			return e.At
+		}
+	}
+	return time.Time{}
+}
+
+// ConfigFile writes a configuration file for the command-line tools that
+// points at the cluster directly (not through a member's proxies), with the
+// same cluster name and timings as the members, and returns its path.
+func (w *World) ConfigFile(node string) string {
+	var eps []string
+	for _, ep := range w.Cluster.Endpoints() {
+		eps = append(eps, fmt.Sprintf("%q", ep))
+	}
+	body := fmt.Sprintf(`node = %q
+cluster = "test"
+[etcd]
+endpoints = [%s]
+request_timeout = "400ms"
+[lease]
+ttl = "4s"
+renew_interval = "500ms"
+[units]
+managed = [%q, %q]
+stop_timeout = "1s"
+kill_grace = "500ms"
+poll_interval = "250ms"
+`, node, strings.Join(eps, ", "), Units[0], Units[1])
+	path := filepath.Join(w.t.TempDir(), node+".toml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		w.t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,231 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Operator requests live under PREFIX/CLUSTER/control/. Every member reads
+// them together with the election key in one transaction, on every watch
+// event and every poll, so a request is acted on within one poll interval
+// even when a watch was lost.
+//
+//	control/freeze        maintenance mode: no promotion, no handoff (fencing stays armed)
+//	control/ban/NODE      NODE never campaigns (on a lease when it has an expiry)
+//	control/handoff       planned switchover requested of the holder of token T
+//	control/drill         failover drill: the holder of token T fences as if renewal had failed
+
+// Freeze is the maintenance-mode marker.
+type Freeze struct {
+	Reason string    `json:"reason,omitempty"`
+	By     string    `json:"by,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Ban keeps one node out of the election.
+type Ban struct {
+	Node   string    `json:"node"`
+	Reason string    `json:"reason,omitempty"`
+	By     string    `json:"by,omitempty"`
+	At     time.Time `json:"at"`
+	Until  time.Time `json:"until,omitempty"` // zero: until unbanned
+}
+
+// Handoff asks the leader holding Token to step down in favour of To (any
+// other member when empty).
+type Handoff struct {
+	ID    string    `json:"id"`
+	From  string    `json:"from"`
+	To    string    `json:"to,omitempty"`
+	Token int64     `json:"token"`
+	At    time.Time `json:"at"`
+}
+
+// Drill asks the leader holding Token to fence exactly as if its renewals
+// had failed: no release, so the others must wait out the lease.
+type Drill struct {
+	ID    string    `json:"id"`
+	Kind  string    `json:"kind"` // "failover"
+	Token int64     `json:"token"`
+	At    time.Time `json:"at"`
+}
+
+// Control is every operator request in force.
+type Control struct {
+	Freeze  *Freeze        `json:"freeze,omitempty"`
+	Bans    map[string]Ban `json:"bans,omitempty"`
+	Handoff *Handoff       `json:"handoff,omitempty"`
+	Drill   *Drill         `json:"drill,omitempty"`
+}
+
+// Banned reports whether node is banned.
+func (c Control) Banned(node string) bool { _, ok := c.Bans[node]; return ok }
+
+// Control keys.
+func (k Keys) Control() string        { return k.Root + "/control/" }
+func (k Keys) Freeze() string         { return k.Control() + "freeze" }
+func (k Keys) Ban(node string) string { return k.Control() + "ban/" + node }
+func (k Keys) Handoff() string        { return k.Control() + "handoff" }
+func (k Keys) Drill() string          { return k.Control() + "drill" }
+func (k Keys) History() string        { return k.Root + "/history/" }
+
+// parseControl decodes the control prefix. A record it cannot decode is
+// reported, not ignored: an operator's freeze must not vanish silently.
+func parseControl(k Keys, kvs []*mvccKV) (Control, error) {
+	c := Control{}
+	var errs []string
+	for _, kv := range kvs {
+		key := string(kv.Key)
+		var err error
+		switch {
+		case key == k.Freeze():
+			c.Freeze = &Freeze{}
+			err = json.Unmarshal(kv.Value, c.Freeze)
+		case key == k.Handoff():
+			c.Handoff = &Handoff{}
+			err = json.Unmarshal(kv.Value, c.Handoff)
+		case key == k.Drill():
+			c.Drill = &Drill{}
+			err = json.Unmarshal(kv.Value, c.Drill)
+		case strings.HasPrefix(key, k.Ban("")):
+			var b Ban
+			err = json.Unmarshal(kv.Value, &b)
+			if c.Bans == nil {
+				c.Bans = map[string]Ban{}
+			}
+			b.Node = strings.TrimPrefix(key, k.Ban(""))
+			c.Bans[b.Node] = b
+		}
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", key, err))
+		}
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("unreadable control records: %s", strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// mvccKV is the part of an etcd key-value the parsers need.
+type mvccKV struct {
+	Key, Value []byte
+}
+
+func toKVs(resp *clientv3.GetResponse) []*mvccKV {
+	out := make([]*mvccKV, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, &mvccKV{Key: kv.Key, Value: kv.Value})
+	}
+	return out
+}
+
+// ReadControl reads every operator request.
+func ReadControl(ctx context.Context, cli *clientv3.Client, k Keys) (Control, error) {
+	resp, err := cli.Get(ctx, k.Control(), clientv3.WithPrefix())
+	if err != nil {
+		return Control{}, fmt.Errorf("read control records: %w", err)
+	}
+	return parseControl(k, toKVs(resp))
+}
+
+// putJSON writes v at key, on a fresh lease of ttl when ttl > 0.
+func putJSON(ctx context.Context, cli *clientv3.Client, key string, v any, ttl time.Duration) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var opts []clientv3.OpOption
+	if ttl > 0 {
+		g, err := cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+		if err != nil {
+			return fmt.Errorf("grant lease for %s: %w", key, err)
+		}
+		opts = append(opts, clientv3.WithLease(g.ID))
+	}
+	if _, err := cli.Put(ctx, key, string(b), opts...); err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	return nil
+}
+
+// SetFreeze puts the group in maintenance mode.
+func SetFreeze(ctx context.Context, cli *clientv3.Client, k Keys, f Freeze) error {
+	return putJSON(ctx, cli, k.Freeze(), f, 0)
+}
+
+// ClearFreeze ends maintenance mode.
+func ClearFreeze(ctx context.Context, cli *clientv3.Client, k Keys) error {
+	_, err := cli.Delete(ctx, k.Freeze())
+	return err
+}
+
+// SetBan bans b.Node; with a non-zero Until the ban expires by itself
+// (it lives on a lease).
+func SetBan(ctx context.Context, cli *clientv3.Client, k Keys, b Ban) error {
+	var ttl time.Duration
+	if !b.Until.IsZero() {
+		ttl = time.Until(b.Until)
+		if ttl <= 0 {
+			return fmt.Errorf("ban of %s would already have expired at %s", b.Node, b.Until.Format(time.RFC3339))
+		}
+	}
+	return putJSON(ctx, cli, k.Ban(b.Node), b, ttl)
+}
+
+// ClearBan lifts a ban; it reports whether one was in force.
+func ClearBan(ctx context.Context, cli *clientv3.Client, k Keys, node string) (bool, error) {
+	resp, err := cli.Delete(ctx, k.Ban(node))
+	if err != nil {
+		return false, err
+	}
+	return resp.Deleted > 0, nil
+}
+
+// RequestHandoff asks the current leader (holder of h.Token) to step down.
+// The request lives on a lease of ttl so an unanswered one goes away; it is
+// written only if the election key still has that token, so it can never
+// apply to a later leadership.
+func RequestHandoff(ctx context.Context, cli *clientv3.Client, k Keys, h Handoff, ttl time.Duration) error {
+	return putIfToken(ctx, cli, k, k.Handoff(), h, h.Token, ttl)
+}
+
+// RequestDrill asks the current leader (holder of d.Token) to fence.
+func RequestDrill(ctx context.Context, cli *clientv3.Client, k Keys, d Drill, ttl time.Duration) error {
+	return putIfToken(ctx, cli, k, k.Drill(), d, d.Token, ttl)
+}
+
+func putIfToken(ctx context.Context, cli *clientv3.Client, k Keys, key string, v any, token int64, ttl time.Duration) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	g, err := cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return fmt.Errorf("grant lease for %s: %w", key, err)
+	}
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k.Leader()), "=", token)).
+		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(g.ID))).Commit()
+	if err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		_, _ = cli.Revoke(ctx, g.ID)
+		return fmt.Errorf("the leadership with token %d is over; nothing requested", token)
+	}
+	return nil
+}
+
+// NewID returns a short random identifier for a request.
+func NewID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
