@@ -71,16 +71,15 @@ type Options struct {
 
 // Container is a booted container. Its methods are safe for concurrent use.
 type Container struct {
-	name     string
-	dir      string
-	netns    string
-	ownNetNS bool
-	cmd      *exec.Cmd
-	leader   int
-	exited   chan struct{} // closed when the nspawn process has been reaped
-	waitErr  error
-	tail     *tailBuffer
-	log      *slog.Logger
+	name    string
+	dir     string
+	netns   string
+	cmd     *exec.Cmd
+	leader  int
+	exited  chan struct{} // closed when the nspawn process has been reaped
+	waitErr error
+	tail    *tailBuffer
+	log     *slog.Logger
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -127,11 +126,11 @@ func Boot(ctx context.Context, opts Options) (*Container, error) {
 	}
 	start := time.Now()
 	if err := c.prepare(opts); err != nil {
-		c.cleanup()
+		_ = c.cleanup() // logs what it could not remove
 		return nil, err
 	}
 	if err := c.start(opts); err != nil {
-		c.cleanup()
+		_ = c.cleanup() // logs what it could not remove
 		return nil, err
 	}
 	bctx, cancel := context.WithTimeout(ctx, opts.BootTimeout)
@@ -166,7 +165,6 @@ func (c *Container) prepare(opts Options) error {
 		if err := os.WriteFile(filepath.Join(c.dir, "netns"), []byte(c.name+"\n"), 0o644); err != nil {
 			return fmt.Errorf("nspawn: %w", err)
 		}
-		c.ownNetNS = true
 		if out, err := exec.Command("ip", "netns", "add", c.name).CombinedOutput(); err != nil {
 			return fmt.Errorf("nspawn: ip netns add %s: %w: %s", c.name, err, bytes.TrimSpace(out))
 		}
@@ -219,6 +217,9 @@ func (c *Container) start(opts Options) error {
 		out = io.MultiWriter(c.tail, opts.Log)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
+	// Should anything inside inherit the output pipe, Wait must not hang
+	// on it once systemd-nspawn itself has exited.
+	cmd.WaitDelay = 10 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Own process group: a ^C to the test does not reach it directly;
 		// Shutdown stops it in order.
