@@ -47,6 +47,20 @@ _kha_supervisor()
         run | check-config) opts="-c" ;;
         status) opts="-c --json" ;;
         install-dropins) opts="-c --dry-run --dir --no-reload --binary" ;;
+        handoff) opts="-c --to --wait --timeout" ;;
+        freeze) opts="-c --reason" ;;
+        unfreeze | unban) opts="-c" ;;
+        ban) opts="-c --for --reason" ;;
+        history) opts="-c --json --limit" ;;
+        drill)
+            if ((COMP_CWORD == 2)); then
+                opts="handoff failover"
+            elif [[ ${COMP_WORDS[2]} == handoff ]]; then
+                opts="-c --to --expect-within --timeout"
+            else
+                opts="-c --expect-within --timeout"
+            fi
+            ;;
         guard)
             opts="-c"
             if [[ $cur != -* ]]; then
