@@ -22,15 +22,14 @@ type Config struct {
 	Node    string `toml:"node"`    // this member's name; default: hostname
 	Cluster string `toml:"cluster"` // election group; also the etcd key prefix component
 
-	Etcd     Etcd     `toml:"etcd"`
-	Lease    Lease    `toml:"lease"`
-	Units    Units    `toml:"units"`
-	Guard    Guard    `toml:"guard"`
-	Log      Log      `toml:"log"`
-	HTTP     HTTP     `toml:"http"`
-	Hooks    Hooks    `toml:"hooks"`
-	History  History  `toml:"history"`
-	Watchdog Watchdog `toml:"watchdog"`
+	Etcd    Etcd    `toml:"etcd"`
+	Lease   Lease   `toml:"lease"`
+	Units   Units   `toml:"units"`
+	Guard   Guard   `toml:"guard"`
+	Log     Log     `toml:"log"`
+	HTTP    HTTP    `toml:"http"`
+	Hooks   Hooks   `toml:"hooks"`
+	History History `toml:"history"`
 
 	// Path is the file this configuration was read from (not a TOML key).
 	Path string `toml:"-"`
@@ -99,11 +98,6 @@ type Hooks struct {
 // History bounds the transition log kept in etcd.
 type History struct {
 	Retain int `toml:"retain"`
-}
-
-// Watchdog is the optional hardware watchdog. Off unless Device is set.
-type Watchdog struct {
-	Device string `toml:"device"`
 }
 
 // Default returns the configuration used for every key the file leaves out.

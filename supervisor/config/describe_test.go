@@ -68,12 +68,11 @@ func TestDescribeRoundTrip(t *testing.T) {
 		Units: Units{Managed: []string{"b.service", "a@x.service"}, StartTimeout: D(11 * time.Second),
 			StopTimeout: D(3 * time.Second), KillGrace: D(2 * time.Second), PollInterval: D(2 * time.Second),
 			FailureThreshold: 4, FailureWindow: D(time.Hour), Cooldown: D(0)},
-		Guard:    Guard{Socket: "/run/x.sock"},
-		Log:      Log{Level: "debug", Format: "json"},
-		HTTP:     HTTP{Listen: "[::1]:9999"},
-		Hooks:    Hooks{OnPromote: []string{"/bin/a", "tab\there", "é"}, OnDemote: []string{"/bin/b"}, OnFence: []string{"/bin/c", ""}, Timeout: D(time.Minute)},
-		History:  History{Retain: 7},
-		Watchdog: Watchdog{Device: "/dev/watchdog1"},
+		Guard:   Guard{Socket: "/run/x.sock"},
+		Log:     Log{Level: "debug", Format: "json"},
+		HTTP:    HTTP{Listen: "[::1]:9999"},
+		Hooks:   Hooks{OnPromote: []string{"/bin/a", "tab\there", "é"}, OnDemote: []string{"/bin/b"}, OnFence: []string{"/bin/c", ""}, Timeout: D(time.Minute)},
+		History: History{Retain: 7},
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

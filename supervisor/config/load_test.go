@@ -264,8 +264,8 @@ func refusals() []refusal {
 			key: "hooks.on_fence", value: `["/bin/logger", "a\u0000b"]`, line: 2, msg: []string{"element 2", "NUL"}},
 		{name: "hook timeout zero", toml: text("[hooks]\ntimeout = \"0s\"\n"),
 			key: "hooks.timeout", value: `"0s"`, line: 2, msg: []string{"positive"}},
-		{name: "relative watchdog", toml: text("[watchdog]\ndevice = \"watchdog0\"\n"),
-			key: "watchdog.device", value: `"watchdog0"`, line: 2, msg: []string{"absolute path"}},
+		{name: "hardware watchdog is not offered", toml: text("[watchdog]\ndevice = \"/dev/watchdog0\"\n"),
+			key: "watchdog", value: "", line: 1, msg: []string{"unknown"}},
 	}
 }
 

@@ -38,7 +38,6 @@ var rules = []rule{
 	checkHTTP,
 	checkHooks,
 	checkHistory,
-	checkWatchdog,
 	checkTLSFiles,
 	checkPasswordFile,
 }
@@ -412,14 +411,6 @@ func checkHooks(c Config) *Error {
 func checkHistory(c Config) *Error {
 	if c.History.Retain < 1 {
 		return refuse(c, "history.retain", "must be at least 1")
-	}
-	return nil
-}
-
-func checkWatchdog(c Config) *Error {
-	// Validated, never opened here: opening a watchdog device arms it.
-	if d := c.Watchdog.Device; d != "" && !filepath.IsAbs(d) {
-		return refuse(c, "watchdog.device", `must be an absolute path such as "/dev/watchdog0", or empty to disable`)
 	}
 	return nil
 }
