@@ -131,6 +131,20 @@ func (l *Lab) SharedPath(p ...string) string { return l.path(append([]string{"sh
 // OutDir holds logs and reports; Down keeps it.
 func (l *Lab) OutDir() string { return l.path("out") }
 
+// FaultsDir is the host side of /lab/faults (the witnesses' fault files).
+func (l *Lab) FaultsDir() string { return l.SharedPath("faults") }
+
+// ClearFaults removes every witness fault file.
+func (l *Lab) ClearFaults() error {
+	if err := os.RemoveAll(l.FaultsDir()); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := os.MkdirAll(l.FaultsDir(), 0o755); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	return nil
+}
+
 // WitnessDir is the host side of /lab/witness.
 func (l *Lab) WitnessDir() string { return l.SharedPath("witness") }
 
@@ -153,6 +167,9 @@ func (l *Lab) Up(ctx context.Context) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("lab: %w", err)
 		}
+	}
+	if err := l.ClearFaults(); err != nil {
+		return err
 	}
 	if err := l.installBinaries(); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -96,8 +97,11 @@ func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
 		l.log.Warn("lab: no kha-supervisor binary or package; masters run without a supervisor", "master", n.Name)
 		return nil
 	}
-	if st, _ := n.ActiveState(ctx, SupervisorUnit); st == "active" {
-		if cur, err := os.ReadFile(filepath.Join(n.Root(), SupervisorConfig)); err == nil && string(cur) == string(l.SupervisorConfigFor(n.Name)) {
+	if st, _ := n.ActiveState(ctx, SupervisorUnit); st == "active" && l.cfg.Deb == "" {
+		cur, err1 := os.ReadFile(filepath.Join(n.Root(), SupervisorConfig))
+		bin, err2 := os.ReadFile(filepath.Join(n.Root(), supervisorBinary))
+		want, err3 := os.ReadFile(l.SharedPath("bin", "kha-supervisor"))
+		if err1 == nil && err2 == nil && err3 == nil && bytes.Equal(cur, l.SupervisorConfigFor(n.Name)) && bytes.Equal(bin, want) {
 			return nil
 		}
 	}

@@ -136,6 +136,7 @@ func runWitness(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Dir, "dir", "/lab/witness", "shared log directory")
 	fs.BoolVar(&o.IgnoreTerm, "ignore-term", false, "ignore SIGTERM (only SIGKILL ends it)")
 	fs.DurationVar(&o.CrashAfter, "crash-after", 0, "exit 1 after this long (0: never)")
+	fs.StringVar(&o.FaultDir, "faults", "", "directory of fault files (NODE.UNIT: ignore-term, crash-after=D), read at start")
 	if _, err := parse("witness", args, &fs); err != nil {
 		return err
 	}

@@ -3,8 +3,9 @@ package master
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
 // Paths inside every master (the lab's shared directory is bound at /lab).
@@ -13,8 +14,6 @@ const (
 	LabBinary     = "/lab/bin/kha-lab"
 	WitnessDir    = "/lab/witness"
 	UnitDir       = "/etc/systemd/system"
-	FaultDropin   = "90-lab-fault.conf" // under /run/systemd/system/UNIT.d: volatile, highest priority
-	runtimeUnits  = "/run/systemd/system"
 	restartPeriod = 200 * time.Millisecond
 )
 
@@ -38,10 +37,10 @@ StartLimitIntervalSec=0
 
 [Service]
 Type=simple
-ExecStart=%[3]s witness --node %[1]s --unit %[2]s --dir %[4]s
+ExecStart=%[3]s witness --node %[1]s --unit %[2]s --dir %[4]s --faults %[6]s
 Restart=on-failure
 RestartSec=%[5]dms
-`, node, w.Unit, LabBinary, WitnessDir, restartPeriod.Milliseconds())
+`, node, w.Unit, LabBinary, WitnessDir, restartPeriod.Milliseconds(), FaultDir)
 }
 
 // InstallWitnesses writes the witness unit files and reloads systemd.
@@ -61,28 +60,17 @@ type Fault struct {
 	CrashAfter time.Duration // exits 1 after this long, so systemd restarts it (scenario 12)
 }
 
-// SetFault installs (or with a zero Fault removes) a runtime drop-in that
-// changes how w's witness behaves, then reloads systemd. It takes effect at
-// the unit's next start.
-func (n *Node) SetFault(ctx context.Context, w Witness, f Fault) error {
-	path := runtimeUnits + "/" + w.Service() + ".d/" + FaultDropin
+// FaultDir is where witnesses look for their fault files (in the shared
+// directory, so the host writes them without touching the container).
+const FaultDir = LabDir + "/faults"
+
+// SetFault makes w's witness on n misbehave from its next start on (or, with
+// a zero Fault, behave again). Only a file changes: no unit file, no
+// daemon-reload, so injecting the fault disturbs nothing else on the node.
+func (n *Node) SetFault(w Witness, f Fault) error {
+	path := witness.FaultFile(FaultDir, n.Name, w.Unit)
 	if f == (Fault{}) {
-		if err := n.RemoveFile(path); err != nil {
-			return err
-		}
-	} else {
-		args := []string{LabBinary, "witness", "--node", n.Name, "--unit", w.Unit, "--dir", WitnessDir}
-		if f.IgnoreTerm {
-			args = append(args, "--ignore-term")
-		}
-		if f.CrashAfter > 0 {
-			args = append(args, "--crash-after", f.CrashAfter.String())
-		}
-		text := fmt.Sprintf("# Written by kha-lab: fault injection.\n[Service]\nExecStart=\nExecStart=%s\n", strings.Join(args, " "))
-		if err := n.WriteFile(path, []byte(text), 0o644); err != nil {
-			return err
-		}
+		return n.RemoveFile(path)
 	}
-	_, err := n.Systemctl(ctx, "daemon-reload")
-	return err
+	return n.WriteFile(path, witness.FormatFault(f.IgnoreTerm, f.CrashAfter), 0o644)
 }

@@ -224,6 +224,17 @@ func (e *Env) Journal(ctx context.Context, node, unit string, n int) string {
 	return strings.TrimSpace(string(out))
 }
 
+// JournalSince returns the journal of unit inside node from a second before
+// since on ("" unit: the whole journal).
+func (e *Env) JournalSince(ctx context.Context, node, unit string, since time.Time) string {
+	args := []string{"journalctl", "--no-pager", "-o", "cat", "--since", fmt.Sprintf("@%d", since.Unix()-1)}
+	if unit != "" {
+		args = append(args, "-u", unit)
+	}
+	out, _ := e.Nodes[node].Exec(ctx, args...)
+	return string(out)
+}
+
 // Restore brings the lab back to a clean state after a scenario: no
 // partitions, every etcd member running, no unit faults, the guard drop-ins
 // in place, both supervisors running.
@@ -242,9 +253,13 @@ func (e *Env) Restore(ctx context.Context) error {
 	if err := e.Lab.Etcd.WaitHealthy(hctx, lab.EtcdNames...); err != nil {
 		return err
 	}
+	if err := e.Lab.ClearFaults(); err != nil {
+		return err
+	}
+	// --no-block: a supervisor that just fenced is between restarts, and a
+	// start job would fail with its start-up; systemd brings it back anyway.
 	for _, name := range lab.MasterNames {
-		n := e.Nodes[name]
-		if _, err := n.Exec(ctx, "systemctl", "start", lab.SupervisorUnit); err != nil {
+		if _, err := e.Nodes[name].Exec(ctx, "systemctl", "start", "--no-block", lab.SupervisorUnit); err != nil {
 			return err
 		}
 	}

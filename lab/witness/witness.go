@@ -10,6 +10,7 @@ package witness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -33,6 +34,56 @@ type Options struct {
 	Dir        string        // shared log directory
 	IgnoreTerm bool          // keep running on SIGTERM (only SIGKILL ends it)
 	CrashAfter time.Duration // exit 1 after this long; 0 = never
+	// FaultDir holds optional fault files named NODE.UNIT, read at start:
+	// the lab injects a fault by writing one and restarting the unit, so
+	// the unit file (and systemd's configuration) never changes.
+	FaultDir string
+}
+
+// FaultFile is the fault file of node's unit inside dir.
+func FaultFile(dir, node, unit string) string { return filepath.Join(dir, node+"."+unit) }
+
+// FormatFault renders a fault file: one setting per line.
+func FormatFault(ignoreTerm bool, crashAfter time.Duration) []byte {
+	var b strings.Builder
+	if ignoreTerm {
+		b.WriteString("ignore-term\n")
+	}
+	if crashAfter > 0 {
+		fmt.Fprintf(&b, "crash-after=%s\n", crashAfter)
+	}
+	return []byte(b.String())
+}
+
+// applyFaultFile folds the fault file (if any) into o.
+func applyFaultFile(o *Options) error {
+	if o.FaultDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(FaultFile(o.FaultDir, o.Node, o.Unit))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("witness: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "":
+		case line == "ignore-term":
+			o.IgnoreTerm = true
+		case strings.HasPrefix(line, "crash-after="):
+			d, err := time.ParseDuration(strings.TrimPrefix(line, "crash-after="))
+			if err != nil {
+				return fmt.Errorf("witness: fault file: %w", err)
+			}
+			o.CrashAfter = d
+		default:
+			return fmt.Errorf("witness: fault file: unknown setting %q", line)
+		}
+	}
+	return nil
 }
 
 // FileName is the log file of node's unit inside the shared directory.
@@ -80,9 +131,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// Main is `kha-lab witness`: it parses nothing itself (the caller does) but
-// wires signals: SIGTERM and SIGINT end the witness unless IgnoreTerm is set.
+// Main is `kha-lab witness`: it applies the fault file, then wires signals:
+// SIGTERM and SIGINT end the witness unless IgnoreTerm is set.
 func Main(o Options) error {
+	if err := applyFaultFile(&o); err != nil {
+		return err
+	}
 	if o.IgnoreTerm {
 		signal.Ignore(syscall.SIGTERM)
 		return Run(context.Background(), o)

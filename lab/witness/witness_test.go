@@ -13,7 +13,7 @@ import (
 // The test binary doubles as a witness process for the signal tests.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("WITNESS_TEST_DIR"); dir != "" {
-		err := Main(Options{Node: "n", Unit: "u", Dir: dir, IgnoreTerm: os.Getenv("WITNESS_TEST_IGNORE") == "1"})
+		err := Main(Options{Node: "n", Unit: "u", Dir: dir, FaultDir: os.Getenv("WITNESS_TEST_FAULTS")})
 		if err != nil {
 			os.Exit(1)
 		}
@@ -58,7 +58,12 @@ func startWitness(t *testing.T, ignore bool) (*exec.Cmd, string) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "WITNESS_TEST_DIR="+dir)
 	if ignore {
-		cmd.Env = append(cmd.Env, "WITNESS_TEST_IGNORE=1")
+		// Through the fault file, as the lab injects it.
+		faults := t.TempDir()
+		if err := os.WriteFile(FaultFile(faults, "n", "u"), FormatFault(true, 0), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, "WITNESS_TEST_FAULTS="+faults)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -98,5 +103,25 @@ func TestIgnoreTerm(t *testing.T) {
 	_ = cmd.Process.Kill()
 	if err := cmd.Wait(); err == nil {
 		t.Fatalf("SIGKILL must end it with a non-zero status")
+	}
+}
+
+func TestFaultFile(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Node: "m1", Unit: "u", FaultDir: dir}
+	if err := applyFaultFile(&o); err != nil || o.IgnoreTerm || o.CrashAfter != 0 {
+		t.Fatalf("no file: %+v %v", o, err)
+	}
+	if err := os.WriteFile(FaultFile(dir, "m1", "u"), FormatFault(true, 300*time.Millisecond), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyFaultFile(&o); err != nil || !o.IgnoreTerm || o.CrashAfter != 300*time.Millisecond {
+		t.Fatalf("with file: %+v %v", o, err)
+	}
+	if err := os.WriteFile(FaultFile(dir, "m1", "u"), []byte("explode\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyFaultFile(&o); err == nil {
+		t.Fatalf("an unknown setting must be refused")
 	}
 }
