@@ -31,10 +31,11 @@ clean:
 # Packages (packaging/, nfpm as a library): dist/kha-supervisor_V_{amd64,arm64}.deb
 # and dist/kha-supervisor-V-1.{x86_64,aarch64}.rpm, reproducible: two builds of
 # one commit are byte-identical. V comes from git describe (packaging/version.go);
-# PKG_VERSION=... overrides it.
+# PKG_VERSION=... overrides it; PKG_ARCH=amd64 builds one architecture only.
+PKG_ARCH ?= amd64,arm64
 .PHONY: packages package-check
 packages:
-	$(GO) run ./packaging/mkpkg -out dist $(if $(PKG_VERSION),-version '$(PKG_VERSION)')
+	$(GO) run ./packaging/mkpkg -out dist -arch '$(PKG_ARCH)' $(if $(PKG_VERSION),-version '$(PKG_VERSION)')
 
 # lintian must report no error on any deb; rpm must verify and list its files,
 # scripts and dependencies.
