@@ -177,3 +177,74 @@ func runList(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+func init() {
+	register("docs", "write docs/failure-modes.md and its timeline picture from saved runs", runDocs)
+}
+
+func runDocs(ctx context.Context, args []string) error {
+	var fs flag.FlagSet
+	var f labFlags
+	f.register(&fs)
+	out := fs.String("out", "docs", "directory to write failure-modes.md and failover-timeline.svg into")
+	all := fs.Bool("all", false, "use every saved matrix run, not only the latest")
+	rest, err := parse("docs", args, &fs)
+	if err != nil {
+		return err
+	}
+	l, err := f.open()
+	if err != nil {
+		return err
+	}
+	paths := rest
+	if len(paths) == 0 {
+		if paths, err = savedReports(l, "matrix"); err != nil {
+			return err
+		}
+		if len(paths) == 0 {
+			return fmt.Errorf("no saved matrix runs in %s: run `kha-lab run all` first", reportsDir(l))
+		}
+		if !*all {
+			paths = paths[len(paths)-1:]
+		}
+	}
+	matrix, err := scenario.Load(paths...)
+	if err != nil {
+		return err
+	}
+	var soak *scenario.Report
+	if sp, _ := savedReports(l, "soak"); len(sp) > 0 {
+		if s, err := scenario.Load(sp[len(sp)-1]); err == nil {
+			soak = s[0]
+		}
+	}
+	svg := ""
+	if r, ok := scenario.FirstResult(matrix, 1); ok {
+		ttl, err := time.ParseDuration(matrix[len(matrix)-1].Profile.TTL)
+		if err != nil {
+			return fmt.Errorf("profile TTL: %w", err)
+		}
+		svg = "failover-timeline.svg"
+		fsvg, err := os.Create(filepath.Join(*out, svg))
+		if err != nil {
+			return err
+		}
+		if err := scenario.WriteTimelineSVG(fsvg, r, ttl); err != nil {
+			fsvg.Close()
+			return err
+		}
+		if err := fsvg.Close(); err != nil {
+			return err
+		}
+	}
+	md, err := os.Create(filepath.Join(*out, "failure-modes.md"))
+	if err != nil {
+		return err
+	}
+	scenario.WriteFailureModes(md, matrix, soak, svg)
+	if err := md.Close(); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s from %d run(s)\n", filepath.Join(*out, "failure-modes.md"), len(paths))
+	return nil
+}
