@@ -19,12 +19,24 @@ import (
 // run fast by rho. Everything must be stopped before then: stopping takes at
 // most StopMax (TERM, wait, KILL, confirm) and Slack covers scheduling and
 // detection.
+//
+// Watchdog covers a supervisor that freezes (SIGSTOP, livelock) after its
+// renewals began to fail: its last watchdog ping came at most at fence_at,
+// systemd kills it at most Watchdog later (WatchdogSec with
+// WatchdogSignal=SIGKILL), and BindsTo= stops the units within StopMax. So
+// the margin after StopMax must cover the larger of Slack and Watchdog:
+//
+//	fence_at = t_s + TTL*(1-rho) - S_max - max(delta, W)
 type Window struct {
 	TTL       time.Duration // lease TTL granted by etcd
 	ClockRate float64       // rho: worst relative clock-rate error, e.g. 0.01
 	StopMax   time.Duration // S_max: worst-case time to stop every managed unit
 	Slack     time.Duration // delta: scheduling and detection slack
+	Watchdog  time.Duration // W: systemd's WatchdogSec when it kills with SIGKILL; 0 without a watchdog
 }
+
+// Margin is what is kept free after StopMax: max(Slack, Watchdog).
+func (w Window) Margin() time.Duration { return max(w.Slack, w.Watchdog) }
 
 // Span is fence_at - t_s: how long after a renewal was sent the node may keep
 // its units running without a newer successful renewal.
@@ -33,7 +45,7 @@ func (w Window) Span(ttl time.Duration) time.Duration {
 		return 0
 	}
 	safe := time.Duration(float64(ttl) * (1 - w.ClockRate))
-	return safe - w.StopMax - w.Slack
+	return safe - w.StopMax - w.Margin()
 }
 
 // Validate rejects windows that leave no room for renewals: the fence span
@@ -47,16 +59,20 @@ func (w Window) Validate(renew time.Duration) error {
 		return fmt.Errorf("clock rate error %g must be in [0, 0.5)", w.ClockRate)
 	case w.StopMax <= 0:
 		return fmt.Errorf("stop budget %s must be positive", w.StopMax)
-	case w.Slack < 0:
-		return fmt.Errorf("slack %s must not be negative", w.Slack)
+	case w.Slack < 0 || w.Watchdog < 0:
+		return fmt.Errorf("slack %s and watchdog %s must not be negative", w.Slack, w.Watchdog)
 	case renew <= 0:
 		return fmt.Errorf("renew interval %s must be positive", renew)
 	}
 	// span/2 < renew rather than span < 2*renew: no overflow for absurd
 	// renew intervals.
 	if span := w.Span(w.TTL); span < 0 || span/2 < renew {
-		return fmt.Errorf("fence window %s (TTL %s x (1-%g) - stop %s - slack %s) is under two renew intervals (2 x %s)",
-			span, w.TTL, w.ClockRate, w.StopMax, w.Slack, renew)
+		margin := fmt.Sprintf("slack %s", w.Slack)
+		if w.Watchdog > w.Slack {
+			margin = fmt.Sprintf("systemd WatchdogSec %s", w.Watchdog)
+		}
+		return fmt.Errorf("fence window %s (TTL %s x (1-%g) - stop %s - %s) is under two renew intervals (2 x %s)",
+			span, w.TTL, w.ClockRate, w.StopMax, margin, renew)
 	}
 	return nil
 }
@@ -131,5 +147,5 @@ func (d *Deadline) LeaseLeft(now time.Time) time.Duration {
 	if !ok {
 		return 0
 	}
-	return at.Add(d.w.StopMax + d.w.Slack).Sub(now)
+	return at.Add(d.w.StopMax + d.w.Margin()).Sub(now)
 }

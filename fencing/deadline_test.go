@@ -21,6 +21,8 @@ func TestSpan(t *testing.T) {
 		{"no clock error", Window{StopMax: 3 * time.Second, Slack: 500 * ms}, 10 * time.Second, 6500 * ms},
 		{"server granted a shorter TTL than asked", defaults, 8 * time.Second, 4420 * ms},
 		{"lease gone", defaults, 0, 0},
+		{"watchdog longer than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 2 * time.Second}, 10 * time.Second, 4900 * ms},
+		{"watchdog shorter than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 200 * ms}, 10 * time.Second, 6400 * ms},
 	} {
 		if got := tc.w.Span(tc.ttl); got != tc.want {
 			t.Errorf("%s: Span(%s) = %s, want %s", tc.name, tc.ttl, got, tc.want)
@@ -45,6 +47,8 @@ func TestValidate(t *testing.T) {
 		{"absurd clock error", Window{TTL: 10 * time.Second, ClockRate: 0.6, StopMax: time.Second}, time.Second, "clock rate"},
 		{"zero stop budget", Window{TTL: 10 * time.Second}, time.Second, "stop budget"},
 		{"zero renew", defaults, 0, "renew interval"},
+		{"fast profile with a 2s watchdog", Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 1500 * ms, Slack: 500 * ms, Watchdog: 2 * time.Second}, 500 * ms, "WatchdogSec 2s"},
+		{"fast profile with a 1s watchdog", Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 1500 * ms, Slack: 500 * ms, Watchdog: time.Second}, 500 * ms, ""},
 	} {
 		err := tc.w.Validate(tc.renew)
 		switch {

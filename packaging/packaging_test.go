@@ -428,28 +428,28 @@ func TestServiceUnit(t *testing.T) {
 	if got := one(t, k, "Install", "WantedBy"); got != "multi-user.target" {
 		t.Errorf("WantedBy = %q", got)
 	}
-	// Settings that would hide the watchdog device or weaken the kill.
-	for _, key := range []string{"PrivateDevices", "ProtectClock", "DeviceAllow", "DevicePolicy", "PrivateNetwork", "IPAddressDeny"} {
+	// Settings that would cut the supervisor off from etcd.
+	for _, key := range []string{"PrivateNetwork", "IPAddressDeny"} {
 		if _, ok := k["Service"][key]; ok {
-			t.Errorf("[Service] sets %s: it would cut the supervisor off from the watchdog device or etcd", key)
+			t.Errorf("[Service] sets %s: it would cut the supervisor off from etcd", key)
 		}
 	}
 	if af := one(t, k, "Service", "RestrictAddressFamilies"); !strings.Contains(af, "AF_UNIX") || !strings.Contains(af, "AF_INET") {
 		t.Errorf("RestrictAddressFamilies = %q: D-Bus needs AF_UNIX, etcd AF_INET", af)
 	}
 
-	// The watchdog must kill a frozen supervisor, and its units must be
-	// down, before the lease can lapse (the arithmetic in the unit's
-	// comment), for the default configuration.
+	// The watchdog must kill a frozen supervisor at once (SIGKILL, no abort
+	// phase), and with the default configuration the fence window that
+	// includes WatchdogSec (fencing.Window) must leave room for renewals.
 	c := config.Default()
 	watchdog := seconds(t, one(t, k, "Service", "WatchdogSec"))
-	abort := seconds(t, one(t, k, "Service", "TimeoutAbortSec"))
-	lastPing := c.Lease.RenewInterval.D() + c.Etcd.RequestTimeout.D()
+	if sig := one(t, k, "Service", "WatchdogSignal"); sig != "SIGKILL" {
+		t.Errorf("WatchdogSignal = %q: must be SIGKILL, the fence window has no room for an abort phase", sig)
+	}
 	w := c.Window()
-	safe := time.Duration(float64(w.TTL) * (1 - w.ClockRate))
-	if worst := lastPing + watchdog + abort + w.StopMax + w.Slack; worst >= safe {
-		t.Errorf("watchdog too slow: %s (last ping) + %s + %s + S_max %s + slack %s = %s, not under TTL*(1-rho) = %s",
-			lastPing, watchdog, abort, w.StopMax, w.Slack, worst, safe)
+	w.Watchdog = watchdog
+	if err := w.Validate(c.Lease.RenewInterval.D()); err != nil {
+		t.Errorf("the packaged WatchdogSec %s does not fit the default configuration: %v", watchdog, err)
 	}
 	// The loop pings every poll interval; the watchdog must tolerate one
 	// late ping without firing.

@@ -99,3 +99,21 @@ func (s *Supervisor) recordHistory(e Event) {
 		s.log.Warn("history backlog full; transition not recorded", "to", e.To)
 	}
 }
+
+// flushHistory writes what the historian has not written yet, bounded by
+// one request timeout: the last transitions (stopped, fencing) are the ones
+// an operator most wants to read.
+func (s *Supervisor) flushHistory() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Etcd.RequestTimeout.D())
+	defer cancel()
+	for {
+		select {
+		case e := <-s.history:
+			if AppendHistory(ctx, s.cli, s.keys, e, s.cfg.History.Retain) != nil {
+				return
+			}
+		default:
+			return
+		}
+	}
+}

@@ -231,12 +231,14 @@ func (s *Supervisor) promoteJob(token int64) func(context.Context) (any, error) 
 	}
 }
 
-// leaveJob ends a standby's membership: the record goes with its lease.
-func (s *Supervisor) leaveJob(ctx context.Context) (any, error) {
-	if s.memberLease != 0 {
-		s.revoke(s.memberLease)
+// leaveJob ends the membership: the record goes with its lease.
+func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		if lease != 0 {
+			s.revoke(lease)
+		}
+		return nil, nil
 	}
-	return nil, nil
 }
 
 // release gives up the election key (only if it is still ours) and its

@@ -30,14 +30,14 @@ func (s *Supervisor) step(bg context.Context) {
 	switch s.state {
 	case Starting:
 		if s.shutting {
-			s.start(bg, "leave", s.leaveJob)
+			s.start(bg, "leave", s.leaveJob(s.memberLease))
 		} else if !now.Before(s.retryAt) {
 			s.start(bg, "startup", s.startupJob)
 		}
 	case Standby:
 		switch {
 		case s.shutting:
-			s.start(bg, "leave", s.leaveJob)
+			s.start(bg, "leave", s.leaveJob(s.memberLease))
 		case s.memberLease == 0:
 			s.transition(Starting, "member_lease_lost", "member lease lost; re-registering")
 		case len(runningUnits(s.lastUnits)) > 0:
@@ -105,6 +105,12 @@ func (s *Supervisor) onRenewal(r renewal) {
 	case r.err == nil:
 		s.deadline.Renewed(r.name, r.sent, r.ttl)
 		s.resetFenceTimer()
+		return
+	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.state == Demoting:
+		// The demotion releases the lease itself; an answer racing that
+		// release is not a loss. Had someone else revoked it, the next
+		// leader still waits at the barrier for our record to say the
+		// units are down, and the fence clock keeps running regardless.
 		return
 	case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
 		if s.state.Holding() {
@@ -288,12 +294,14 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		s.elecLease, s.token = 0, 0
 		s.leader = LeaderInfo{}
 		if s.shutting {
-			s.transition(Stopped, "shutdown", "units stopped, lease released")
-			return nil, true
+			// Leave too, so that a restarted supervisor (an upgrade) finds
+			// no record of ours to wait for.
+			s.start(bg, "leave", s.leaveJob(s.memberLease))
+			return nil, false
 		}
 		s.transition(Standby, "released", s.reason)
 	case "leave":
-		s.transition(Stopped, "shutdown", "left the group")
+		s.transition(Stopped, "shutdown", "units stopped, lease released, left the group")
 		return nil, true
 	}
 	return nil, false
@@ -357,6 +365,23 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	s.updateSnapshot()
 	s.log.Error("FENCING", "reason", reason, "token", s.token, "lease_left", s.deadline.LeaseLeft(start).Round(time.Millisecond))
 
+	// Keep pinging the watchdog while fencing: the stop jobs are queued,
+	// the work is bounded, and a watchdog kill now would only lose the
+	// record, the history and the hook.
+	pingDone := make(chan struct{})
+	go func() {
+		t := time.NewTicker(tickEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-pingDone:
+				return
+			case <-t.C:
+				s.notify("WATCHDOG=1")
+			}
+		}
+	}()
+	defer close(pingDone)
 	ctx, cancel := context.WithTimeout(bg, s.timeout.StopMax()+time.Second)
 	err := fencing.Fence(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 	cancel()

@@ -42,7 +42,7 @@ func (s *Supervisor) Status() Status {
 	if st.State.Holding() && !st.fenceAt.IsZero() {
 		now := time.Now()
 		st.FenceIn = st.fenceAt.Sub(now)
-		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Slack).Sub(now)
+		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Margin()).Sub(now)
 	}
 	if st.State == Fencing {
 		st.UnitsAllowed = false

@@ -39,6 +39,10 @@ type Options struct {
 	Hook func(ctx context.Context, name string, env map[string]string) error
 	// Observer is told of every transition (metrics, history). May be nil.
 	Observer func(Transition)
+	// Watchdog is systemd's WatchdogSec (from WATCHDOG_USEC) when the unit
+	// kills with WatchdogSignal=SIGKILL; it enters the fence window (see
+	// fencing.Window). Zero without a watchdog.
+	Watchdog time.Duration
 	// RenewObserver is told of every renewal attempt (metrics). May be nil;
 	// called from the renewal goroutine.
 	RenewObserver func(lease string, took time.Duration, err error)
@@ -140,6 +144,7 @@ func New(o Options) (*Supervisor, error) {
 	}
 	c := o.Config
 	w := c.Window()
+	w.Watchdog = o.Watchdog
 	if err := w.Validate(c.Lease.RenewInterval.D()); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
@@ -182,6 +187,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// Background work lives until Run returns, independent of ctx, because
 	// a graceful stop still needs etcd and systemd after ctx is cancelled.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer s.flushHistory()
 	defer stopBG()
 	defer func() {
 		for _, c := range s.stopRenew {

@@ -64,7 +64,16 @@ func newLogger(e env, c config.Log) *slog.Logger {
 // run is the daemon with its collaborators built from the configuration.
 func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string)) int {
 	log = log.With("node", cfg.Node)
-	checkWatchdog(cfg, log)
+	wd := systemdWatchdog()
+	if w := cfg.Window(); wd > 0 {
+		w.Watchdog = wd
+		if err := w.Validate(cfg.Lease.RenewInterval.D()); err != nil {
+			log.Error("systemd's watchdog leaves no room for renewals: lower WatchdogSec in a drop-in for kha-supervisor.service, or lengthen lease.ttl",
+				"err", err, "config", cfg.Path)
+			return exitConfig
+		}
+		log.Info("fence window", "span", w.Span(w.TTL), "watchdog", wd)
+	}
 
 	// systemd first: if D-Bus is not there nothing can be stopped, so
 	// nothing may be started either.
@@ -100,7 +109,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 	hookCfg := cfg.Hooks
 	sup, err := supervisor.New(supervisor.Options{
-		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify,
+		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
 			var argv []string
 			switch name {
@@ -194,21 +203,17 @@ func guardStatus(st supervisor.Status) guard.Status {
 	return g
 }
 
-// checkWatchdog warns when systemd's watchdog would fire too late to stop
-// the units before the lease can lapse: WatchdogSec + S_max must fit in
-// TTL*(1-rho).
-func checkWatchdog(cfg config.Config, log *slog.Logger) {
+// systemdWatchdog is WatchdogSec as systemd passes it (WATCHDOG_USEC, for
+// this process: WATCHDOG_PID, when set, must be ours), or 0.
+func systemdWatchdog() time.Duration {
+	if pid := os.Getenv("WATCHDOG_PID"); pid != "" && pid != strconv.Itoa(os.Getpid()) {
+		return 0
+	}
 	usec, err := strconv.ParseInt(os.Getenv("WATCHDOG_USEC"), 10, 64)
 	if err != nil || usec <= 0 {
-		return
+		return 0
 	}
-	wd := time.Duration(usec) * time.Microsecond
-	w := cfg.Window()
-	budget := time.Duration(float64(w.TTL) * (1 - w.ClockRate))
-	if wd+w.StopMax >= budget {
-		log.Warn("WatchdogSec is too long for the lease: a frozen supervisor would be killed after its lease could lapse",
-			"watchdog", wd, "stop_max", w.StopMax, "lease_budget", budget)
-	}
+	return time.Duration(usec) * time.Microsecond
 }
 
 // warnOldEtcd warns when a cluster member runs an etcd with known lease
