@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"time"
 )
 
 // Describe writes the effective configuration as TOML (every key, in the
@@ -78,6 +79,16 @@ func (c Config) describeWindow(w io.Writer) {
 			verdict = "REFUSED: under 2"
 		}
 		p("  renewals: X / lease.renew_interval = %s / %s = %d renew intervals fit (at least 2 required: %s)", span, renew, max(fit, 0), verdict)
+	}
+	// Under systemd's watchdog the margin after S_max is max(delta, W).
+	for _, wd := range []time.Duration{2 * time.Second, time.Second} {
+		ww := win
+		ww.Watchdog = wd
+		verdict := "ok"
+		if ww.Validate(renew) != nil {
+			verdict = "refused at start: lower WatchdogSec or lengthen lease.ttl"
+		}
+		p("  under systemd WatchdogSec=%s: X = TTL*(1-rho) - S_max - max(delta, W) = %s (%s)", wd, ww.Span(ww.TTL), verdict)
 	}
 	if d := c.Lease.TakeoverDelay.D(); d > 0 {
 		p("  takeover: after winning, units start %s later (lease.takeover_delay)", d)
