@@ -186,6 +186,11 @@ func (e *Env) Execute(ctx context.Context, sc Scenario, repeat int) Result {
 	if err := e.Restore(ctx); err != nil {
 		r.Failf("restore: %v", err)
 	}
+	// A clean-up step may have reloaded systemd on a node, which stalls its
+	// bus (and so its supervisor's view of the units) for a second or two
+	// here; let that pass before judging the steady state the next
+	// scenario starts from.
+	_ = Sleep(ctx, 2*time.Second)
 	if _, _, err := e.Steady(ctx, e.steadyTimeout()); err != nil {
 		r.Failf("no steady state after the scenario: %v", err)
 	}

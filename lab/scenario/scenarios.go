@@ -440,35 +440,44 @@ func manualStart(ctx context.Context, r *Run) error {
 	return nil
 }
 
-// guardDropin finds the drop-in that binds scheduler to the supervisor
-// inside n (install-dropins writes /etc, the package ships /usr/lib).
-func guardDropin(n *master.Node) (string, error) {
-	for _, dir := range []string{"/etc/systemd/system", "/usr/lib/systemd/system"} {
+// guardDropins finds the drop-ins that bind scheduler to the supervisor
+// inside n: install-dropins writes /etc, the package ships /usr/lib, and
+// either alone keeps the guard in place.
+func guardDropins(n *master.Node) ([]string, error) {
+	var out []string
+	for _, dir := range []string{"/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"} {
 		p := dropin.Path(dir, scheduler+".service")
 		if _, err := os.Stat(filepath.Join(n.Root(), p)); err == nil {
-			return p, nil
+			out = append(out, p)
 		}
 	}
-	return "", fmt.Errorf("%s: no %s drop-in for %s", n.Name, dropin.FileName, scheduler)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no %s drop-in for %s", n.Name, dropin.FileName, scheduler)
+	}
+	return out, nil
 }
 
 func manualStartNoGuard(ctx context.Context, r *Run) error {
 	n := r.Nodes[r.Standby]
-	p, err := guardDropin(n)
+	paths, err := guardDropins(n)
 	if err != nil {
 		return err
 	}
-	host := filepath.Join(n.Root(), p)
-	if err := os.Rename(host, host+".lab-removed"); err != nil {
-		return err
-	}
+	// Registered first, so it runs last (undo steps run last-in,
+	// first-out): after every drop-in is back.
 	r.Undo(func(ctx context.Context) error {
-		if err := os.Rename(host+".lab-removed", host); err != nil {
-			return err
-		}
 		_, err := n.Systemctl(ctx, "daemon-reload")
 		return err
 	})
+	for _, p := range paths {
+		host := filepath.Join(n.Root(), p)
+		if err := os.Rename(host, host+".lab-removed"); err != nil {
+			return err
+		}
+		r.Undo(func(ctx context.Context) error {
+			return os.Rename(host+".lab-removed", host)
+		})
+	}
 	if _, err := n.Systemctl(ctx, "daemon-reload"); err != nil {
 		return err
 	}
@@ -546,9 +555,15 @@ func keyDeleted(ctx context.Context, r *Run) error {
 	if err != nil {
 		return err
 	}
-	newLeader, err := r.Failover(ctx, fault, r.Standby)
+	// Normally the standby, campaigning all along, wins at once; the old
+	// leader, restarted after fencing, may win too if the standby was not
+	// campaigning at that instant. Either way the barrier must hold.
+	newLeader, err := r.Failover(ctx, fault, lab.MasterNames...)
 	if err != nil {
 		return err
+	}
+	if newLeader == r.Leader {
+		r.Notef("the old leader %s won again after fencing and restarting", newLeader)
 	}
 	r.barrier(fault, r.Leader, newLeader, "")
 
@@ -577,7 +592,7 @@ func keyDeleted(ctx context.Context, r *Run) error {
 		return err
 	}
 	r.Res.FaultAt = fault
-	back, err := r.Failover(ctx, fault2, r.Standby)
+	back, err := r.Failover(ctx, fault2, lab.MasterNames...)
 	if err != nil {
 		return err
 	}
@@ -605,8 +620,10 @@ func (r *Run) barrier(fault time.Time, old, new, prefix string) {
 	_ = r.W.Refresh()
 	var oldLast, newFirst time.Time
 	for _, u := range Units() {
-		if t, ok := r.W.LastBeat(old, u, time.Now()); ok && t.After(oldLast) && t.After(fault.Add(-time.Second)) {
-			oldLast = t
+		// The old leader's instance that was running at the fault (the
+		// same node may run a new one later, after winning again).
+		if in, ok := r.W.InstanceAt(old, u, fault); ok && in.Last.After(oldLast) {
+			oldLast = in.Last
 		}
 		if t, ok := r.W.FirstStart(new, u, fault); ok && (newFirst.IsZero() || t.Before(newFirst)) {
 			newFirst = t
