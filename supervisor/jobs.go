@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
@@ -364,12 +365,9 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 			}
 			rctx, rcancel := s.reqCtx(ctx)
 			sent := time.Now()
-			resp, err := s.cli.KeepAliveOnce(rctx, lease)
+			ttl, err := s.keepAliveOnce(rctx, lease)
 			rcancel()
-			r := renewal{name: name, lease: lease, sent: sent, took: time.Since(sent), err: err}
-			if err == nil {
-				r.ttl = time.Duration(resp.TTL) * time.Second
-			}
+			r := renewal{name: name, lease: lease, sent: sent, took: time.Since(sent), ttl: ttl, err: err}
 			if s.opts.RenewObserver != nil {
 				s.opts.RenewObserver(name, r.took, err)
 			}
@@ -515,4 +513,45 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// keepAliveOnce renews lease once through every renewal client at the same
+// time (one per etcd endpoint; see Options.RenewClients) and returns the
+// first success. gRPC only notices a silently dead connection after its
+// keepalive (10 s at the least), and the client's round robin would keep
+// sending some renewals into it; in parallel, one live member is enough.
+// "Lease not found" from any member is final: members forward renewals to
+// the etcd leader, so it is the leader's answer.
+func (s *Supervisor) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
+	clients := s.opts.RenewClients
+	if len(clients) == 0 {
+		clients = []*clientv3.Client{s.cli}
+	}
+	type answer struct {
+		ttl time.Duration
+		err error
+	}
+	answers := make(chan answer, len(clients))
+	for _, c := range clients {
+		go func() {
+			resp, err := c.KeepAliveOnce(ctx, lease)
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			answers <- answer{ttl: time.Duration(resp.TTL) * time.Second}
+		}()
+	}
+	var errs []error
+	for range clients {
+		a := <-answers
+		switch {
+		case a.err == nil:
+			return a.ttl, nil
+		case errors.Is(a.err, rpctypes.ErrLeaseNotFound):
+			return 0, a.err
+		}
+		errs = append(errs, a.err)
+	}
+	return 0, errors.Join(errs...)
 }

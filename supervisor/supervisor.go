@@ -39,6 +39,11 @@ type Options struct {
 	Hook func(ctx context.Context, name string, env map[string]string) error
 	// Observer is told of every transition (metrics, history). May be nil.
 	Observer func(Transition)
+	// RenewClients, when set, are used for lease renewals instead of
+	// Client: one client per etcd endpoint, all asked at once, so that one
+	// silently unreachable member cannot swallow renewals. Client still
+	// serves everything else.
+	RenewClients []*clientv3.Client
 	// Watchdog is systemd's WatchdogSec (from WATCHDOG_USEC) when the unit
 	// kills with WatchdogSignal=SIGKILL; it enters the fence window (see
 	// fencing.Window). Zero without a watchdog.

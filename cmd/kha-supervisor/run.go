@@ -14,6 +14,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
@@ -100,6 +101,12 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 	defer cli.Close()
 	warnOldEtcd(ctx, cli, log)
+	renew := append([]*clientv3.Client{cli}, etcdconn.PerEndpoint(cfg.Etcd, log)...)
+	defer func() {
+		for _, c := range renew[1:] {
+			_ = c.Close()
+		}
+	}()
 
 	reg := prometheus.NewRegistry()
 	metrics, err := httpapi.NewMetrics(reg)
@@ -110,6 +117,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	hookCfg := cfg.Hooks
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
+		RenewClients: renew,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
 			var argv []string
 			switch name {

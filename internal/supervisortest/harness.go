@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,6 +61,8 @@ type Member struct {
 	Proxies []*tcpproxy.Proxy
 	Cancel  context.CancelFunc
 	Done    chan error
+	// RenewFailures counts failed lease renewals (both leases).
+	RenewFailures atomic.Int64
 }
 
 func (m *Member) Cut(v bool) {
@@ -98,17 +101,31 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		m.Proxies = append(m.Proxies, p)
 		eps = append(eps, "http://"+p.Addr())
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: eps, DialTimeout: 2 * time.Second,
-		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: time.Second,
-		Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
+	dial := func(eps ...string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: eps, DialTimeout: 2 * time.Second,
+			DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: time.Second,
+			Logger: zap.NewNop(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
 	}
-	t.Cleanup(func() { cli.Close() })
+	cli := dial(eps...)
+	var renew []*clientv3.Client
+	for _, ep := range eps {
+		renew = append(renew, dial(ep))
+	}
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	m.Sup, err = supervisor.New(supervisor.Options{Config: cfg, Client: cli, Units: m.Units, Log: log, Version: "test"})
+	var err error
+	m.Sup, err = supervisor.New(supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
+		RenewObserver: func(_ string, _ time.Duration, err error) {
+			if err != nil {
+				m.RenewFailures.Add(1)
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

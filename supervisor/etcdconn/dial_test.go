@@ -3,6 +3,7 @@ package etcdconn_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,6 +138,33 @@ func TestDialWithAuth(t *testing.T) {
 			t.Errorf("embedded etcd reports version %q, which LeaseSafeVersion rejects", v)
 		}
 		t.Logf("server version %s", v)
+	})
+
+	t.Run("one renewal client per endpoint", func(t *testing.T) {
+		clients := etcdconn.PerEndpoint(a.config(), slog.Default())
+		t.Cleanup(func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		})
+		if len(clients) != len(a.config().Endpoints) {
+			t.Fatalf("%d clients for %d endpoints", len(clients), len(a.config().Endpoints))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		lease, err := clients[0].Grant(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range clients {
+			if eps := c.Endpoints(); len(eps) != 1 || eps[0] != a.config().Endpoints[i] {
+				t.Fatalf("client %d has endpoints %v", i, eps)
+			}
+			// Each one renews through its own member, as user kha.
+			if _, err := c.KeepAliveOnce(ctx, lease.ID); err != nil {
+				t.Fatalf("renew through %s: %v", c.Endpoints()[0], err)
+			}
+		}
 	})
 
 	t.Run("certificate only", func(t *testing.T) {

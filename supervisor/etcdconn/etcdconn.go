@@ -209,3 +209,32 @@ func statusAll(ctx context.Context, cli Client) []endpointStatus {
 	wg.Wait()
 	return out
 }
+
+// PerEndpoint returns one client per configured endpoint, for the lease
+// renewals the supervisor sends to every member at once (a silently
+// unreachable member then costs nothing; a balanced client would keep
+// sending it some renewals until gRPC's keepalive, at least 10 s, notices).
+// An endpoint whose client cannot be built now (with a username, clientv3
+// logs in while connecting, so a member that is down fails) is skipped
+// with a warning; callers keep their balanced client in the set as well.
+func PerEndpoint(cfg config.Etcd, log *slog.Logger) []*clientv3.Client {
+	if len(cfg.Endpoints) < 2 {
+		return nil
+	}
+	cc, err := ClientConfig(cfg)
+	if err != nil {
+		return nil
+	}
+	var out []*clientv3.Client
+	for _, ep := range cfg.Endpoints {
+		one := cc
+		one.Endpoints = []string{ep}
+		cli, err := clientv3.New(one)
+		if err != nil {
+			log.Warn("no renewal path through this etcd endpoint for now", "endpoint", ep, "err", err)
+			continue
+		}
+		out = append(out, cli)
+	}
+	return out
+}
