@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -445,11 +446,15 @@ func manualStart(ctx context.Context, r *Run) error {
 // either alone keeps the guard in place.
 func guardDropins(n *master.Node) ([]string, error) {
 	var out []string
+	var seen []os.FileInfo
 	for _, dir := range []string{"/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"} {
 		p := dropin.Path(dir, scheduler+".service")
-		if _, err := os.Stat(filepath.Join(n.Root(), p)); err == nil {
-			out = append(out, p)
+		fi, err := os.Stat(filepath.Join(n.Root(), p))
+		if err != nil || slices.ContainsFunc(seen, func(o os.FileInfo) bool { return os.SameFile(o, fi) }) {
+			continue // absent, or the same file again (/lib -> usr/lib)
 		}
+		seen = append(seen, fi)
+		out = append(out, p)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no %s drop-in for %s", n.Name, dropin.FileName, scheduler)
