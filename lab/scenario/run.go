@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -334,5 +333,3 @@ func (r *Run) NoChange(from, to time.Time) {
 		}
 	}
 }
-
-var errSkip = errors.New("not applicable")
