@@ -293,6 +293,12 @@ func (s *Systemd) Start(ctx context.Context, unit string) error {
 	start := time.Now()
 	var ch chan string
 	err := s.do(ctx, "start "+unit, func(c *sd.Conn) error {
+		// Clear a failed state and, with it, the start-rate counter: guard
+		// refusals on this node while it was standby (an operator retrying
+		// `systemctl start`) count towards StartLimitBurst and would
+		// otherwise make this legitimate start fail with start-limit-hit.
+		// The unit may simply not be failed: that error is not ours.
+		_ = c.ResetFailedUnitContext(ctx, unit)
 		ch = make(chan string, 1) // fresh per attempt: a dead connection never delivers
 		_, err := c.StartUnitContext(ctx, unit, "replace", ch)
 		return err

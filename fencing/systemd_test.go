@@ -58,8 +58,20 @@ ExecStart=/bin/sleep infinity
 `,
 	"kt-sd-oneshot-fail.service": "[Service]\nType=oneshot\nExecStart=/bin/false\n",
 	"kt-sd-behind.service":       "[Service]\nExecStart=/bin/sleep infinity\n",
-	"kt-sd-reexec.service":       "[Service]\nExecStart=/bin/sleep infinity\n",
-	"kt-sd-dbus.service":         "[Service]\nExecStart=/bin/sleep infinity\n",
+	// Stands for a managed unit with Restart=always whose guard refuses
+	// it on a standby: the ExecStartPre= fails until /run/kt-sd-allow
+	// exists, systemd retries by itself and hits the start limit.
+	"kt-sd-limited.service": `[Unit]
+StartLimitIntervalSec=1h
+StartLimitBurst=3
+[Service]
+ExecStartPre=/bin/test -e /run/kt-sd-allow
+ExecStart=/bin/sleep infinity
+Restart=always
+RestartSec=100ms
+`,
+	"kt-sd-reexec.service": "[Service]\nExecStart=/bin/sleep infinity\n",
+	"kt-sd-dbus.service":   "[Service]\nExecStart=/bin/sleep infinity\n",
 	// The packaging question: B stands for kha-supervisor.service, A for a
 	// managed unit carrying BindsTo=+After= on it.
 	"kt-sd-bindb.service": `[Service]
@@ -695,3 +707,29 @@ func (h *testHandler) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h *testHandler) WithGroup(string) slog.Handler { return h }
+
+// Guard refusals (a failing ExecStartPre=) count towards the unit's start
+// limit; once this node holds the lease, its own start must not fail with
+// start-limit-hit because an operator retried on the standby.
+func TestSystemdStartClearsStartLimit(t *testing.T) {
+	c := container(t)
+	s, _ := newSystemd(t, c)
+	const u = "kt-sd-limited.service"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = c.Exec(ctx, "systemctl", "start", u) // refused by ExecStartPre; systemd retries
+	// systemd 252 keeps Result=exit-code here; its journal says it.
+	waitFor(t, u+" to hit its start limit", 20*time.Second, func() bool {
+		return strings.Contains(exec(t, c, "journalctl", "-u", u, "--no-pager"), "repeated too quickly")
+	})
+	exec(t, c, "touch", "/run/kt-sd-allow")
+	if err := s.Start(bg(t, 20*time.Second), u); err != nil {
+		t.Fatalf("Start after start-limit-hit: %v", err)
+	}
+	if got := show(t, c, u, "ActiveState"); got != "active" {
+		t.Fatalf("%s is %s", u, got)
+	}
+	if err := s.Stop(bg(t, 20*time.Second), u); err != nil {
+		t.Fatal(err)
+	}
+}
