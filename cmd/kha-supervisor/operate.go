@@ -33,18 +33,28 @@ type session struct {
 	keys supervisor.Keys
 }
 
-// connect parses the common -c flag (fs already holds the command's own
-// flags), loads the configuration and dials etcd.
-func connect(e env, fs *flag.FlagSet, args []string) (*session, int) {
+// loadConfig parses the common -c flag (fs already holds the command's own
+// flags) and loads the configuration; a refusal is printed and becomes
+// exitConfig.
+func loadConfig(e env, fs *flag.FlagSet, args []string) (config.Config, int) {
 	path := fs.String("c", defaultConfig, "configuration file")
 	fs.SetOutput(e.stderr)
 	if err := fs.Parse(args); err != nil {
-		return nil, exitConfig
+		return config.Config{}, exitConfig
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintln(e.stderr, err)
-		return nil, exitConfig
+		return config.Config{}, exitConfig
+	}
+	return cfg, exitOK
+}
+
+// connect loads the configuration (see loadConfig) and dials etcd.
+func connect(e env, fs *flag.FlagSet, args []string) (*session, int) {
+	cfg, code := loadConfig(e, fs, args)
+	if code != exitOK {
+		return nil, code
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout.D()+2*cfg.Etcd.RequestTimeout.D()+time.Second)
 	defer cancel()

@@ -32,16 +32,9 @@ func init() {
 }
 
 func runDaemon(e env, args []string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	path := fs.String("c", defaultConfig, "configuration file")
-	if err := fs.Parse(args); err != nil {
-		return exitConfig
-	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintln(e.stderr, err)
-		return exitConfig
+	cfg, code := loadConfig(e, flag.NewFlagSet("run", flag.ContinueOnError), args)
+	if code != exitOK {
+		return code
 	}
 	log := newLogger(e, cfg.Log)
 	slog.SetDefault(log)

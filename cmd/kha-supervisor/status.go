@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
-	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
-	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 func init() {
@@ -21,20 +18,15 @@ func init() {
 
 func statusCmd(e env, args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	path := fs.String("c", defaultConfig, "configuration file")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return exitConfig
-	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintln(e.stderr, err)
-		return exitConfig
-	}
-	cs, code := readCluster(e, cfg)
+	s, code := connect(e, fs, args)
 	if code != exitOK {
 		return code
+	}
+	defer s.close()
+	cs, err := s.cluster(e)
+	if err != nil {
+		return fail(e, exitFailure, "%v", err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -44,24 +36,6 @@ func statusCmd(e env, args []string) int {
 	}
 	printStatus(e.stdout, cs, time.Now())
 	return exitOK
-}
-
-// readCluster dials etcd with the configuration and reads the group.
-func readCluster(e env, cfg config.Config) (supervisor.ClusterStatus, int) {
-	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout.D()+2*cfg.Etcd.RequestTimeout.D()+time.Second)
-	defer cancel()
-	cli, err := etcdconn.Dial(ctx, cfg.Etcd)
-	if err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return supervisor.ClusterStatus{}, exitFailure
-	}
-	defer cli.Close()
-	cs, err := supervisor.ReadCluster(ctx, cli, supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster), cfg.Cluster)
-	if err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return cs, exitFailure
-	}
-	return cs, exitOK
 }
 
 func printStatus(w io.Writer, cs supervisor.ClusterStatus, now time.Time) {
