@@ -114,13 +114,29 @@ func (f *labFlags) open() (*lab.Lab, error) {
 	})
 }
 
-// parse parses a command's flags; extra positional arguments are returned.
+// parse parses a command's flags, which may come before, between or after
+// its positional arguments (`run all --repeat 3`, as the Makefile passes
+// LAB_FLAGS last); the positional arguments are returned in order.
 func parse(name string, args []string, fs *flag.FlagSet) ([]string, error) {
 	fs.Init(name, flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
-		return nil, errUsage
+	var pos []string
+	for {
+		if len(args) > 0 && args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		if err := fs.Parse(args); err != nil {
+			return nil, errUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil // Parse consumed a "--"
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	return fs.Args(), nil
 }
 
 func init() {
@@ -160,4 +176,14 @@ func runHold(ctx context.Context, args []string) error {
 // timeout bounds a whole CLI command.
 func timeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
+}
+
+// parseLeading parses flags up to the first positional argument and returns
+// everything from there verbatim (exec: the command's own flags).
+func parseLeading(name string, args []string, fs *flag.FlagSet) ([]string, error) {
+	fs.Init(name, flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return nil, errUsage
+	}
+	return fs.Args(), nil
 }

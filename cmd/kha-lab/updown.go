@@ -140,7 +140,7 @@ func runExec(ctx context.Context, args []string) error {
 	var fs flag.FlagSet
 	var f labFlags
 	f.register(&fs)
-	rest, err := parse("exec", args, &fs)
+	rest, err := parseLeading("exec", args, &fs)
 	if err != nil {
 		return err
 	}
