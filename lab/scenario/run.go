@@ -53,7 +53,8 @@ type Result struct {
 	// and starts a unit by hand). They are reported, never hidden.
 	Excused  []string `json:"excused_overlaps,omitempty"`
 	Timeline []Mark   `json:"timeline,omitempty"`
-	// Alive is when each node ran each unit during the scenario (merged
+	// Alive is when each node ran each unit during the scenario and the 3 s
+	// before it (merged
 	// witness intervals), for the timeline picture.
 	Alive []Span `json:"alive,omitempty"`
 }
@@ -230,7 +231,7 @@ func (r *Run) recordAlive() {
 			}
 		}
 		for _, u := range Units() {
-			for _, iv := range witness.Coverage(mine, u, r.Res.Start, r.Res.End) {
+			for _, iv := range witness.Coverage(mine, u, r.Res.Start.Add(-3*time.Second), r.Res.End) {
 				r.Res.Alive = append(r.Res.Alive, Span{Node: n, Unit: u, From: iv.From, To: iv.To})
 			}
 		}
