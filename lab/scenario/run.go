@@ -54,8 +54,7 @@ type Result struct {
 	Excused  []string `json:"excused_overlaps,omitempty"`
 	Timeline []Mark   `json:"timeline,omitempty"`
 	// Alive is when each node ran each unit during the scenario and the 3 s
-	// before it (merged
-	// witness intervals), for the timeline picture.
+	// before it (merged witness intervals), for the timeline picture.
 	Alive []Span `json:"alive,omitempty"`
 }
 
