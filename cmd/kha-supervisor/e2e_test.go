@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // TestEndToEnd runs the real binary as the packaged kha-supervisor.service
@@ -89,10 +88,14 @@ func TestEndToEnd(t *testing.T) {
 	checkToken(t, nl, cs4.Token)
 
 	// 5. SIGKILL to the leader's supervisor: BindsTo= stops its units at
-	// once; nobody runs them until the lease can have lapsed; the other
-	// node takes over after about the TTL.
-	killed, other := nl, ns
+	// once; nobody runs them until the lease can have lapsed, then one node
+	// takes over. That is usually the other node, but not necessarily:
+	// systemd restarts the killed supervisor within RestartSec, it waits for
+	// its old member record to expire (about when the old election lease
+	// does) and then races the standby for the free key as an equal.
+	killed := nl
 	restarts := killed.show(e2eSupervisor, "NRestarts")
+	was, _ := member(cs4, killed.name)
 	sent = time.Now()
 	killed.systemctl("kill", "--kill-who=main", "-s", "KILL", e2eSupervisor)
 	waitFor(t, 30*time.Second, "units on "+killed.name+" stopped after SIGKILL of its supervisor", func() (bool, string) {
@@ -104,21 +107,21 @@ func TestEndToEnd(t *testing.T) {
 		lastStop = later(lastStop, killed.lastEvent(u, false, sent))
 	}
 	t.Logf("SIGKILL: %s's units stopped %s after the kill (BindsTo=)", killed.name, ms(lastStop.Sub(sent)))
-	nl5, ns5, cs5 := c.waitStable(60 * time.Second)
-	if nl5 != other {
-		t.Fatalf("after SIGKILL of %s's supervisor the leader is %s, want %s", killed.name, nl5.name, other.name)
-	}
+	nl5, _, cs5 := c.waitStable(60 * time.Second)
 	if cs5.Token <= cs4.Token {
 		t.Fatalf("fencing token did not grow across the takeover: %d then %d", cs4.Token, cs5.Token)
 	}
 	stop, start = checkHandoff(t, killed, nl5, sent)
 	t.Logf("SIGKILL takeover %s -> %s: first new unit active %s after the kill (TTL %s), %s after the last old unit stopped; token %d -> %d",
 		killed.name, nl5.name, ms(start.Sub(sent)), p.TTL, ms(start.Sub(stop)), cs4.Token, cs5.Token)
-	if r := ns5.show(e2eSupervisor, "NRestarts"); r == restarts {
-		t.Fatalf("%s's supervisor was not restarted by systemd after SIGKILL (NRestarts still %s)", ns5.name, r)
+	if nl5 == killed {
+		t.Logf("NOTE: %s's restarted supervisor won the election again; %s, standby all along, lost the race for the free key", killed.name, c.other(killed).name)
 	}
-	if r, ok := member(cs5, ns5.name); !ok || r.State != supervisor.Standby {
-		t.Fatalf("%s's restarted supervisor is not a standby: %+v", ns5.name, r)
+	if r := killed.show(e2eSupervisor, "NRestarts"); r == restarts {
+		t.Fatalf("%s's supervisor was not restarted by systemd after SIGKILL (NRestarts still %s)", killed.name, r)
+	}
+	if r, ok := member(cs5, killed.name); !ok || r.Incarnation == was.Incarnation {
+		t.Fatalf("%s's restarted supervisor did not register anew (incarnation %q before the kill): %+v", killed.name, was.Incarnation, cs5.Members)
 	}
 	checkToken(t, nl5, cs5.Token)
 }
@@ -129,28 +132,37 @@ func TestEndToEnd(t *testing.T) {
 func refuseOnStandby(t *testing.T, standby, leader *e2eNode, unit string, token int64) {
 	t.Helper()
 	want := fmt.Sprintf("refusing to start %s on %s: this node is standby; leader is %s (token %d)", unit, standby.name, leader.name, token)
-	// What systemd logs when the guard itself is killed by a stop.
-	const killedPre = "Control process exited, code=killed, status=15/TERM"
 	began := time.Now()
 	out, code, err := standby.exec("systemctl", "start", unit)
 	if err != nil || code == 0 {
 		t.Fatalf("systemctl start %s on standby %s: exit %d, %v (want a failure): %s", unit, standby.name, code, err, out)
 	}
-	var killed bool
-	waitFor(t, 10*time.Second, "the guard's refusal in the unit's journal", func() (bool, string) {
-		j := standby.journal(unit)
-		killed = strings.Contains(j, killedPre)
-		return strings.Contains(j, want) || killed, j
+	// The refusal, or the unit settled (failed or inactive) for a while
+	// without it: the journal is written asynchronously.
+	var settled time.Time
+	var j string
+	waitFor(t, 15*time.Second, "the guard's refusal in the unit's journal", func() (bool, string) {
+		j = standby.journal(unit)
+		if strings.Contains(j, want) {
+			return true, j
+		}
+		if st := standby.show(unit, "ActiveState"); st != "failed" && st != "inactive" {
+			settled = time.Time{}
+		} else if settled.IsZero() {
+			settled = time.Now()
+		}
+		return !settled.IsZero() && time.Since(settled) > 2*time.Second, j
 	})
-	if killed {
-		// Standby enforcement counts a unit in "activating" (SubState
-		// start-pre: only the guard runs) as running and stops it, which
-		// kills the guard before it prints its answer; systemctl then
-		// says only that the job was canceled. Safety is not at stake
-		// (checked below), so the other scenarios still run.
-		t.Errorf("the guard never answered: %s's supervisor stopped %s while its ExecStartPre= guard was running "+
-			"(journal: %q), so the operator got %q instead of %q",
-			standby.name, unit, killedPre, strings.TrimSpace(out), want)
+	if !strings.Contains(j, want) {
+		// Seen so far: standby enforcement counts a unit in "activating"
+		// (SubState start-pre: only the guard runs) as running and stops
+		// it; the stop's SIGTERM kills the guard before it answers, or
+		// cancels its request so that it says the supervisor is not
+		// running. Either way the operator is not told who the leader is.
+		// Safety is not at stake (checked below), so the other scenarios
+		// still run.
+		t.Errorf("the guard's refusal naming the leader never reached the journal of %s on %s; systemctl said %q; want %q; journal:\n%s\nsupervisor:\n%s",
+			unit, standby.name, strings.TrimSpace(out), want, j, standby.journal(e2eSupervisor))
 	} else {
 		t.Logf("guard refused the start on %s (systemctl exit %d): %q", standby.name, code, want)
 	}
