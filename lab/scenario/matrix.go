@@ -23,7 +23,7 @@ func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir stri
 		}
 		scs = append(scs, sc)
 	}
-	rep := &Report{Kind: "matrix", Started: time.Now(), Profile: TimingOf(e.Profile)}
+	rep := &Report{Kind: reportKind(ids), Started: time.Now(), Profile: TimingOf(e.Profile)}
 	var path string
 	for i := 1; i <= repeats; i++ {
 		for _, sc := range scs {

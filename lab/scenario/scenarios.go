@@ -56,7 +56,7 @@ var All = []Scenario{
 
 // Lookup returns the scenario with id.
 func Lookup(id int) (Scenario, bool) {
-	for _, s := range All {
+	for _, s := range slices.Concat(All, Operator) {
 		if s.ID == id {
 			return s, true
 		}

@@ -1,0 +1,372 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+)
+
+const pkgName = "kha-supervisor"
+
+// sourceRoot is the source tree the lab was started from (the parent of
+// its packaging directory): scenario 22 builds packages from it.
+func (r *Run) sourceRoot() (string, error) {
+	p := r.Lab.Config().Packaging
+	if p == "" {
+		p = "packaging"
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("source tree: %w", err)
+	}
+	root := filepath.Dir(abs)
+	if _, err := os.Stat(filepath.Join(root, "packaging", "mkpkg", "main.go")); err != nil {
+		return "", fmt.Errorf("building packages needs the source tree (give --packaging DIR/packaging): %w", err)
+	}
+	return root, nil
+}
+
+// mkpkg runs the project's package builder in root.
+func mkpkg(ctx context.Context, root string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", append([]string{"run", "./packaging/mkpkg"}, args...)...)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go run ./packaging/mkpkg %s: %w: %s", strings.Join(args, " "), err, lastLines(stderr.String(), 2000))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// buildDeb builds the .deb of version for this machine's architecture into
+// dir and returns its path.
+func buildDeb(ctx context.Context, root, dir, version string) (string, error) {
+	out, err := mkpkg(ctx, root, "-out", dir, "-arch", runtime.GOARCH, "-format", "deb", "-version", version)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if p, _, _ := strings.Cut(line, "\t"); strings.HasSuffix(p, ".deb") {
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(root, p)
+			}
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("mkpkg printed no .deb: %q", out)
+}
+
+var upRE = regexp.MustCompile(`^(.*[.+])up([0-9]+)$`)
+
+// bumpVersion returns a version dpkg orders right after v: "+up1" appended
+// to a release, ".up1" to a build that already carries "+...", and an
+// existing upN suffix counted up (a second run of the scenario).
+func bumpVersion(v string) string {
+	if m := upRE.FindStringSubmatch(v); m != nil {
+		n, _ := strconv.Atoi(m[2])
+		return m[1] + "up" + strconv.Itoa(n+1)
+	}
+	if strings.Contains(v, "+") {
+		return v + ".up1"
+	}
+	return v + "+up1"
+}
+
+// installedVersion is the kha-supervisor package version installed in node
+// ("" when the package is not installed).
+func installedVersion(ctx context.Context, n *master.Node) string {
+	out, code := n.Run(ctx, "dpkg-query", "-W", "-f", "${db:Status-Abbrev}|${Version}", pkgName)
+	if code != 0 {
+		return ""
+	}
+	st, v, ok := strings.Cut(strings.TrimSpace(out), "|")
+	if !ok || !strings.HasPrefix(st, "ii") {
+		return ""
+	}
+	return v
+}
+
+// shared copies a host file into the lab's shared dist directory and
+// returns its path inside the masters.
+func (r *Run) shared(hostPath string) (string, error) {
+	dir := r.Lab.SharedPath("dist")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("scenario: %w", err)
+	}
+	b, err := os.ReadFile(hostPath)
+	if err != nil {
+		return "", fmt.Errorf("scenario: %w", err)
+	}
+	dst := filepath.Join(dir, filepath.Base(hostPath))
+	if err := os.WriteFile(dst+".tmp", b, 0o644); err != nil {
+		return "", fmt.Errorf("scenario: %w", err)
+	}
+	if err := os.Rename(dst+".tmp", dst); err != nil {
+		return "", fmt.Errorf("scenario: %w", err)
+	}
+	return master.LabDir + "/dist/" + filepath.Base(hostPath), nil
+}
+
+// dpkg runs dpkg with args inside node and fails on a non-zero exit.
+func (r *Run) dpkg(ctx context.Context, node string, args ...string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	out, code := r.Nodes[node].Run(cctx, append([]string{"dpkg"}, args...)...)
+	r.Log.Info("scenario: dpkg", "scenario", r.Res.ID, "node", node, "args", args, "exit", code)
+	if code != 0 {
+		return out, fmt.Errorf("%s: dpkg %s: exit %d: %s", node, strings.Join(args, " "), code, strings.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// prepareBase makes sure both masters have the kha-supervisor package
+// installed (a lab brought up without --deb runs the bare binary): the
+// missing ones get a package of base built now. A fresh install neither
+// starts nor restarts the supervisor, so the running one is untouched.
+func (r *Run) prepareBase(ctx context.Context, root, dir, base string) error {
+	var missing []string
+	for _, name := range lab.MasterNames {
+		if installedVersion(ctx, r.Nodes[name]) == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	deb, err := buildDeb(ctx, root, dir, base)
+	if err != nil {
+		return err
+	}
+	in, err := r.shared(deb)
+	if err != nil {
+		return err
+	}
+	for _, name := range missing {
+		// The lab wrote the configuration before any package owned it:
+		// keep it (the package's copy is the example).
+		if _, err := r.dpkg(ctx, name, "--force-confold", "-i", in); err != nil {
+			return err
+		}
+	}
+	r.Notef("installed the %s package (%s) on %v, which ran the bare binary; no restart", pkgName, base, missing)
+	return nil
+}
+
+func packageUpgrade(ctx context.Context, r *Run) error {
+	root, err := r.sourceRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(r.Lab.OutDir(), "debs")
+	base := installedVersion(ctx, r.Nodes[r.Leader])
+	if base == "" {
+		if base, err = mkpkg(ctx, root, "-print-version"); err != nil {
+			return err
+		}
+	}
+	built := time.Now()
+	if err := r.prepareBase(ctx, root, dir, base); err != nil {
+		return err
+	}
+	up := bumpVersion(base)
+	if _, code := r.Nodes[r.Leader].Run(ctx, "dpkg", "--compare-versions", up, "gt", base); code != 0 {
+		return fmt.Errorf("version %s does not sort after %s", up, base)
+	}
+	upDeb, err := buildDeb(ctx, root, dir, up)
+	if err != nil {
+		return err
+	}
+	r.Metric("build", time.Since(built))
+	upIn, err := r.shared(upDeb)
+	if err != nil {
+		return err
+	}
+	// Whatever happens below, no master is left without a supervisor.
+	r.Undo(func(ctx context.Context) error {
+		var errs []error
+		for _, name := range lab.MasterNames {
+			if installedVersion(ctx, r.Nodes[name]) == "" {
+				errs = append(errs, r.Lab.InstallPackage(ctx, r.Nodes[name], upDeb))
+			}
+		}
+		return errors.Join(errs...)
+	})
+
+	// Upgrade on the leader while everything runs: postinst restarts the
+	// supervisor, which is a clean handoff.
+	old, other := r.Leader, r.Standby
+	var took time.Duration
+	fault, err := r.Fault(fmt.Sprintf("dpkg -i %s %s on the leader %s", pkgName, up, old), func() error {
+		t := time.Now()
+		out, err := r.dpkg(ctx, old, "-i", upIn)
+		took = time.Since(t)
+		if err == nil && strings.Contains(out, "restart after upgrade failed") {
+			err = fmt.Errorf("postinst: %s", strings.TrimSpace(out))
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.Metric("dpkg_upgrade", took)
+	if _, err := r.Failover(ctx, fault, other); err != nil {
+		return err
+	}
+	r.expectStoppedBeforeWin()
+	err = WaitFor(ctx, r.steadyTimeout(), old+" back as standby on "+up, func() (bool, string) {
+		rec, ok := r.Obs.Now().Records[old]
+		return ok && rec.State == supervisor.Standby && rec.Version == up, fmt.Sprintf("%s version %q", describe(rec, ok), rec.Version)
+	})
+	if err != nil {
+		return err
+	}
+	if out, code := r.kha(ctx, old, "version"); code != 0 || out != up {
+		r.Failf("`kha-supervisor version` on %s: %q (exit %d), want %s", old, out, code, up)
+	}
+	if v := installedVersion(ctx, r.Nodes[old]); v != up {
+		r.Failf("dpkg on %s says %q is installed, want %s", old, v, up)
+	}
+	r.Notef("upgraded %s to %s in %s (dpkg -i); %s took over; %s came back as standby on %s", old, up, took.Round(time.Millisecond), other, old, up)
+
+	// The guard on the upgraded standby (scenario 9, again).
+	if err := r.resteady(ctx); err != nil {
+		return err
+	}
+	if r.Leader != other {
+		return fmt.Errorf("after the upgrade %s leads, want %s", r.Leader, other)
+	}
+	r.guardRefuses(ctx, old, other)
+
+	// Removal on the new leader: prerm stops the supervisor (units stopped,
+	// lease released), the upgraded node takes over.
+	saved := maps.Clone(r.Res.Metrics)
+	fault2, err := r.Fault("dpkg -r "+pkgName+" on the leader "+other, func() error {
+		_, err := r.dpkg(ctx, other, "-r", pkgName)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.Res.FaultAt = fault
+	if _, err := r.Failover(ctx, fault2, old); err != nil {
+		return err
+	}
+	r.expectStoppedBeforeWin()
+	second := maps.Clone(r.Res.Metrics)
+	for _, k := range []string{MStopped, MWon, MFailover, MMargin, MGap} {
+		delete(r.Res.Metrics, k)
+		if v, ok := second[k]; ok {
+			r.Res.Metrics["remove_"+k] = v
+		}
+		if v, ok := saved[k]; ok {
+			r.Res.Metrics[k] = v
+		}
+	}
+	n := r.Nodes[other]
+	if out, _ := n.Run(ctx, "systemctl", "show", "-P", "LoadState", lab.SupervisorUnit); strings.TrimSpace(out) != "not-found" {
+		r.Failf("%s after dpkg -r: %s LoadState %q, want not-found", other, lab.SupervisorUnit, strings.TrimSpace(out))
+	}
+	err = WaitFor(ctx, r.steadyTimeout(), other+"'s member record gone", func() (bool, string) {
+		_, ok := r.Obs.Now().Records[other]
+		return !ok, "still published"
+	})
+	if err != nil {
+		r.Failf("%v", err)
+	}
+	// Nothing may start on the node without its supervisor.
+	if err := Sleep(ctx, 2*time.Second); err != nil {
+		return err
+	}
+	_ = r.W.Refresh()
+	for _, u := range Units() {
+		if _, ok := r.W.FirstStart(other, u, fault2); ok {
+			r.Failf("%s started on %s after the package was removed", u, other)
+		}
+	}
+
+	// Purge: the configuration and the drop-ins install-dropins wrote go.
+	if _, err := r.dpkg(ctx, other, "--purge", pkgName); err != nil {
+		return err
+	}
+	if _, err := os.Stat(n.Root() + "/etc/kha-supervisor"); !errors.Is(err, os.ErrNotExist) {
+		r.Failf("%s after dpkg --purge: /etc/kha-supervisor still there (%v)", other, err)
+	}
+	for _, w := range lab.Witnesses {
+		p := dropin.Path("/etc/systemd/system", w.Service())
+		if _, err := os.Stat(n.Root() + p); !errors.Is(err, os.ErrNotExist) {
+			r.Failf("%s after dpkg --purge: %s still there (%v)", other, p, err)
+		}
+	}
+	r.Mark(time.Now(), other, "purged")
+
+	// Back to the lab's normal state: the package (the new version) on
+	// both, configured, running as standby.
+	reinstall := time.Now()
+	if err := r.Lab.InstallPackage(ctx, n, upDeb); err != nil {
+		return err
+	}
+	err = WaitFor(ctx, r.steadyTimeout(), other+" reinstalled, standby", func() (bool, string) {
+		rec, ok := r.Obs.Now().Records[other]
+		return ok && rec.State == supervisor.Standby && rec.Version == up, describe(rec, ok)
+	})
+	if err != nil {
+		return err
+	}
+	r.Metric("reinstall", time.Since(reinstall))
+	return nil
+}
+
+// guardRefuses checks that `systemctl start kube-scheduler.service` on the
+// standby node is refused by the guard with a message naming leader. As in
+// scenario 9, the standby's own enforcement may stop the unit in start-pre
+// before the guard answers (the start is refused all the same, silently):
+// a few attempts.
+func (r *Run) guardRefuses(ctx context.Context, node, leader string) {
+	n := r.Nodes[node]
+	unit := scheduler + ".service"
+	defer func() { _, _ = n.Systemctl(ctx, "reset-failed", unit) }()
+	for i := 1; i <= 3; i++ {
+		at := time.Now()
+		out, code := n.Run(ctx, "systemctl", "start", unit)
+		if code == 0 {
+			r.Failf("systemctl start %s on the standby %s succeeded", unit, node)
+			return
+		}
+		if err := Sleep(ctx, 300*time.Millisecond); err != nil {
+			return
+		}
+		for _, line := range strings.Split(r.JournalSince(ctx, node, unit, at), "\n") {
+			if strings.Contains(line, "refusing") && strings.Contains(line, leader) {
+				r.Notef("guard on %s refused (systemctl exit %d): %s", node, code, strings.TrimSpace(line))
+				return
+			}
+		}
+		r.Notef("guard attempt %d on %s: systemctl said %q; no guard message (stopped in start-pre first)", i, node, strings.TrimSpace(out))
+		_, _ = n.Systemctl(ctx, "reset-failed", unit)
+	}
+	r.Failf("no refusal naming the leader %s from the guard on %s in 3 attempts", leader, node)
+}
+
+// lastLines is the end of s, at most n bytes.
+func lastLines(s string, n int) string {
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return strings.TrimSpace(s)
+}
