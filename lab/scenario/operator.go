@@ -576,7 +576,6 @@ func drills(ctx context.Context, r *Run) error {
 	if err != nil {
 		return err
 	}
-	r.setMS("drill_tight_exit", float64(code))
 	if code != 7 || !strings.Contains(out, "FAIL") {
 		r.Failf("drill failover --expect-within 100ms: exit %d, want 7 and FAIL", code)
 	}
