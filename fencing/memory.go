@@ -17,6 +17,7 @@ type Memory struct {
 	restarts map[string]uint32
 	stubborn map[string]bool // ignores graceful stop until killed
 	failing  map[string]bool // start fails
+	sub      map[string]string
 	killed   map[string]chan struct{}
 	Events   []Event
 }
@@ -35,6 +36,7 @@ func NewMemory() *Memory {
 		restarts: map[string]uint32{},
 		stubborn: map[string]bool{},
 		failing:  map[string]bool{},
+		sub:      map[string]string{},
 		killed:   map[string]chan struct{}{},
 	}
 }
@@ -80,8 +82,9 @@ func (m *Memory) Stop(ctx context.Context, unit string) error {
 		m.mu.Lock()
 	}
 	defer m.mu.Unlock()
-	if m.state[unit] == "active" || m.state[unit] == "deactivating" {
+	if m.state[unit] == "active" || m.state[unit] == "deactivating" || m.state[unit] == "activating" {
 		m.state[unit] = "inactive"
+		delete(m.sub, unit)
 		m.record(unit, "stopped")
 	}
 	return nil
@@ -112,7 +115,7 @@ func (m *Memory) States(ctx context.Context, units []string) ([]UnitState, error
 		if s == "" {
 			s = "inactive"
 		}
-		out = append(out, UnitState{Name: u, ActiveState: s, NRestarts: m.restarts[u]})
+		out = append(out, UnitState{Name: u, ActiveState: s, SubState: m.sub[u], NRestarts: m.restarts[u]})
 	}
 	return out, nil
 }
@@ -140,6 +143,16 @@ func (m *Memory) StartBehindBack(unit string) {
 	defer m.mu.Unlock()
 	m.state[unit] = "active"
 	m.record(unit, "started")
+}
+
+// StartPreBehindBack puts unit where an operator's start leaves it while
+// its ExecStartPre= (the guard) runs: activating, sub-state start-pre.
+func (m *Memory) StartPreBehindBack(unit string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state[unit] = "activating"
+	m.sub[unit] = "start-pre"
+	m.record(unit, "start-pre")
 }
 
 // Running reports whether unit is currently active.

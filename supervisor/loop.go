@@ -40,8 +40,8 @@ func (s *Supervisor) step(bg context.Context) {
 			s.start(bg, "leave", s.leaveJob(s.memberLease))
 		case s.memberLease == 0:
 			s.transition(Starting, "member_lease_lost", "member lease lost; re-registering")
-		case len(runningUnits(s.lastUnits)) > 0:
-			running := runningUnits(s.lastUnits)
+		case len(s.enforceable(now)) > 0:
+			running := s.enforceable(now)
 			s.log.Warn("managed unit running on standby; stopping it", "units", running)
 			s.start(bg, "enforce", func(ctx context.Context) (any, error) {
 				return nil, fencing.StopAll(ctx, s.units, running, s.timeout)
@@ -85,6 +85,38 @@ func (s *Supervisor) mayCampaign(now time.Time) bool {
 	// Never take the lead while a local unit may still run, and never
 	// before the units were observed at all.
 	return !s.unitsSeen.IsZero() && len(runningUnits(s.lastUnits)) == 0
+}
+
+// startPreGrace is how long standby enforcement leaves a unit alone while
+// it is still in its ExecStartPre= phase: that is where the guard runs, and
+// it refuses the start itself with a message naming the leader; stopping
+// the unit then would kill the guard before it could say so. The main
+// process cannot run before ExecStartPre= succeeds, so waiting is safe; a
+// unit that lingers there longer (the guard removed, another slow
+// ExecStartPre=) is stopped like any other.
+const startPreGrace = 5 * time.Second
+
+// enforceable lists the managed units a standby must stop now.
+func (s *Supervisor) enforceable(now time.Time) []string {
+	var out []string
+	for _, u := range s.lastUnits {
+		if !u.Running() {
+			delete(s.startPre, u.Name)
+			continue
+		}
+		if u.SubState == "start-pre" {
+			first, ok := s.startPre[u.Name]
+			if !ok {
+				s.startPre[u.Name] = now
+				continue
+			}
+			if now.Sub(first) < startPreGrace {
+				continue
+			}
+		}
+		out = append(out, u.Name)
+	}
+	return out
 }
 
 func runningUnits(states []fencing.UnitState) []string {

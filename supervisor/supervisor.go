@@ -120,8 +120,9 @@ type Supervisor struct {
 	pubMu          sync.Mutex // serialises record writes, see writeRecord
 	pub            chan struct{}
 	pending        *pendingJob
-	ctl            Control // operator requests, as last read
-	publishedUnits string  // unit states in the last published record
+	ctl            Control              // operator requests, as last read
+	publishedUnits string               // unit states in the last published record
+	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
 	ctlErr         error
 	history        chan Event
 	prevState      State
@@ -165,6 +166,7 @@ func New(o Options) (*Supervisor, error) {
 		state:     Starting,
 		deadline:  fencing.NewDeadline(w),
 		restarts:  map[string]uint32{},
+		startPre:  map[string]time.Time{},
 		stopRenew: map[string]context.CancelFunc{},
 		renewals:  make(chan renewal, 4),
 		leaders:   make(chan leaderObs, 1),

@@ -273,3 +273,23 @@ func TestLeaderSurvivesOneSilentEtcdMember(t *testing.T) {
 	}
 	assertNoOverlap(t, a, b)
 }
+
+// An operator's start on a standby sits in ExecStartPre= while the guard
+// decides: the standby leaves it to the guard (which refuses, naming the
+// leader) for a grace period, and stops it only if it lingers there.
+func TestStandbyLeavesStartPreToTheGuard(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	_, others := leaderOf(t, a, b)
+	standby := others[0]
+	standby.Units.StartPreBehindBack(units[1])
+	time.Sleep(2 * time.Second) // eight polls
+	st, _ := standby.Units.States(context.Background(), units[1:])
+	if st[0].ActiveState != "activating" {
+		t.Fatalf("the standby interfered with a start still in ExecStartPre= after 2s: %+v", st[0])
+	}
+	waitFor(t, "the standby to stop a unit lingering in start-pre", 10*time.Second, func() bool {
+		st, _ := standby.Units.States(context.Background(), units[1:])
+		return st[0].ActiveState == "inactive"
+	})
+}
