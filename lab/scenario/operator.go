@@ -726,10 +726,10 @@ func hooksOrder(ctx context.Context, r *Run) error {
 	}
 	_ = r.W.Refresh()
 	checks := []hookCheck{
-		{Event: "on_demote", Node: a, Token: tokA, Since: t1, After: oldA},
-		{Event: "on_promote", Node: b, Token: tokB, Since: t1, Before: r.firstBeats(b, t1)},
-		{Event: "on_fence", Node: b, Token: tokB, Since: t2, After: oldB},
-		{Event: "on_promote", Node: a, Token: cs2.Token, Since: t2, Before: r.firstBeats(a, t2)},
+		{Phase: "handoff", Event: "on_demote", Node: a, Token: tokA, Since: t1, After: oldA},
+		{Phase: "handoff", Event: "on_promote", Node: b, Token: tokB, Since: t1, Before: r.firstBeats(b, t1)},
+		{Phase: "cut", Event: "on_fence", Node: b, Token: tokB, Since: t2, After: oldB},
+		{Phase: "cut", Event: "on_promote", Node: a, Token: cs2.Token, Since: t2, Before: r.firstBeats(a, t2)},
 	}
 	for _, c := range checks {
 		ev, problems := c.judge(evs)
@@ -776,6 +776,7 @@ func (r *Run) checkFencingEnv(node string, token int64) {
 // last heartbeats of the units it follows) and before every time in Before
 // (the first heartbeats of the units it precedes).
 type hookCheck struct {
+	Phase         string // handoff or cut: names the metric
 	Event, Node   string
 	Token         int64
 	Since         time.Time
@@ -783,7 +784,11 @@ type hookCheck struct {
 }
 
 func (c hookCheck) metricName() string {
-	return fmt.Sprintf("%s_%s", strings.TrimPrefix(c.Event, "on_"), map[bool]string{true: "after_units", false: "before_units"}[c.After != nil])
+	rel := "before_units"
+	if c.After != nil {
+		rel = "after_units"
+	}
+	return fmt.Sprintf("%s_%s_%s", c.Phase, strings.TrimPrefix(c.Event, "on_"), rel)
 }
 
 // margin is how far the hook ran from the units it is ordered against

@@ -127,8 +127,9 @@ func WriteOperatorDoc(w io.Writer, reps []*Report) {
 	p("## Hooks (scenario 21)\n\n")
 	p("on_promote / on_demote / on_fence hooks (argv `kha-lab hooklog`, appending event, KHA_* environment and\n")
 	p("wall clock to a shared log) on both masters, through a handoff and a fence. Each ran on the right side of\n")
-	p("the witness heartbeats: on_promote %s before the new leader's first unit heartbeat (after a handoff),\n", m(21, "promote_before_units"))
-	p("on_demote %s after the old leader's last, on_fence %s after the fenced node's last; the token in the\n", m(21, "demote_after_units"), m(21, "fence_after_units"))
+	p("the witness heartbeats: on_promote %s before the new leader's first unit heartbeat after a handoff and\n", m(21, "handoff_promote_before_units"))
+	p("%s after a fence; on_demote %s after the old leader's last, on_fence %s after the fenced node's last;\n", m(21, "cut_promote_before_units"), m(21, "handoff_demote_after_units"), m(21, "cut_fence_after_units"))
+	p("the token in the\n")
 	p("hooks' environment was the one `status --json` showed, and fencing.env carried it.\n\n")
 
 	p("## Package upgrade and removal (scenario 22)\n\n")

@@ -173,6 +173,9 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	if err != nil {
 		return err
 	}
+	if err := r.allowServiceActions(); err != nil {
+		return err
+	}
 	dir := filepath.Join(r.Lab.OutDir(), "debs")
 	base := installedVersion(ctx, r.Nodes[r.Leader])
 	if base == "" {
@@ -369,4 +372,33 @@ func lastLines(s string, n int) string {
 		s = s[len(s)-n:]
 	}
 	return strings.TrimSpace(s)
+}
+
+// policyRCD is Debian's hook for "may maintainer scripts start or restart
+// services". The masters boot the host's OS, and a host built from a
+// container image often carries one that forbids everything (exit 101):
+// deb-systemd-invoke then silently skips the postinst's try-restart, so an
+// upgrade would leave the old supervisor running. A real master has none.
+const policyRCD = "/usr/sbin/policy-rc.d"
+
+// allowServiceActions removes policy-rc.d from every master for the
+// scenario (it is put back afterwards), and says so.
+func (r *Run) allowServiceActions() error {
+	for _, name := range lab.MasterNames {
+		n := r.Nodes[name]
+		p := n.Root() + policyRCD
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("scenario: %w", err)
+		}
+		if err := n.RemoveFile(policyRCD); err != nil {
+			return err
+		}
+		r.Undo(func(context.Context) error { return n.WriteFile(policyRCD, b, 0o755) })
+		r.Notef("removed %s on %s for the scenario (inherited from the host; it forbids the postinst's restart)", policyRCD, name)
+	}
+	return nil
 }
