@@ -244,6 +244,12 @@ func (s *Systemd) do(ctx context.Context, op string, f func(*sd.Conn) error) err
 
 // isDisconnect reports errors that mean the bus connection is gone.
 func isDisconnect(err error) bool {
+	// A context deadline or cancellation is the caller's timeout, not a
+	// broken bus (Go counts context.DeadlineExceeded as a net.Error): a
+	// slow answer under load must not make us drop a good connection.
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
 	var ne net.Error
 	return errors.Is(err, godbus.ErrClosed) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

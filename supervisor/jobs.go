@@ -65,6 +65,9 @@ type grantResult struct {
 	lease clientv3.LeaseID
 	sent  time.Time
 	ttl   time.Duration
+	// crashed: a record of an earlier incarnation of this member was
+	// still alive, so that incarnation ended without leaving the group.
+	crashed bool
 }
 
 // startupJob reconciles (stops whatever managed unit runs: this process
@@ -81,6 +84,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 		}
 	}
 	s.unitsMayRun.Store(false)
+	crashed := false
 	for {
 		g, err := s.grant(ctx)
 		if err != nil {
@@ -95,6 +99,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
 		if err == nil && resp.Succeeded {
+			g.crashed = crashed
 			return g, nil
 		}
 		s.revoke(g.lease)
@@ -108,6 +113,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			_ = json.Unmarshal(kvs[0].Value, &other)
 		}
+		crashed = true
 		s.log.Warn("a live member record already uses this node name; waiting for it to expire",
 			"incarnation", other.Incarnation, "state", other.State, "hint", "if this persists, two machines share the node name")
 		if err := sleep(ctx, s.cfg.Units.PollInterval.D()); err != nil {

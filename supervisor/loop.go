@@ -104,7 +104,7 @@ func (s *Supervisor) enforceable(now time.Time) []string {
 			delete(s.startPre, u.Name)
 			continue
 		}
-		if u.SubState == "start-pre" {
+		if u.SubState == "start-pre" || u.SubState == "condition" {
 			first, ok := s.startPre[u.Name]
 			if !ok {
 				s.startPre[u.Name] = now
@@ -266,6 +266,13 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		s.memberLease = res.lease
 		s.deadline.Renewed(memberLease, res.sent, res.ttl)
 		s.startRenewer(bg, memberLease, res.lease)
+		if res.crashed {
+			// Our previous incarnation died holding its records; they
+			// lapse at about the time its election key does. Give the
+			// members that stayed healthy a head start instead of racing
+			// them for the key as an equal.
+			s.cooldown = time.Now().Add(2*s.cfg.Lease.RenewInterval.D() + s.cfg.Units.PollInterval.D())
+		}
 		s.transition(Standby, "registered", "registered; units stopped")
 		s.notify("READY=1")
 	case "acquire":

@@ -59,7 +59,10 @@ func guardCmd(e env, args []string) int {
 		socket = cfg.Guard.Socket
 	}
 
-	ctx, cancel := context.WithTimeout(e.ctx, guardTimeout)
+	// Not e.ctx: systemd stops a unit by sending SIGTERM to its
+	// ExecStartPre=, and the answer (usually a refusal naming the leader)
+	// must still be printed then, not replaced by "supervisor not running".
+	ctx, cancel := context.WithTimeout(context.Background(), guardTimeout)
 	defer cancel()
 	a, err := guard.Ask(ctx, socket, unit)
 	var se *guard.ServerError

@@ -9,12 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
@@ -57,7 +57,6 @@ func newLogger(e env, c config.Log) *slog.Logger {
 
 // run is the daemon with its collaborators built from the configuration.
 func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string)) int {
-	log = log.With("node", cfg.Node)
 	wd := systemdWatchdog()
 	if w := cfg.Window(); wd > 0 {
 		w.Watchdog = wd
@@ -94,12 +93,18 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 	defer cli.Close()
 	warnOldEtcd(ctx, cli, log)
-	renew := append([]*clientv3.Client{cli}, etcdconn.PerEndpoint(cfg.Etcd, log)...)
+	// One renewal client per endpoint; the balanced client joins them only
+	// when an endpoint has none (see etcdconn.PerEndpoint).
+	perEndpoint := etcdconn.PerEndpoint(cfg.Etcd, log)
 	defer func() {
-		for _, c := range renew[1:] {
+		for _, c := range perEndpoint {
 			_ = c.Close()
 		}
 	}()
+	renew := perEndpoint
+	if len(renew) < len(cfg.Etcd.Endpoints) {
+		renew = append(slices.Clip(renew), cli)
+	}
 
 	reg := prometheus.NewRegistry()
 	metrics, err := httpapi.NewMetrics(reg)
