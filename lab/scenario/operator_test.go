@@ -223,7 +223,10 @@ func TestReportKind(t *testing.T) {
 
 func TestWriteOperatorDoc(t *testing.T) {
 	rep := &Report{Kind: "operator", Started: t0, Ended: at(60000), Profile: Timing{Name: "fast", TTL: "4s"}, Results: []Result{
-		{ID: 16, Name: "handoff-latency", Pass: true, Metrics: map[string]float64{"handoff": 612, "handoff_min": 504, "handoff_max": 969, "supervisor": 260}},
+		{ID: 16, Name: "handoff-latency", Pass: true, Metrics: map[string]float64{"handoff": 612, "handoff_min": 504, "handoff_max": 969, "supervisor": 260},
+			Notes: []string{handoffNote + "969 (322 + 647, old units' stop 100), 612 (560 + 52, old units' stop 120), 504 (230 + 274, old units' stop -1)"}},
+		{ID: 17, Name: "freeze", Repeat: 2, Pass: true, Metrics: map[string]float64{},
+			Notes: []string{PromotionFailedNote + "m1 at 17:05:02.486: demoted: promotion failed: start ...; it sat out its cooldown (10s)"}},
 		{ID: 19, Name: "drills", Pass: true, Metrics: map[string]float64{"drill_failover_won": 3959},
 			Notes: []string{"drill failover --expect-within 30s -> exit 0: drill failover: m1 -> m2 / +0.000s  request / +3.959s  m2: lease won"}},
 		{ID: 22, Name: "package-upgrade-remove", Pass: false, Problems: []string{"guard silent"}, Metrics: map[string]float64{}},
@@ -233,9 +236,11 @@ func TestWriteOperatorDoc(t *testing.T) {
 	WriteOperatorDoc(&b, []*Report{rep})
 	doc := b.String()
 	for _, want := range []string{
-		"2 of 3 runs passed",
-		"**612 ms**",
-		"slowest 969 ms",
+		"3 of 4 runs passed",
+		"| **612 ms (504 ms–969 ms)** |",
+		"of which the rest: command start-up, request through etcd, release, win, barrier | 331 ms (222 ms–440 ms) |",
+		"met in 2 of 3 handoffs; not counting the old\nunits' own stop time either, in 2 of 3",
+		"scenario 17 (run 2): promotion failed on m1 at 17:05:02.486",
 		"win the lease 3959 ms after",
 		"    $ kha-supervisor drill failover --expect-within 30s\n    drill failover: m1 -> m2\n",
 		"(exit 0)",
@@ -248,5 +253,16 @@ func TestWriteOperatorDoc(t *testing.T) {
 	}
 	if strings.Contains(doc, "leader-rack-isolated") {
 		t.Error("a matrix scenario made it into the operator doc")
+	}
+}
+
+func TestParseHandoffNote(t *testing.T) {
+	got := parseHandoffNote(handoffNote + "969 (322 + 647, old units' stop 100), 504 (-1 + -1, old units' stop 80)")
+	want := []handoffSample{{total: 969, supervisor: 322, unitStart: 647, unitStop: 100}, {total: 504, supervisor: -1, unitStart: -1, unitStop: 80}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if parseHandoffNote("target met in 5 of 5") != nil {
+		t.Error("another note parsed as samples")
 	}
 }
