@@ -494,9 +494,48 @@ func (s *Supervisor) statusLine() string {
 	}
 }
 
+// notify queues an sd_notify message for the notifier goroutine. It never
+// blocks: while systemd does not read its notify socket (daemon-reexec under
+// load) a datagram write blocks once the socket's queue is full, and the
+// loop must keep its fence clock running meanwhile. Watchdog pings are the
+// ones dropped when the queue backs up; a reexec that long is covered by
+// systemd re-arming the watchdog when it comes back.
 func (s *Supervisor) notify(msg string) {
-	if s.opts.Notify != nil {
-		s.opts.Notify(msg)
+	if s.opts.Notify == nil {
+		return
+	}
+	if msg == "WATCHDOG=1" && len(s.notes) > cap(s.notes)/2 {
+		return
+	}
+	select {
+	case s.notes <- msg:
+	default:
+		s.log.Warn("sd_notify queue full; message dropped", "msg", msg)
+	}
+}
+
+// notifier delivers queued sd_notify messages in order.
+func (s *Supervisor) notifier(bg context.Context) {
+	for {
+		select {
+		case <-bg.Done():
+			return
+		case msg := <-s.notes:
+			s.opts.Notify(msg)
+		}
+	}
+}
+
+// drainRenewals applies renewal answers that have arrived but were not yet
+// read: a proof already received must count before the loop fences.
+func (s *Supervisor) drainRenewals() {
+	for {
+		select {
+		case r := <-s.renewals:
+			s.onRenewal(r)
+		default:
+			return
+		}
 	}
 }
 

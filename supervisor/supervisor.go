@@ -125,6 +125,7 @@ type Supervisor struct {
 	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
 	ctlErr         error
 	history        chan Event
+	notes          chan string // sd_notify messages for the notifier goroutine
 	prevState      State
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 
@@ -174,6 +175,7 @@ func New(o Options) (*Supervisor, error) {
 		jobDone:   make(chan jobResult, 1),
 		pub:       make(chan struct{}, 1),
 		history:   make(chan Event, 64),
+		notes:     make(chan string, 32),
 		since:     time.Now(),
 	}
 	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: Starting, StopMax: s.timeout.StopMax()}
@@ -210,6 +212,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.observeLeader(bg)
 	go s.observeUnits(bg)
 	go s.publisher(bg)
+	go s.notifier(bg)
 	go s.historian(bg)
 
 	done := ctx.Done()
@@ -236,6 +239,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 		case <-s.fenceTimer.C:
 			// handled by the deadline check below
+		}
+		if s.state.Holding() && s.deadline.Expired(time.Now()) {
+			s.drainRenewals()
 		}
 		if s.state.Holding() && s.deadline.Expired(time.Now()) {
 			return s.fence(bg, "deadline", "renewal deadline passed: lease can no longer be proven")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,4 +293,43 @@ func TestStandbyLeavesStartPreToTheGuard(t *testing.T) {
 		st, _ := standby.Units.States(context.Background(), units[1:])
 		return st[0].ActiveState == "inactive"
 	})
+}
+
+// systemd stops reading its notify socket during daemon-reexec; a datagram
+// write then blocks once the socket's queue is full. The loop must keep
+// renewing and must not fence (found by the lab's soak: scenario 15).
+func TestBlockedNotifyDoesNotStallTheLoop(t *testing.T) {
+	w := newWorld(t)
+	var mu sync.Mutex
+	blockUntil := time.Time{}
+	w.Options = func(name string, o *supervisor.Options) {
+		o.Notify = func(msg string) {
+			mu.Lock()
+			until := blockUntil
+			mu.Unlock()
+			time.Sleep(time.Until(until))
+		}
+	}
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	leader, others := leaderOf(t, a, b)
+	mu.Lock()
+	blockUntil = time.Now().Add(3 * time.Second) // longer than the 1.96 s fence window
+	mu.Unlock()
+	end := time.Now().Add(5 * time.Second)
+	for time.Now().Before(end) {
+		select {
+		case err := <-leader.Done:
+			leader.Done <- err
+			t.Fatalf("leader stopped while sd_notify blocked: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if leader.State() != supervisor.Active || others[0].State() != supervisor.Standby {
+			t.Fatalf("leadership moved while sd_notify blocked: %s is %s", leader.Name, leader.State())
+		}
+		// The loop itself must keep turning: it is what fences on time.
+		if age := time.Since(leader.Sup.Status().LastTick); age > time.Second {
+			t.Fatalf("the loop has not ticked for %s while sd_notify blocked", age)
+		}
+	}
+	assertNoOverlap(t, a, b)
 }

@@ -77,6 +77,9 @@ type World struct {
 	t       *testing.T
 	Cluster *etcdtest.Cluster
 	Admin   *clientv3.Client
+	// Options, when set, adjusts each member's supervisor options before
+	// it starts (for example a Notify that misbehaves).
+	Options func(name string, o *supervisor.Options)
 }
 
 func NewWorld(t *testing.T, members int) *World {
@@ -119,13 +122,17 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		renew = append(renew, dial(ep))
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	var err error
-	m.Sup, err = supervisor.New(supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
+	opts := supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
 		RenewObserver: func(_ string, _ time.Duration, err error) {
 			if err != nil {
 				m.RenewFailures.Add(1)
 			}
-		}})
+		}}
+	if w.Options != nil {
+		w.Options(name, &opts)
+	}
+	var err error
+	m.Sup, err = supervisor.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
