@@ -283,8 +283,14 @@ func (r *Run) measure(fault time.Time, old, new string, won time.Time) {
 		ref = time.Now()
 	}
 	for _, u := range Units() {
-		if t, ok := r.W.LastBeat(old, u, ref); ok && t.After(oldLast) && !t.Before(fault.Add(-time.Second)) {
-			oldLast = t
+		// Every instance the old leader had started before the new one won
+		// (and that still ran near the fault) counts with its LAST beat,
+		// even one after the win: then the margin is negative and says so.
+		// An instance the same node starts after winning again does not.
+		for _, in := range r.W.InstancesBetween(old, u, fault.Add(-time.Second), ref) {
+			if in.First.Before(ref) && in.Last.After(oldLast) {
+				oldLast = in.Last
+			}
 		}
 		if t, ok := r.W.FirstStart(new, u, fault); ok && t.After(newFirst) {
 			newFirst = t

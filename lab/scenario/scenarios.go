@@ -570,6 +570,9 @@ func keyDeleted(ctx context.Context, r *Run) error {
 	if newLeader == r.Leader {
 		r.Notef("the old leader %s won again after fencing and restarting", newLeader)
 	}
+	// Here the margin may be negative by design: the key vanished under a
+	// running leader, so the other node may win before the old units are
+	// down; the promotion barrier, not the lease, keeps them apart.
 	r.barrier(fault, r.Leader, newLeader, "")
 
 	// Second half: the new leader's election lease revoked by hand.
