@@ -192,6 +192,7 @@ func runDocs(ctx context.Context, args []string) error {
 	f.register(&fs)
 	out := fs.String("out", "docs", "directory to write failure-modes.md and failover-timeline.svg into")
 	all := fs.Bool("all", false, "use every saved matrix run, not only the latest")
+	defaults := fs.String("defaults", "", "a saved matrix run with the default profile, shown as a section of its own")
 	rest, err := parse("docs", args, &fs)
 	if err != nil {
 		return err
@@ -245,7 +246,13 @@ func runDocs(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	scenario.WriteFailureModes(md, matrix, soak, svg)
+	var def []*scenario.Report
+	if *defaults != "" {
+		if def, err = scenario.Load(*defaults); err != nil {
+			return err
+		}
+	}
+	scenario.WriteFailureModes(md, matrix, soak, def, svg)
 	if err := md.Close(); err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func FirstResult(reps []*Report, id int) (Result, bool) {
 // WriteFailureModes writes docs/failure-modes.md from measured runs: plain
 // answers to what operators ask, with the figures of these runs, the
 // timeline picture (svg, a file name next to the page) and the whole table.
-func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, svg string) {
+func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*Report, svg string) {
 	rows := map[int]Row{}
 	for _, r := range Aggregate(matrix) {
 		rows[r.ID] = r
@@ -37,17 +37,26 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, svg string) 
 		}
 		return st.String()
 	}
+	soakRows := map[int]Row{}
+	if soak != nil {
+		for _, r := range Aggregate([]*Report{soak}) {
+			soakRows[r.ID] = r
+		}
+	}
 	verdict := func(ids ...int) string {
 		var bad []string
 		for _, id := range ids {
 			if r, ok := rows[id]; ok && r.Passes != r.Runs {
 				bad = append(bad, fmt.Sprintf("scenario %d failed %d of %d runs", id, r.Runs-r.Passes, r.Runs))
 			}
+			if r, ok := soakRows[id]; ok && r.Passes != r.Runs {
+				bad = append(bad, fmt.Sprintf("in the soak, scenario %d missed its expectation in %d of %d runs", id, r.Runs-r.Passes, r.Runs))
+			}
 		}
 		if len(bad) == 0 {
 			return ""
 		}
-		return " **Caveat: " + strings.Join(bad, "; ") + " (see the table).**"
+		return " **Caveat: " + strings.Join(bad, "; ") + " (see the table and the soak below).**"
 	}
 	runs, overlaps, excused := 0, 0, 0
 	for _, rep := range matrix {
@@ -145,6 +154,12 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, svg string) 
 	if soak != nil && soak.Soak != nil {
 		p("\n## Soak\n\n")
 		soak.Soak.WriteMarkdown(w)
+	}
+	if len(defaults) > 0 {
+		p("\n## With the shipped defaults (TTL 10 s)\n\n")
+		p("The same lab with the default profile, for the scenarios whose times depend on the TTL. The leader\n")
+		p("stops later (fence_at = t_s + 6.4 s) and the other node wins later; the margin grows with them.\n\n")
+		WriteMarkdown(w, defaults)
 	}
 	p("\n## How this was measured\n\n")
 	p("- Each managed unit is a witness (`kha-lab witness`) appending a heartbeat (wall-clock ns, node, unit,\n")

@@ -70,6 +70,7 @@ type SoakStats struct {
 	Ran          string         `json:"ran"`
 	Faults       map[string]int `json:"faults"`
 	Failed       int            `json:"failed"`
+	FailedIn     []string       `json:"failed_in,omitempty"` // scenario and first problem of each miss
 	Transitions  int            `json:"transitions"`
 	LongestGapMS float64        `json:"longest_unavailable_ms"`
 	LongestGapIn string         `json:"longest_unavailable_in"`
@@ -106,6 +107,11 @@ func (e *Env) Soak(ctx context.Context, d time.Duration, seed uint64, outDir str
 		st.Faults[fmt.Sprintf("%02d %s", sc.ID, sc.Name)]++
 		if !res.Pass {
 			st.Failed++
+			first := ""
+			if len(res.Problems) > 0 {
+				first = res.Problems[0]
+			}
+			st.FailedIn = append(st.FailedIn, fmt.Sprintf("#%d scenario %d (%s): %s", i, sc.ID, sc.Name, first))
 		}
 		rep.Ended = time.Now()
 		e.finish(rep)
@@ -167,6 +173,9 @@ func (st *SoakStats) WriteMarkdown(w io.Writer) {
 	}
 	fmt.Fprintln(w, ")")
 	fmt.Fprintf(w, "- scenarios that missed an expectation: %d\n", st.Failed)
+	for _, f := range st.FailedIn {
+		fmt.Fprintf(w, "  - %s\n", f)
+	}
 	fmt.Fprintf(w, "- leadership transitions: %d\n", st.Transitions)
 	fmt.Fprintf(w, "- longest unavailability of a unit: %s in %s\n", fmtMS(st.LongestGapMS), st.LongestGapIn)
 	fmt.Fprintf(w, "- overlap: %.0f ms in %d interval(s)\n", st.OverlapMS, st.OverlapCount)
