@@ -207,20 +207,55 @@ func (r *Run) startJobsBegan(ctx context.Context, node string, since time.Time) 
 	return slices.MinFunc(ts, time.Time.Compare), nil
 }
 
-// unitsStopping is how long node's units took to stop after since: from the
-// first leaving active (the supervisor's first stop job) to the last
-// reaching inactive. Stops are ordered, so this is the units' own stop
-// time, summed.
+// unitsStopping is how long node's units took to stop after since: from
+// systemd's first "Stopping" to its last "Stopped" line in the units'
+// journal. Stops are ordered, so this is the units' own stop time, summed.
+// (systemd's own timestamps are no use here: it unloads an inactive unit
+// nothing refers to, and its timestamps go with it.)
 func (r *Run) unitsStopping(ctx context.Context, node string, since time.Time) (time.Duration, error) {
-	exits, err := r.unitTimes(ctx, node, "ActiveExitTimestamp", since)
+	args := []string{"journalctl", "--no-pager", "-o", "short-unix", "--since", fmt.Sprintf("@%d", since.Unix())}
+	for _, w := range lab.Witnesses {
+		args = append(args, "-u", w.Service())
+	}
+	out, err := r.Nodes[node].Exec(ctx, args...)
 	if err != nil {
 		return 0, err
 	}
-	ins, err := r.unitTimes(ctx, node, "InactiveEnterTimestamp", since)
-	if err != nil {
-		return 0, err
+	first, last := stopSpan(string(out), since)
+	if first.IsZero() || last.IsZero() {
+		return 0, fmt.Errorf("%s: no Stopping/Stopped of a managed unit in the journal after %s", node, since.Format("15:04:05.000"))
 	}
-	return slices.MaxFunc(ins, time.Time.Compare).Sub(slices.MinFunc(exits, time.Time.Compare)), nil
+	return last.Sub(first), nil
+}
+
+// stopSpan finds, in journalctl -o short-unix output, systemd's first
+// "Stopping" and last "Stopped" line after since.
+func stopSpan(journal string, since time.Time) (first, last time.Time) {
+	for _, line := range strings.Split(journal, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[2], "systemd[") {
+			continue
+		}
+		secs, micros, _ := strings.Cut(f[0], ".")
+		sec, err1 := strconv.ParseInt(secs, 10, 64)
+		us, err2 := strconv.ParseInt(micros, 10, 64)
+		if err1 != nil || err2 != nil || len(micros) != 6 {
+			continue
+		}
+		t := time.Unix(sec, us*1000)
+		if !t.After(since) {
+			continue
+		}
+		switch f[3] {
+		case "Stopping":
+			if first.IsZero() {
+				first = t
+			}
+		case "Stopped":
+			last = t
+		}
+	}
+	return first, last
 }
 
 // clusterStatus runs `kha-supervisor status --json` in node.
@@ -251,6 +286,7 @@ type handoffSample struct {
 	unitStart  float64 // first start job -> every unit beating (the units' own start)
 	dark       float64 // per unit, old last heartbeat -> new first heartbeat; the smallest
 	reported   float64 // what `handoff --wait` printed (request written -> new leader active)
+	demoting   float64 // command issued -> the observer saw the old leader's record say demoting
 }
 
 func handoffLatency(ctx context.Context, r *Run) error {
@@ -285,6 +321,9 @@ func handoffLatency(ctx context.Context, r *Run) error {
 	r.setMS("unit_start", summarize(col(func(s handoffSample) float64 { return s.unitStart })).median)
 	r.setMS("unit_stop", summarize(col(func(s handoffSample) float64 { return s.unitStop })).median)
 	r.setMS("dark", summarize(col(func(s handoffSample) float64 { return s.dark })).median)
+	if d := col(func(s handoffSample) float64 { return s.demoting }); len(d) > 0 {
+		r.setMS("to_demoting", summarize(d).median)
+	}
 	if rep := col(func(s handoffSample) float64 { return s.reported }); len(rep) > 0 {
 		r.setMS("cmd_reported", summarize(rep).median)
 	}
@@ -329,7 +368,7 @@ var handoffSampleRE = regexp.MustCompile(`(-?[0-9]+) \((-?[0-9]+) \+ (-?[0-9]+),
 
 // measureHandoff runs one handoff from the current leader to the standby.
 func (r *Run) measureHandoff(ctx context.Context, i int) (handoffSample, error) {
-	s := handoffSample{supervisor: -1, unitStop: -1, unitStart: -1, reported: -1}
+	s := handoffSample{supervisor: -1, unitStop: -1, unitStart: -1, reported: -1, demoting: -1}
 	from, to := r.Leader, r.Standby
 	var out string
 	var code int
@@ -375,6 +414,12 @@ func (r *Run) measureHandoff(ctx context.Context, i int) (handoffSample, error) 
 		r.Notef("handoff %d: stop jobs not measured: %v", i, err)
 	} else {
 		s.unitStop = ms(d)
+	}
+	for _, ev := range r.Obs.Events(t0, newFirst) {
+		if ev.Record != nil && ev.Record.Node == from && ev.Record.State == supervisor.Demoting {
+			s.demoting = ms(ev.At.Sub(t0))
+			break
+		}
 	}
 	if m := handoffTookRE.FindStringSubmatch(out); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {

@@ -266,3 +266,22 @@ func TestParseHandoffNote(t *testing.T) {
 		t.Error("another note parsed as samples")
 	}
 }
+
+func TestStopSpan(t *testing.T) {
+	j := `-- Journal begins --
+1795972000.100000 vm systemd[1]: Stopping kube-scheduler.service - kha-lab witness for kube-scheduler...
+1795972000.672897 vm systemd[1]: Stopping kube-scheduler.service - kha-lab witness for kube-scheduler...
+1795972000.681373 vm systemd[1]: kube-scheduler.service: Deactivated successfully.
+1795972000.689791 vm systemd[1]: Stopped kube-scheduler.service - kha-lab witness for kube-scheduler.
+1795972000.699475 vm systemd[1]: Stopping kube-controller-manager.service - kha-lab witness for kube-controller-manager...
+1795972000.703450 vm systemd[1]: Stopped kube-controller-manager.service - kha-lab witness for kube-controller-manager.
+1795972000.800000 vm kha-supervisor[201]: Stopped nothing
+`
+	first, last := stopSpan(j, time.Unix(1795972000, 500000000))
+	if d := last.Sub(first); first.IsZero() || d != 30553*time.Microsecond {
+		t.Errorf("stop span %s from %s, want 30.553ms", d, first)
+	}
+	if f, l := stopSpan(j, time.Unix(1795972001, 0)); !f.IsZero() || !l.IsZero() {
+		t.Errorf("lines before since counted: %s %s", f, l)
+	}
+}

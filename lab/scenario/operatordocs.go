@@ -116,7 +116,9 @@ func WriteOperatorDoc(w io.Writer, reps []*Report) {
 	p("The target, 500 ms plus the units' own start time, was met in %d of %d handoffs; not counting the old\n", met, len(hs))
 	p("units' own stop time either, in %d of %d. The command's own figure (request written to new leader\n", metOwn, len(hs))
 	p("active, per run medians): %s. Between a unit's last heartbeat on the old leader and its first on the\n", m(16, "cmd_reported"))
-	p("new one (smallest per handoff, per run medians): %s.\n\n", m(16, "dark"))
+	p("new one (smallest per handoff, per run medians): %s. The old leader's record said \"demoting\" %s after the\n", m(16, "dark"), m(16, "to_demoting"))
+	p("command was issued (per run medians): that much of the supervisors' part is the command starting (a new\n")
+	p("process, a TLS connection to etcd, reading the group) and the leader seeing the request.\n\n")
 
 	p("## Drills (scenario 19)\n\n")
 	p("`drill handoff --expect-within 10s` finished in %s; `drill failover --expect-within 30s` saw the new\n", m(19, "drill_handoff"))
