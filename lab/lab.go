@@ -376,7 +376,7 @@ func (l *Lab) Down(ctx context.Context) error {
 	if err := os.Remove(l.ownerFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	for _, d := range []string{l.path("run"), l.pkiDir(), l.SharedPath("bin"), l.SharedPath("pki"), l.cfg.DataDir} {
+	for _, d := range []string{l.path("run"), l.pkiDir(), l.SharedPath("bin"), l.SharedPath("pki"), l.SharedPath("dist"), l.FaultsDir(), l.cfg.DataDir} {
 		errs = append(errs, os.RemoveAll(d))
 	}
 	// The default data directory's parent (/run/PREFIX) is the lab's too.
