@@ -228,13 +228,25 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 		return err
 	}
 	r.Metric("dpkg_upgrade", took)
-	if _, err := r.Failover(ctx, fault, other); err != nil {
+	// The other node takes over, unless its promotion fails (a unit start
+	// refused by this host's systemd: 219/CGROUP); then it sits out its
+	// cooldown and the upgraded node, back after its restart, may win.
+	winner, err := r.Failover(ctx, fault, other, old)
+	if err != nil {
 		return err
 	}
 	r.expectStoppedBeforeWin()
-	err = WaitFor(ctx, r.steadyTimeout(), old+" back as standby on "+up, func() (bool, string) {
+	wantState := supervisor.Standby
+	if winner == old {
+		if !r.promotionFailedSince(fault) {
+			r.Failf("the upgraded %s won again although %s's promotion did not fail", old, other)
+		}
+		r.Notef("%s's promotion failed; the upgraded %s won again after its restart", other, old)
+		wantState = supervisor.Active
+	}
+	err = WaitFor(ctx, r.steadyTimeout(), old+" back on "+up, func() (bool, string) {
 		rec, ok := r.Obs.Now().Records[old]
-		return ok && rec.State == supervisor.Standby && rec.Version == up, fmt.Sprintf("%s version %q", describe(rec, ok), rec.Version)
+		return ok && rec.State == wantState && rec.Version == up, fmt.Sprintf("%s version %q", describe(rec, ok), rec.Version)
 	})
 	if err != nil {
 		return err
@@ -245,29 +257,27 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	if v := installedVersion(ctx, r.Nodes[old]); v != up {
 		r.Failf("dpkg on %s says %q is installed, want %s", old, v, up)
 	}
-	r.Notef("upgraded %s to %s in %s (dpkg -i); %s took over; %s came back as standby on %s", old, up, took.Round(time.Millisecond), other, old, up)
+	r.Notef("upgraded %s to %s in %s (dpkg -i); %s took over; %s came back as %s on %s", old, up, took.Round(time.Millisecond), winner, old, wantState, up)
 
-	// The guard on the upgraded standby (scenario 9, again).
+	// The guard on the standby after the upgrade (scenario 9, again).
 	if err := r.resteady(ctx); err != nil {
 		return err
 	}
-	if r.Leader != other {
-		return fmt.Errorf("after the upgrade %s leads, want %s", r.Leader, other)
-	}
-	r.guardRefuses(ctx, old, other)
+	r.guardRefuses(ctx, r.Standby, r.Leader)
+	leader, standby := r.Leader, r.Standby
 
-	// Removal on the new leader: prerm stops the supervisor (units stopped,
-	// lease released), the upgraded node takes over.
+	// Removal on the leader: prerm stops the supervisor (units stopped,
+	// lease released), the standby takes over.
 	saved := maps.Clone(r.Res.Metrics)
-	fault2, err := r.Fault("dpkg -r "+pkgName+" on the leader "+other, func() error {
-		_, err := r.dpkg(ctx, other, "-r", pkgName)
+	fault2, err := r.Fault("dpkg -r "+pkgName+" on the leader "+leader, func() error {
+		_, err := r.dpkg(ctx, leader, "-r", pkgName)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	r.Res.FaultAt = fault
-	if _, err := r.Failover(ctx, fault2, old); err != nil {
+	if _, err := r.Failover(ctx, fault2, standby); err != nil {
 		return err
 	}
 	r.expectStoppedBeforeWin()
@@ -281,12 +291,12 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 			r.Res.Metrics[k] = v
 		}
 	}
-	n := r.Nodes[other]
+	n := r.Nodes[leader]
 	if out, _ := n.Run(ctx, "systemctl", "show", "-P", "LoadState", lab.SupervisorUnit); strings.TrimSpace(out) != "not-found" {
-		r.Failf("%s after dpkg -r: %s LoadState %q, want not-found", other, lab.SupervisorUnit, strings.TrimSpace(out))
+		r.Failf("%s after dpkg -r: %s LoadState %q, want not-found", leader, lab.SupervisorUnit, strings.TrimSpace(out))
 	}
-	err = WaitFor(ctx, r.steadyTimeout(), other+"'s member record gone", func() (bool, string) {
-		_, ok := r.Obs.Now().Records[other]
+	err = WaitFor(ctx, r.steadyTimeout(), leader+"'s member record gone", func() (bool, string) {
+		_, ok := r.Obs.Now().Records[leader]
 		return !ok, "still published"
 	})
 	if err != nil {
@@ -298,25 +308,25 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	}
 	_ = r.W.Refresh()
 	for _, u := range Units() {
-		if _, ok := r.W.FirstStart(other, u, fault2); ok {
-			r.Failf("%s started on %s after the package was removed", u, other)
+		if _, ok := r.W.FirstStart(leader, u, fault2); ok {
+			r.Failf("%s started on %s after the package was removed", u, leader)
 		}
 	}
 
 	// Purge: the configuration and the drop-ins install-dropins wrote go.
-	if _, err := r.dpkg(ctx, other, "--purge", pkgName); err != nil {
+	if _, err := r.dpkg(ctx, leader, "--purge", pkgName); err != nil {
 		return err
 	}
 	if _, err := os.Stat(n.Root() + "/etc/kha-supervisor"); !errors.Is(err, os.ErrNotExist) {
-		r.Failf("%s after dpkg --purge: /etc/kha-supervisor still there (%v)", other, err)
+		r.Failf("%s after dpkg --purge: /etc/kha-supervisor still there (%v)", leader, err)
 	}
 	for _, w := range lab.Witnesses {
 		p := dropin.Path("/etc/systemd/system", w.Service())
 		if _, err := os.Stat(n.Root() + p); !errors.Is(err, os.ErrNotExist) {
-			r.Failf("%s after dpkg --purge: %s still there (%v)", other, p, err)
+			r.Failf("%s after dpkg --purge: %s still there (%v)", leader, p, err)
 		}
 	}
-	r.Mark(time.Now(), other, "purged")
+	r.Mark(time.Now(), leader, "purged")
 
 	// Back to the lab's normal state: the package (the new version) on
 	// both, configured, running as standby.
@@ -324,8 +334,8 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	if err := r.Lab.InstallPackage(ctx, n, upDeb); err != nil {
 		return err
 	}
-	err = WaitFor(ctx, r.steadyTimeout(), other+" reinstalled, standby", func() (bool, string) {
-		rec, ok := r.Obs.Now().Records[other]
+	err = WaitFor(ctx, r.steadyTimeout(), leader+" reinstalled, standby", func() (bool, string) {
+		rec, ok := r.Obs.Now().Records[leader]
 		return ok && rec.State == supervisor.Standby && rec.Version == up, describe(rec, ok)
 	})
 	if err != nil {
