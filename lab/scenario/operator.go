@@ -796,7 +796,8 @@ func (r *Run) reconfigure(ctx context.Context, cfg func(node string) []byte, dro
 		}
 		err := WaitFor(ctx, r.steadyTimeout(), name+" restarted", func() (bool, string) {
 			rec, ok := r.Obs.Now().Records[name]
-			return ok && rec.Incarnation != before && rec.State == supervisor.Standby, describe(rec, ok)
+			// Standby, or leader again when the other's promotion failed.
+			return ok && rec.Incarnation != before && (rec.State == supervisor.Standby || rec.State == supervisor.Active), describe(rec, ok)
 		})
 		if err != nil {
 			return err
@@ -960,13 +961,29 @@ func (c hookCheck) margin(ev HookEvent) float64 {
 	return ms(first.Sub(ev.At))
 }
 
-// judge finds the event and lists what is wrong with it.
+// judge finds the event and lists what is wrong with it. A hook that must
+// precede the units is the last such call before their first heartbeat (a
+// promotion that failed and was retried calls on_promote twice); one that
+// must follow them is the first call after Since.
 func (c hookCheck) judge(evs []HookEvent) (*HookEvent, []string) {
 	var ev *HookEvent
+	match := func(e HookEvent) bool { return e.Event == c.Event && e.Node == c.Node && !e.At.Before(c.Since) }
+	if len(c.Before) > 0 {
+		var limit time.Time
+		for _, t := range c.Before {
+			if limit.IsZero() || t.Before(limit) {
+				limit = t
+			}
+		}
+		for i := range evs {
+			if match(evs[i]) && evs[i].At.Before(limit) {
+				ev = &evs[i]
+			}
+		}
+	}
 	for i := range evs {
-		if evs[i].Event == c.Event && evs[i].Node == c.Node && !evs[i].At.Before(c.Since) {
+		if ev == nil && match(evs[i]) {
 			ev = &evs[i]
-			break
 		}
 	}
 	if ev == nil {

@@ -154,6 +154,7 @@ func TestHookCheck(t *testing.T) {
 	evs := []HookEvent{
 		{Event: "on_promote", Node: "m1", Cluster: "lab", Role: "promoting", Token: 7, At: at(10)},   // before Since
 		{Event: "on_demote", Node: "m1", Cluster: "lab", Role: "demoting", Token: 7, At: at(120)},    // after its units' last beats
+		{Event: "on_promote", Node: "m2", Cluster: "lab", Role: "promoting", Token: 8, At: at(150)},  // a promotion that failed
 		{Event: "on_promote", Node: "m2", Cluster: "lab", Role: "promoting", Token: 9, At: at(200)},  // before the new units
 		{Event: "on_promote", Node: "m2", Cluster: "lab", Role: "promoting", Token: 9, At: at(2000)}, // a later one, ignored
 	}
@@ -172,7 +173,7 @@ func TestHookCheck(t *testing.T) {
 	if got := ok[0].margin(evs[1]); got != 10 {
 		t.Errorf("on_demote margin %.1f ms, want 10", got)
 	}
-	if got := ok[1].margin(evs[2]); got != 50 {
+	if got := ok[1].margin(evs[3]); got != 50 {
 		t.Errorf("on_promote margin %.1f ms, want 50", got)
 	}
 	if got := ok[1].metricName(); got != "handoff_promote_before_units" {
@@ -185,6 +186,7 @@ func TestHookCheck(t *testing.T) {
 		{hookCheck{Event: "on_demote", Node: "m1", Token: 7, Since: at(100), After: units(130, 100)}, "before the last heartbeat"},
 		{hookCheck{Event: "on_promote", Node: "m2", Token: 9, Since: at(100), Before: units(150, 300)}, "after the first heartbeat"},
 		{hookCheck{Event: "on_promote", Node: "m2", Token: 8, Since: at(100), Before: units(250, 300)}, "status said 8"},
+		{hookCheck{Event: "on_promote", Node: "m2", Token: 9, Since: at(100), Before: units(180, 300)}, "KHA_FENCING_TOKEN 8, status said 9"},
 		{hookCheck{Event: "on_promote", Node: "m2", Token: 9, Since: at(100), Before: map[string]time.Time{"kube-scheduler": at(300)}}, "not every unit"},
 		{hookCheck{Event: "on_fence", Node: "m2", Token: 9, Since: at(100), After: units(1, 1)}, "no on_fence hook"},
 	} {
