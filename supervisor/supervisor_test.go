@@ -75,14 +75,8 @@ func TestGracefulStopHandsOver(t *testing.T) {
 	next := others[0]
 	stopAt := time.Now()
 	leader.Cancel()
-	select {
-	case err := <-leader.Done:
-		if err != nil {
-			t.Fatalf("graceful stop returned %v", err)
-		}
-		leader.Done <- nil // for Cleanup
-	case <-time.After(10 * time.Second):
-		t.Fatal("leader did not stop")
+	if err := leader.WaitExit(t, 10*time.Second, "stop"); err != nil {
+		t.Fatalf("graceful stop returned %v", err)
 	}
 	if leader.Units.Running(units[0]) || leader.Units.Running(units[1]) {
 		t.Fatal("units still running on the stopped leader")
@@ -104,13 +98,7 @@ func TestPartitionedLeaderFencesBeforeTakeover(t *testing.T) {
 	leader, others := leaderOf(t, a, b)
 	cutAt := time.Now()
 	leader.Cut(true)
-	var err error
-	select {
-	case err = <-leader.Done:
-		leader.Done <- err
-	case <-time.After(20 * time.Second):
-		t.Fatal("partitioned leader did not fence")
-	}
+	err := leader.WaitExit(t, 20*time.Second, "fence when partitioned")
 	var fe *supervisor.FenceError
 	if !errors.As(err, &fe) || fe.Incomplete != nil {
 		t.Fatalf("Run returned %v, want a complete FenceError", err)
@@ -142,12 +130,7 @@ func TestRevokedLeaseFencesAndBarrierHolds(t *testing.T) {
 	if _, err := w.Admin.Revoke(context.Background(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err = <-leader.Done:
-		leader.Done <- err
-	case <-time.After(10 * time.Second):
-		t.Fatal("leader did not fence after its lease was revoked")
-	}
+	err = leader.WaitExit(t, 10*time.Second, "fence after its lease was revoked")
 	var fe *supervisor.FenceError
 	if !errors.As(err, &fe) {
 		t.Fatalf("Run returned %v, want FenceError", err)
@@ -173,15 +156,9 @@ func TestQuorumLossFencesAndNobodyRuns(t *testing.T) {
 	w.Cluster.Member(0).Stop()
 	w.Cluster.Member(1).Stop()
 	lostAt := time.Now()
-	select {
-	case err := <-leader.Done:
-		leader.Done <- err
-		var fe *supervisor.FenceError
-		if !errors.As(err, &fe) {
-			t.Fatalf("Run returned %v, want FenceError", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("leader did not fence after quorum loss")
+	var fe *supervisor.FenceError
+	if err := leader.WaitExit(t, 20*time.Second, "fence after quorum loss"); !errors.As(err, &fe) {
+		t.Fatalf("Run returned %v, want FenceError", err)
 	}
 	// While quorum is lost nobody may run the units.
 	time.Sleep(6 * time.Second)
@@ -254,18 +231,7 @@ func TestLeaderSurvivesOneSilentEtcdMember(t *testing.T) {
 	before := leader.RenewFailures.Load()
 	leader.Proxies[0].Blackhole(true)
 	defer leader.Proxies[0].Blackhole(false)
-	deadline := time.Now().Add(4 * 4 * time.Second) // four TTLs
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-leader.Done:
-			leader.Done <- err
-			t.Fatalf("leader stopped with one silent etcd member: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if leader.State() != supervisor.Active || others[0].State() != supervisor.Standby {
-			t.Fatalf("leadership moved with one silent etcd member: %s %s, %s %s", leader.Name, leader.State(), others[0].Name, others[0].State())
-		}
-	}
+	supervisortest.StaysLeader(t, leader, others[0], 4*4*time.Second, "with one silent etcd member", nil) // four TTLs
 	// Renewals go to every member at once, so the silent one costs none
 	// (with a single round-robin client about one in three timed out).
 	// One is tolerated for a loaded machine.
@@ -315,21 +281,11 @@ func TestBlockedNotifyDoesNotStallTheLoop(t *testing.T) {
 	mu.Lock()
 	blockUntil = time.Now().Add(3 * time.Second) // longer than the 1.96 s fence window
 	mu.Unlock()
-	end := time.Now().Add(5 * time.Second)
-	for time.Now().Before(end) {
-		select {
-		case err := <-leader.Done:
-			leader.Done <- err
-			t.Fatalf("leader stopped while sd_notify blocked: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if leader.State() != supervisor.Active || others[0].State() != supervisor.Standby {
-			t.Fatalf("leadership moved while sd_notify blocked: %s is %s", leader.Name, leader.State())
-		}
+	supervisortest.StaysLeader(t, leader, others[0], 5*time.Second, "while sd_notify blocked", func() {
 		// The loop itself must keep turning: it is what fences on time.
 		if age := time.Since(leader.Sup.Status().LastTick); age > time.Second {
 			t.Fatalf("the loop has not ticked for %s while sd_notify blocked", age)
 		}
-	}
+	})
 	assertNoOverlap(t, a, b)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
-	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // cli runs one command as an operator would, against the world's etcd.
@@ -136,14 +135,8 @@ func TestFreezeBlocksPromotionButNotFencing(t *testing.T) {
 	// The leader keeps its units while frozen, and still fences when it
 	// loses etcd.
 	leader.Cut(true)
-	select {
-	case err := <-leader.Done:
-		leader.Done <- err
-		if err == nil {
-			t.Fatal("frozen leader cut off from etcd returned without fencing")
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("frozen leader did not fence")
+	if err := leader.WaitExit(t, 20*time.Second, "fence while frozen"); err == nil {
+		t.Fatal("frozen leader cut off from etcd returned without fencing")
 	}
 	// Nobody promotes while frozen, even though the lease has lapsed.
 	time.Sleep(6 * time.Second)
@@ -177,14 +170,8 @@ func TestDrills(t *testing.T) {
 	if strings.Contains(out, "before") && strings.Contains(out, "FAIL: "+leader.Name) {
 		t.Fatalf("safety check failed: %q", out)
 	}
-	select {
-	case err := <-leader.Done:
-		leader.Done <- err
-		if err == nil || !strings.Contains(err.Error(), "drill") {
-			t.Fatalf("drilled leader returned %v, want a fence naming the drill", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("drilled leader did not fence")
+	if err := leader.WaitExit(t, 10*time.Second, "fence for the drill"); err == nil || !strings.Contains(err.Error(), "drill") {
+		t.Fatalf("drilled leader returned %v, want a fence naming the drill", err)
 	}
 	// Bring the fenced member back, as systemd would, and drill again with
 	// a reasonable expectation: TTL plus start-up.
@@ -211,5 +198,4 @@ func TestOperatorUsageErrors(t *testing.T) {
 	if code := dispatch(e, []string{"history", "-c", "/nonexistent/kha.toml"}); code != exitConfig || !strings.Contains(out.String(), "/nonexistent/kha.toml") {
 		t.Fatalf("missing config: %d %q", code, out.String())
 	}
-	_ = config.Default
 }

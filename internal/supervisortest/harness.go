@@ -323,3 +323,38 @@ poll_interval = "250ms"
 	}
 	return path
 }
+
+// WaitExit waits until m's Run returned and gives its result (it stays
+// readable for the cleanup). It fails t if that takes longer than within.
+func (m *Member) WaitExit(t *testing.T, within time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-m.Done:
+		m.Done <- err
+		return err
+	case <-time.After(within):
+		t.Fatalf("%s: %s did not %s within %s", t.Name(), m.Name, what, within)
+		return nil
+	}
+}
+
+// StaysLeader checks for d that leader stays active and standby standby,
+// and that leader's Run does not return; check, if set, runs every 100 ms.
+func StaysLeader(t *testing.T, leader, standby *Member, d time.Duration, why string, check func()) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		select {
+		case err := <-leader.Done:
+			leader.Done <- err
+			t.Fatalf("leader stopped %s: %v", why, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if leader.State() != supervisor.Active || standby.State() != supervisor.Standby {
+			t.Fatalf("leadership moved %s: %s is %s, %s is %s", why, leader.Name, leader.State(), standby.Name, standby.State())
+		}
+		if check != nil {
+			check()
+		}
+	}
+}
