@@ -227,7 +227,7 @@ func TestWriteOperatorDoc(t *testing.T) {
 	rep := &Report{Kind: "operator", Started: t0, Ended: at(60000), Profile: Timing{Name: "fast", TTL: "4s"}, Results: []Result{
 		{ID: 16, Name: "handoff-latency", Pass: true, Metrics: map[string]float64{"handoff": 612, "handoff_min": 504, "handoff_max": 969, "supervisor": 260},
 			Notes: []string{handoffNote + "969 (322 + 647, old units' stop 100), 612 (560 + 52, old units' stop 120), 504 (230 + 274, old units' stop -1)"}},
-		{ID: 17, Name: "freeze", Repeat: 2, Pass: true, Metrics: map[string]float64{},
+		{ID: 17, Name: "freeze", Repeat: 2, Pass: true, Metrics: map[string]float64{MStopped: 4321},
 			Notes: []string{PromotionFailedNote + "m1 at 17:05:02.486: demoted: promotion failed: start ...; it sat out its cooldown (10s)"}},
 		{ID: 19, Name: "drills", Pass: true, Metrics: map[string]float64{"drill_failover_won": 3959},
 			Notes: []string{"drill failover --expect-within 30s -> exit 0: drill failover: m1 -> m2 / +0.000s  request / +3.959s  m2: lease won"}},
@@ -243,6 +243,9 @@ func TestWriteOperatorDoc(t *testing.T) {
 		"of which the rest: command start-up, request through etcd, release, win, barrier | 331 ms (222 ms–440 ms) |",
 		"met in 2 of 3 handoffs; not counting the old\nunits' own stop time either, in 2 of 3",
 		"scenario 17 (run 2): promotion failed on m1 at 17:05:02.486",
+		"leave out the\n1 run(s) in which a promotion failed",
+		"its units stopped (not measured) after", // the excluded run's figure stays out of the text
+		"stopped 4321 ms",                        // and is in the table
 		"win the lease 3959 ms after",
 		"    $ kha-supervisor drill failover --expect-within 30s\n    drill failover: m1 -> m2\n",
 		"(exit 0)",
