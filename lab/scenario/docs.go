@@ -109,7 +109,7 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*
 	if soak != nil && soak.Soak != nil {
 		p(" A soak of %s (seed %d, %d faults drawn from the matrix) found %d.", soak.Soak.Ran, soak.Soak.Seed, len(soak.Results), soak.Soak.OverlapCount)
 	}
-	p("\nWhy: the leader stops its units at t_s + TTL(1-rho) - S_max - slack, t_s being when it sent its last\n")
+	p("\nWhy: the leader stops its units at t_s + TTL(1-rho) - S_max - max(slack, WatchdogSec), t_s being when it sent its last\n")
 	p("successful renewal, so strictly before etcd can let anyone else win; a new leader waits for the old\n")
 	p("one's record to say its units are stopped (the promotion barrier: %s between the old units' last\n", m(11, "barrier"))
 	p("heartbeat and the new units' first when the key was deleted by hand, scenario 11); and a standby\n")
