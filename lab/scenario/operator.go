@@ -657,11 +657,11 @@ func parseDrill(out string) (drillTimeline, bool) {
 func (r *Run) drill(ctx context.Context, args ...string) (string, int, drillTimeline, error) {
 	var out string
 	var code int
-	_, err := r.Fault("`kha-supervisor drill "+strings.Join(args, " ")+"` on "+r.Leader, func() error {
+	issued, err := r.Fault("`kha-supervisor drill "+strings.Join(args, " ")+"` on "+r.Leader, func() error {
 		out, code = r.kha(ctx, r.Leader, append([]string{"drill"}, args...)...)
 		return nil
 	})
-	t, _ := parseDrill(out)
+	t, ok := parseDrill(out)
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
 		if l = strings.TrimSpace(l); l != "" {
@@ -669,7 +669,36 @@ func (r *Run) drill(ctx context.Context, args ...string) (string, int, drillTime
 		}
 	}
 	r.Notef("drill %s -> exit %d: %s", strings.Join(args, " "), code, strings.Join(lines, " / "))
+	if ok {
+		r.noteWitnessOrder(ctx, "drill "+args[0], issued, t.Old, t.New)
+	}
 	return out, code, t, err
+}
+
+// noteWitnessOrder notes what the witnesses saw of a takeover from old to
+// new issued at t: the old units' last heartbeat and the new ones' first,
+// from the command being issued. It is the ground truth to hold a
+// command's own timeline (from the members' records) against.
+func (r *Run) noteWitnessOrder(ctx context.Context, what string, t time.Time, old, new string) {
+	if _, err := r.waitUnits(ctx, new, t); err != nil {
+		r.Notef("%s: witness: %v", what, err)
+		return
+	}
+	oldLast := latest(r.lastBeats(old, t))
+	var newFirst time.Time
+	for _, f := range r.firstBeats(new, t) {
+		if newFirst.IsZero() || f.Before(newFirst) {
+			newFirst = f
+		}
+	}
+	if oldLast.IsZero() || newFirst.IsZero() {
+		return
+	}
+	order := "in order"
+	if !newFirst.After(oldLast) {
+		order = "OUT OF ORDER"
+	}
+	r.Notef("%s: witness: %s's units last beat %+.3fs, %s's first %+.3fs after the command (%s)", what, old, oldLast.Sub(t).Seconds(), new, newFirst.Sub(t).Seconds(), order)
 }
 
 func drills(ctx context.Context, r *Run) error {

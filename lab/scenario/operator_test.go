@@ -230,7 +230,8 @@ func TestWriteOperatorDoc(t *testing.T) {
 		{ID: 17, Name: "freeze", Repeat: 2, Pass: true, Metrics: map[string]float64{MStopped: 4321},
 			Notes: []string{PromotionFailedNote + "m1 at 17:05:02.486: demoted: promotion failed: start ...; it sat out its cooldown (10s)"}},
 		{ID: 19, Name: "drills", Pass: true, Metrics: map[string]float64{"drill_failover_won": 3959},
-			Notes: []string{"drill failover --expect-within 30s -> exit 0: drill failover: m1 -> m2 / +0.000s  request / +3.959s  m2: lease won"}},
+			Notes: []string{"drill failover --expect-within 30s -> exit 0: drill failover: m1 -> m2 / +0.000s  request / +3.959s  m2: lease won",
+				"drill failover: witness: m1's units last beat +0.050s, m2's first +4.100s after the command (in order)"}},
 		{ID: 22, Name: "package-upgrade-remove", Pass: false, Problems: []string{"guard silent"}, Metrics: map[string]float64{}},
 		{ID: 1, Name: "leader-rack-isolated", Pass: true, Metrics: map[string]float64{"handoff": 1}},
 	}}
@@ -248,7 +249,7 @@ func TestWriteOperatorDoc(t *testing.T) {
 		"stopped 4321 ms",                        // and is in the table
 		"win the lease 3959 ms after",
 		"    $ kha-supervisor drill failover --expect-within 30s\n    drill failover: m1 -> m2\n",
-		"(exit 0)",
+		"(exit 0)\n    (witness heartbeats: m1's units last beat +0.050s, m2's first +4.100s after the command (in order))\n",
 		"**FAIL** 0/1",
 		"FAILED: guard silent",
 	} {

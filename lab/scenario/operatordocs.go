@@ -153,16 +153,40 @@ func WriteOperatorDoc(w io.Writer, reps []*Report) {
 	p("The printed timelines of the latest run:\n\n")
 	if res, ok := latestResult(clean, 19); ok {
 		for _, n := range res.Notes {
-			if !strings.HasPrefix(n, "drill ") {
+			switch {
+			case strings.HasPrefix(n, "drill ") && strings.Contains(n, " -> exit "):
+				head, body, _ := strings.Cut(n, ": ")
+				p("    $ kha-supervisor %s\n", strings.TrimSpace(strings.Split(head, " -> ")[0]))
+				for _, l := range strings.Split(body, " / ") {
+					p("    %s\n", l)
+				}
+				p("    (%s)\n", strings.TrimSpace(strings.SplitN(head, " -> ", 2)[1]))
+			case strings.HasPrefix(n, "drill ") && strings.Contains(n, ": witness: "):
+				_, w, _ := strings.Cut(n, ": witness: ")
+				p("    (witness heartbeats: %s)\n\n", w)
+			}
+		}
+	}
+
+	var drillFails []string
+	for _, rep := range reps {
+		for _, res := range rep.Results {
+			if res.ID != 19 || len(res.Problems) == 0 {
 				continue
 			}
-			head, body, _ := strings.Cut(n, ": ")
-			p("    $ kha-supervisor %s\n", strings.TrimSpace(strings.Split(head, " -> ")[0]))
-			for _, l := range strings.Split(body, " / ") {
-				p("    %s\n", l)
+			for _, n := range res.Notes {
+				if strings.HasPrefix(n, "drill handoff") || strings.HasPrefix(n, "drill failover") {
+					drillFails = append(drillFails, fmt.Sprintf("run %d: %s", res.Repeat, n))
+				}
 			}
-			p("    (%s)\n\n", strings.TrimSpace(strings.SplitN(head, " -> ", 2)[1]))
 		}
+	}
+	if len(drillFails) > 0 {
+		p("Runs of scenario 19 that failed, with what the witnesses saw:\n\n")
+		for _, f := range drillFails {
+			p("- %s\n", f)
+		}
+		p("\n")
 	}
 
 	p("## Maintenance and bans (scenarios 17, 18)\n\n")
