@@ -229,6 +229,10 @@ func TestWriteOperatorDoc(t *testing.T) {
 			Notes: []string{handoffNote + "969 (322 + 647, old units' stop 100), 612 (560 + 52, old units' stop 120), 504 (230 + 274, old units' stop -1)"}},
 		{ID: 17, Name: "freeze", Repeat: 2, Pass: true, Metrics: map[string]float64{MStopped: 4321},
 			Notes: []string{PromotionFailedNote + "m1 at 17:05:02.486: demoted: promotion failed: start ...; it sat out its cooldown (10s)"}},
+		{ID: 19, Name: "drills", Repeat: 2, Pass: false, Problems: []string{"drill handoff: exit 7"}, Metrics: map[string]float64{},
+			Notes: []string{"drill handoff --expect-within 10s -> exit 7: drill handoff: m1 -> m2 / FAIL: m2 won the lease before m1's units were recorded stopped",
+				"drill handoff: witness: m1's units last beat +0.182s, m2's first +0.575s after the command (in order)",
+				"drill failover --expect-within 100ms -> exit 7: as it should"}},
 		{ID: 19, Name: "drills", Pass: true, Metrics: map[string]float64{"drill_failover_won": 3959},
 			Notes: []string{"drill failover --expect-within 30s -> exit 0: drill failover: m1 -> m2 / +0.000s  request / +3.959s  m2: lease won",
 				"drill failover: witness: m1's units last beat +0.050s, m2's first +4.100s after the command (in order)"}},
@@ -239,7 +243,7 @@ func TestWriteOperatorDoc(t *testing.T) {
 	WriteOperatorDoc(&b, []*Report{rep})
 	doc := b.String()
 	for _, want := range []string{
-		"3 of 4 runs passed",
+		"3 of 5 runs passed",
 		"| **612 ms (504 ms–969 ms)** |",
 		"of which the rest: command start-up, request through etcd, release, win, barrier | 331 ms (222 ms–440 ms) |",
 		"met in 2 of 3 handoffs; not counting the old\nunits' own stop time either, in 2 of 3",
@@ -251,6 +255,7 @@ func TestWriteOperatorDoc(t *testing.T) {
 		"    $ kha-supervisor drill failover --expect-within 30s\n    drill failover: m1 -> m2\n",
 		"(exit 0)\n    (witness heartbeats: m1's units last beat +0.050s, m2's first +4.100s after the command (in order))\n",
 		"**FAIL** 0/1",
+		"- run 2 of 17:00: drill handoff --expect-within 10s -> exit 7: drill handoff: m1 -> m2 / FAIL: m2 won the lease before m1's units were recorded stopped — witnesses: m1's units last beat +0.182s, m2's first +0.575s after the command (in order)\n\n",
 		"FAILED: guard silent",
 	} {
 		if !strings.Contains(doc, want) {

@@ -168,21 +168,33 @@ func WriteOperatorDoc(w io.Writer, reps []*Report) {
 		}
 	}
 
+	// Every drill that did not exit as expected, with the witnesses' view
+	// (the note right after it).
 	var drillFails []string
 	for _, rep := range reps {
 		for _, res := range rep.Results {
-			if res.ID != 19 || len(res.Problems) == 0 {
+			if res.ID != 19 {
 				continue
 			}
-			for _, n := range res.Notes {
-				if strings.HasPrefix(n, "drill handoff") || strings.HasPrefix(n, "drill failover") {
-					drillFails = append(drillFails, fmt.Sprintf("run %d: %s", res.Repeat, n))
+			for i, n := range res.Notes {
+				want := " -> exit 0: "
+				if strings.Contains(n, "--expect-within 100ms") {
+					want = " -> exit 7: "
 				}
+				if !strings.HasPrefix(n, "drill ") || !strings.Contains(n, " -> exit ") || strings.Contains(n, want) {
+					continue
+				}
+				line := fmt.Sprintf("run %d of %s: %s", res.Repeat, rep.Started.UTC().Format("15:04"), n)
+				if i+1 < len(res.Notes) && strings.Contains(res.Notes[i+1], ": witness: ") {
+					_, w, _ := strings.Cut(res.Notes[i+1], ": witness: ")
+					line += " — witnesses: " + w
+				}
+				drillFails = append(drillFails, line)
 			}
 		}
 	}
 	if len(drillFails) > 0 {
-		p("Runs of scenario 19 that failed, with what the witnesses saw:\n\n")
+		p("Drills that did not exit as expected, with what the witness heartbeats showed:\n\n")
 		for _, f := range drillFails {
 			p("- %s\n", f)
 		}
