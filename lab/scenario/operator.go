@@ -843,6 +843,8 @@ func hooksOrder(ctx context.Context, r *Run) error {
 	if err := mkdirShared(r.Lab.SharedPath("hooks")); err != nil {
 		return err
 	}
+	// Last clean-up step: the hook log goes once no hook can write it.
+	r.Undo(func(context.Context) error { return os.RemoveAll(r.Lab.SharedPath("hooks")) })
 	dropin := []byte("# Written by kha-lab (scenario 21): the test hook appends to the shared hook log.\n[Service]\nReadWritePaths=" + hookDir + "\n")
 	r.Undo(func(ctx context.Context) error {
 		return r.reconfigure(ctx, r.Lab.SupervisorConfigFor, nil)

@@ -114,6 +114,11 @@ func (r *Run) shared(hostPath string) (string, error) {
 		return "", fmt.Errorf("scenario: %w", err)
 	}
 	dst := filepath.Join(dir, filepath.Base(hostPath))
+	if _, err := os.Stat(dst); errors.Is(err, os.ErrNotExist) {
+		// Ours: removed after the scenario (a package the lab was brought
+		// up with stays).
+		r.Undo(func(context.Context) error { return os.Remove(dst) })
+	}
 	if err := os.WriteFile(dst+".tmp", b, 0o644); err != nil {
 		return "", fmt.Errorf("scenario: %w", err)
 	}
@@ -176,7 +181,16 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	if err := r.allowServiceActions(); err != nil {
 		return err
 	}
-	dir := filepath.Join(r.Lab.OutDir(), "debs")
+	// The packages are built for this run only; the last clean-up step
+	// (registered first) removes them.
+	if err := os.MkdirAll(r.Lab.OutDir(), 0o755); err != nil {
+		return fmt.Errorf("scenario: %w", err)
+	}
+	dir, err := os.MkdirTemp(r.Lab.OutDir(), "debs-")
+	if err != nil {
+		return fmt.Errorf("scenario: %w", err)
+	}
+	r.Undo(func(context.Context) error { return os.RemoveAll(dir) })
 	base := installedVersion(ctx, r.Nodes[r.Leader])
 	if base == "" {
 		if base, err = mkpkg(ctx, root, "-print-version"); err != nil {
