@@ -380,6 +380,9 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 			return nil, err
 		}
 		s.unitsMayRun.Store(false)
+		// Dated before the release, so that a drill can check that the old
+		// units were down before anyone else could win.
+		s.recordHistory(Event{At: time.Now(), Node: s.cfg.Node, From: Demoting, To: UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
 		s.runHook(ctx, "on_demote", token)
 		if err := s.writeRecord(ctx, true); err != nil {
 			s.log.Warn("could not publish units stopped before release", "err", err)

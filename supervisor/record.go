@@ -20,14 +20,15 @@ type State string
 //	                              \          \
 //	                               +----------+--> fencing -> (process exits)
 const (
-	Starting  State = "starting"  // reconciling: stopping whatever runs, publishing the record
-	Standby   State = "standby"   // holds nothing; keeps the units stopped; campaigns when allowed
-	Promoting State = "promoting" // holds the election key; barrier, then starting the units
-	Active    State = "active"    // holds the key; units running; renewing
-	Demoting  State = "demoting"  // stopping the units in order, then releasing the key
-	Fencing   State = "fencing"   // lease can no longer be proven: stop, SIGKILL, exit
-	Stopped   State = "stopped"   // clean exit after SIGTERM
-	Fenced    State = "fenced"    // history only: fencing finished, the process exits
+	Starting  State = "starting"   // reconciling: stopping whatever runs, publishing the record
+	Standby   State = "standby"    // holds nothing; keeps the units stopped; campaigns when allowed
+	Promoting State = "promoting"  // holds the election key; barrier, then starting the units
+	Active    State = "active"     // holds the key; units running; renewing
+	Demoting  State = "demoting"   // stopping the units in order, then releasing the key
+	Fencing   State = "fencing"    // lease can no longer be proven: stop, SIGKILL, exit
+	Stopped   State = "stopped"    // clean exit after SIGTERM
+	Fenced    State = "fenced"     // history only: fencing finished, the process exits
+	UnitsDown State = "units-down" // history only: a demotion confirmed its units stopped, before releasing the lease
 )
 
 // Holding reports whether a member in this state may have units running

@@ -113,7 +113,7 @@ func drillCmd(e env, args []string) int {
 			return code
 		}
 		t = timeline{requested: res.requested, oldNode: res.from, newNode: res.to}
-		stoppedTo = supervisor.Standby
+		stoppedTo = supervisor.UnitsDown
 	} else {
 		cs, err := s.cluster(e)
 		if err != nil {
