@@ -149,6 +149,11 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*
 		p("![timeline of scenario 1](%s)\n\n", svg)
 	}
 
+	p("**A planned switchover?** `kha-supervisor handoff --to NODE --wait`, freeze, ban, both drills, hooks and\n")
+	p("a package upgrade are measured by the operator scenarios 16-22 in the same lab:\n")
+	p("[operator-scenarios.md](operator-scenarios.md) has the handoff latency (median and spread over every\n")
+	p("handoff) and the drill timelines; scenario 13 above is the graceful stop.\n\n")
+
 	p("## The whole matrix\n\n")
 	WriteMarkdown(w, matrix)
 	if soak != nil && soak.Soak != nil {
