@@ -37,7 +37,7 @@ type session struct {
 // flags) and loads the configuration; a refusal is printed and becomes
 // exitConfig.
 func loadConfig(e env, fs *flag.FlagSet, args []string) (config.Config, int) {
-	path := fs.String("c", defaultConfig, "configuration file")
+	path := fs.String("c", config.DefaultPath, "configuration file")
 	fs.SetOutput(e.stderr)
 	if err := fs.Parse(args); err != nil {
 		return config.Config{}, exitConfig

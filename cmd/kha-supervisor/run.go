@@ -25,8 +25,6 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
 )
 
-const defaultConfig = "/etc/kha-supervisor/config.toml"
-
 func init() {
 	register("run", "run the supervisor (the daemon; what kha-supervisor.service starts)", runDaemon)
 }
@@ -128,10 +126,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 			}
 			if name == "on_promote" {
 				// The units' drop-in reads the token from here.
-				if err := hooks.WriteFencingEnv(fencingEnvPath, map[string]string{
+				if err := hooks.WriteFencingEnv(hooks.FencingEnvPath, map[string]string{
 					"KHA_NODE": env["KHA_NODE"], "KHA_CLUSTER": env["KHA_CLUSTER"], "KHA_FENCING_TOKEN": env["KHA_FENCING_TOKEN"],
 				}); err != nil {
-					return fmt.Errorf("write %s: %w", fencingEnvPath, err)
+					return fmt.Errorf("write %s: %w", hooks.FencingEnvPath, err)
 				}
 			}
 			if len(argv) == 0 {
@@ -193,9 +191,6 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		return exitFailure
 	}
 }
-
-// fencingEnvPath is read by the managed units' drop-in (EnvironmentFile=-).
-const fencingEnvPath = "/run/kha-supervisor/fencing.env"
 
 func guardStatus(st supervisor.Status) guard.Status {
 	g := guard.Status{
