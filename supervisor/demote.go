@@ -1,0 +1,42 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+)
+
+// demote starts the graceful path: units down in reverse order, record
+// says so, then the key and lease are released. cooldown > 0 keeps this
+// member out of the election for that long.
+func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown time.Duration) {
+	if s.job != nil {
+		s.job.cancel()
+		// The cancelled job reports back through jobDone; demote runs as
+		// soon as it has (step sees Promoting/Active with shutting, or the
+		// promote result arrives while state is Demoting).
+	}
+	s.gate.closeWait(500 * time.Millisecond)
+	if cooldown > 0 {
+		s.cooldown = time.Now().Add(cooldown)
+	}
+	s.transition(Demoting, kind, reason)
+	s.reason = "demoted: " + reason
+	token, lease := s.token, s.elecLease
+	s.startAfter(bg, "demote", func(ctx context.Context) (any, error) {
+		if err := fencing.StopAll(ctx, s.units, s.cfg.Units.Managed, s.timeout); err != nil {
+			return nil, err
+		}
+		s.unitsMayRun.Store(false)
+		// Dated before the release, so that a drill can check that the old
+		// units were down before anyone else could win.
+		s.recordHistory(Event{At: time.Now(), Node: s.cfg.Node, From: Demoting, To: UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
+		s.runHook(ctx, "on_demote", token)
+		if err := s.writeRecord(ctx, true); err != nil {
+			s.log.Warn("could not publish units stopped before release", "err", err)
+		}
+		s.release(ctx, token, lease)
+		return nil, nil
+	})
+}

@@ -1,0 +1,109 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+type grantResult struct {
+	lease clientv3.LeaseID
+	sent  time.Time
+	ttl   time.Duration
+	// crashed: a record of an earlier incarnation of this member was
+	// still alive, so that incarnation ended without leaving the group.
+	crashed bool
+}
+
+// grant creates a lease, recording when the request was sent: the proof of
+// validity starts then, not when the answer arrived.
+func (s *Supervisor) grant(ctx context.Context) (grantResult, error) {
+	ttl := s.cfg.Lease.TTL.D()
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	sent := time.Now()
+	resp, err := s.cli.Grant(rctx, int64((ttl+time.Second-1)/time.Second))
+	if err != nil {
+		return grantResult{}, fmt.Errorf("grant lease: %w", err)
+	}
+	return grantResult{lease: resp.ID, sent: sent, ttl: time.Duration(resp.TTL) * time.Second}, nil
+}
+
+type acquireResult struct {
+	won    bool
+	lease  clientv3.LeaseID
+	sent   time.Time
+	ttl    time.Duration
+	token  int64
+	leader LeaderInfo
+}
+
+// acquireJob tries once to create the election key on a fresh lease. The
+// transaction succeeds only if no key exists, so two members racing get
+// exactly one winner. The winner re-reads the key to confirm it is still
+// its own (same CreateRevision, same lease) before anything starts.
+func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
+	g, err := s.grant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key := s.keys.Leader()
+	rctx, cancel := s.reqCtx(ctx)
+	resp, err := s.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, s.cfg.Node, clientv3.WithLease(g.lease))).
+		Else(clientv3.OpGet(key)).Commit()
+	cancel()
+	if err != nil {
+		s.revoke(g.lease)
+		return nil, fmt.Errorf("campaign: %w", err)
+	}
+	if !resp.Succeeded {
+		s.revoke(g.lease)
+		li := LeaderInfo{Revision: resp.Header.Revision}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			li.Node, li.Token, li.Lease = string(kvs[0].Value), kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease)
+		}
+		return acquireResult{leader: li}, nil
+	}
+	token := resp.Header.Revision
+	rctx, cancel = s.reqCtx(ctx)
+	li, err := ReadLeader(rctx, s.cli, s.keys)
+	cancel()
+	if err != nil || li.Token != token || li.Lease != g.lease {
+		s.revoke(g.lease)
+		if err == nil {
+			err = fmt.Errorf("election key changed right after winning it (token %d, now %d by %q)", token, li.Token, li.Node)
+		}
+		return nil, fmt.Errorf("verify election key: %w", err)
+	}
+	return acquireResult{won: true, lease: g.lease, sent: g.sent, ttl: g.ttl, token: token}, nil
+}
+
+// release gives up the election key (only if it is still ours) and its
+// lease, so the next member can win at once instead of after the TTL.
+func (s *Supervisor) release(ctx context.Context, token int64, lease clientv3.LeaseID) {
+	if token == 0 {
+		return
+	}
+	key := s.keys.Leader()
+	rctx, cancel := s.reqCtx(ctx)
+	_, err := s.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
+		Then(clientv3.OpDelete(key)).Commit()
+	cancel()
+	if err != nil {
+		s.log.Warn("release election key", "err", err)
+	}
+	s.revoke(lease)
+}
+
+func (s *Supervisor) revoke(lease clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Etcd.RequestTimeout.D())
+	defer cancel()
+	if _, err := s.cli.Revoke(ctx, lease); err != nil {
+		s.log.Debug("revoke lease", "lease", fmt.Sprintf("%x", lease), "err", err)
+	}
+}

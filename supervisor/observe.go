@@ -1,0 +1,108 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// onLeader records the election key as read; a holder that finds its key
+// gone or re-created fences at once.
+func (s *Supervisor) onLeader(o leaderObs) {
+	if o.err != nil {
+		return
+	}
+	if s.token != 0 && o.info.Revision < s.token {
+		return // read before we won: stale
+	}
+	s.leader = o.info
+	if o.ctlErr != nil {
+		// An operator's request we cannot read (a freeze, a ban) must not
+		// be ignored: campaign no more until it is readable.
+		s.log.Error("control records unreadable; not campaigning until they are", "err", o.ctlErr)
+	}
+	s.ctl, s.ctlErr = o.ctl, o.ctlErr
+	if d := o.ctl.Drill; d != nil && d.Token == s.token && s.token != 0 && s.state == Active && o.ctl.Freeze == nil {
+		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
+	}
+	if (s.state == Promoting || s.state == Active) && o.info.Token != s.token {
+		if o.info.Present() {
+			s.fenceNow, s.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.token), "key_lost"
+		} else {
+			s.fenceNow, s.fenceKind = fmt.Sprintf("election key deleted (our token %d)", s.token), "key_lost"
+		}
+	}
+}
+
+type leaderObs struct {
+	info   LeaderInfo
+	ctl    Control
+	ctlErr error
+	err    error
+}
+
+// observeLeader reads the election key and the operator's control records
+// together on every watch event and every poll interval: the watches make
+// reactions fast, the poll makes them certain (a lost watch is followed by
+// a fresh read, never trusted silently).
+func (s *Supervisor) observeLeader(bg context.Context) {
+	t := time.NewTicker(s.cfg.Units.PollInterval.D())
+	defer t.Stop()
+	var leaderW, ctlW clientv3.WatchChan
+	wctx, wcancel := context.WithCancel(bg)
+	newWatch := func() {
+		wcancel()
+		wctx, wcancel = context.WithCancel(bg)
+		leaderW = s.cli.Watch(clientv3.WithRequireLeader(wctx), s.keys.Leader())
+		ctlW = s.cli.Watch(clientv3.WithRequireLeader(wctx), s.keys.Control(), clientv3.WithPrefix())
+	}
+	newWatch()
+	defer func() { wcancel() }()
+	lost := func(wr clientv3.WatchResponse, ok bool) bool {
+		if ok && wr.Err() == nil {
+			return false
+		}
+		if sleep(bg, 200*time.Millisecond) == nil {
+			newWatch()
+		}
+		return true
+	}
+	for {
+		select {
+		case <-bg.Done():
+			return
+		case wr, ok := <-leaderW:
+			lost(wr, ok)
+		case wr, ok := <-ctlW:
+			lost(wr, ok)
+		case <-t.C:
+		}
+		rctx, cancel := s.reqCtx(bg)
+		offer(s.leaders, s.readLeaderAndControl(rctx))
+		cancel()
+	}
+}
+
+// readLeaderAndControl reads both in one transaction (one revision).
+func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
+	start := time.Now()
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.keys.Leader()),
+		clientv3.OpGet(s.keys.Control(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return leaderObs{err: fmt.Errorf("read election key and control records: %w", err)}
+	}
+	li := LeaderInfo{Revision: resp.Header.Revision, ReadStart: start}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		li.Node, li.Token, li.Lease = string(kvs[0].Value), kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease)
+	}
+	var kvs []*mvccKV
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		kvs = append(kvs, &mvccKV{Key: kv.Key, Value: kv.Value})
+	}
+	ctl, cerr := parseControl(s.keys, kvs)
+	return leaderObs{info: li, ctl: ctl, ctlErr: cerr}
+}

@@ -1,0 +1,78 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+)
+
+// clearHandoff removes a fulfilled switchover request.
+func (s *Supervisor) clearHandoff(bg context.Context, id string) {
+	ctx, cancel := s.reqCtx(bg)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.keys.Handoff())
+	if err != nil || len(resp.Kvs) != 1 {
+		return
+	}
+	var h Handoff
+	if json.Unmarshal(resp.Kvs[0].Value, &h) != nil || h.ID != id {
+		return
+	}
+	_, _ = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.keys.Handoff()), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(s.keys.Handoff())).Commit()
+}
+
+// promoteJob runs the promotion barrier, then starts the units in order.
+func (s *Supervisor) promoteJob(token int64) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		// Barrier: a member whose record says its units may run (its key
+		// was deleted by hand, its lease revoked while it lived) must
+		// report them stopped, or its record must expire, first.
+		var last string
+		for {
+			rctx, cancel := s.reqCtx(ctx)
+			recs, _, err := ReadMembers(rctx, s.cli, s.keys)
+			cancel()
+			if err == nil {
+				b := blockers(recs, s.cfg.Node)
+				if len(b) == 0 {
+					break
+				}
+				if msg := fmt.Sprint(b); msg != last {
+					s.log.Warn("promotion barrier: waiting for other members to report their units stopped", "members", b)
+					last = msg
+				}
+			}
+			if err := sleep(ctx, s.cfg.Units.PollInterval.D()/4); err != nil {
+				return nil, err
+			}
+		}
+		if d := s.cfg.Lease.TakeoverDelay.D(); d > 0 {
+			s.log.Info("takeover delay", "delay", d)
+			if err := sleep(ctx, d); err != nil {
+				return nil, err
+			}
+		}
+		// Say that units may run BEFORE the first one starts, and make sure
+		// etcd has it: that is what the next leader's barrier reads.
+		s.unitsMayRun.Store(true)
+		if err := s.writeRecord(ctx, false); err != nil {
+			return nil, fmt.Errorf("publish record before starting units: %w", err)
+		}
+		if s.opts.Hook != nil {
+			if err := s.opts.Hook(ctx, "on_promote", s.hookEnv(token)); err != nil {
+				if s.cfg.Hooks.AbortOnPromoteErr {
+					return nil, fmt.Errorf("on_promote hook: %w", err)
+				}
+				s.log.Warn("on_promote hook failed; promoting anyway (abort_on_promote_failure = false)", "err", err)
+			}
+		}
+		return nil, s.gate.do(func() error {
+			return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout)
+		})
+	}
+}

@@ -1,0 +1,145 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Lease names in the fence clock.
+const (
+	electionLease = "election"
+	memberLease   = "member"
+)
+
+// onRenewal folds one renewal answer into the fence clock.
+func (s *Supervisor) onRenewal(r renewal) {
+	switch {
+	case r.name == electionLease && r.lease != s.elecLease, r.name == memberLease && r.lease != s.memberLease:
+		return // answer for a lease we no longer track
+	case r.err == nil:
+		s.deadline.Renewed(r.name, r.sent, r.ttl)
+		s.resetFenceTimer()
+		return
+	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.state == Demoting:
+		// The demotion releases the lease itself; an answer racing that
+		// release is not a loss. Had someone else revoked it, the next
+		// leader still waits at the barrier for our record to say the
+		// units are down, and the fence clock keeps running regardless.
+		return
+	case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
+		if s.state.Holding() {
+			s.fenceNow, s.fenceKind = fmt.Sprintf("%s lease %x no longer exists in etcd (revoked or expired)", r.name, r.lease), "lease_lost"
+			return
+		}
+		if r.name == memberLease {
+			s.log.Warn("member lease lost while standby; re-registering", "lease", fmt.Sprintf("%x", r.lease))
+			s.stopRenewer(memberLease)
+			s.deadline.Forget(memberLease)
+			s.memberLease = 0
+		}
+	default:
+		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.deadline.Left(time.Now()).Round(time.Millisecond))
+	}
+}
+
+type renewal struct {
+	name  string
+	lease clientv3.LeaseID
+	sent  time.Time
+	ttl   time.Duration
+	took  time.Duration
+	err   error
+}
+
+// startRenewer keeps a lease alive with KeepAliveOnce on our own schedule,
+// recording when each request was sent. The client library's KeepAlive is
+// not used: it dates its deadline from when an answer is received.
+func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv3.LeaseID) {
+	s.stopRenewer(name)
+	if name == memberLease {
+		s.memberLeaseID.Store(int64(lease))
+	}
+	ctx, cancel := context.WithCancel(bg)
+	s.stopRenew[name] = cancel
+	every := s.cfg.Lease.RenewInterval.D()
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := s.reqCtx(ctx)
+			sent := time.Now()
+			ttl, err := s.keepAliveOnce(rctx, lease)
+			rcancel()
+			r := renewal{name: name, lease: lease, sent: sent, took: time.Since(sent), ttl: ttl, err: err}
+			if s.opts.RenewObserver != nil {
+				s.opts.RenewObserver(name, r.took, err)
+			}
+			select {
+			case s.renewals <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+func (s *Supervisor) stopRenewer(name string) {
+	if c := s.stopRenew[name]; c != nil {
+		c()
+		delete(s.stopRenew, name)
+	}
+	if name == memberLease {
+		s.memberLeaseID.Store(0)
+	}
+}
+
+// keepAliveOnce renews lease once through every renewal client at the same
+// time (one per etcd endpoint; see Options.RenewClients) and returns the
+// first success. gRPC only notices a silently dead connection after its
+// keepalive (10 s at the least), and the client's round robin would keep
+// sending some renewals into it; in parallel, one live member is enough.
+// "Lease not found" from any member is final: members forward renewals to
+// the etcd leader, so it is the leader's answer.
+func (s *Supervisor) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
+	clients := s.opts.RenewClients
+	if len(clients) == 0 {
+		clients = []*clientv3.Client{s.cli}
+	}
+	type answer struct {
+		ttl time.Duration
+		err error
+	}
+	answers := make(chan answer, len(clients))
+	for _, c := range clients {
+		go func() {
+			resp, err := c.KeepAliveOnce(ctx, lease)
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			answers <- answer{ttl: time.Duration(resp.TTL) * time.Second}
+		}()
+	}
+	var errs []error
+	for range clients {
+		a := <-answers
+		switch {
+		case a.err == nil:
+			return a.ttl, nil
+		case errors.Is(a.err, rpctypes.ErrLeaseNotFound):
+			return 0, a.err
+		}
+		errs = append(errs, a.err)
+	}
+	return 0, errors.Join(errs...)
+}

@@ -1,0 +1,62 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+)
+
+// mayCampaign reports whether this standby may try for the election key.
+func (s *Supervisor) mayCampaign(now time.Time) bool {
+	if now.Before(s.cooldown) || s.ctlErr != nil || s.ctl.Freeze != nil || s.ctl.Banned(s.cfg.Node) {
+		return false
+	}
+	if h := s.ctl.Handoff; h != nil && (h.From == s.cfg.Node || (h.To != "" && h.To != s.cfg.Node)) {
+		return false // a switchover to someone else is under way: hold off
+	}
+	// Never take the lead while a local unit may still run, and never
+	// before the units were observed at all.
+	return !s.unitsSeen.IsZero() && len(runningUnits(s.lastUnits)) == 0
+}
+
+// startPreGrace is how long standby enforcement leaves a unit alone while
+// it is still in its ExecStartPre= phase: that is where the guard runs, and
+// it refuses the start itself with a message naming the leader; stopping
+// the unit then would kill the guard before it could say so. The main
+// process cannot run before ExecStartPre= succeeds, so waiting is safe; a
+// unit that lingers there longer (the guard removed, another slow
+// ExecStartPre=) is stopped like any other.
+const startPreGrace = 5 * time.Second
+
+// enforceable lists the managed units a standby must stop now.
+func (s *Supervisor) enforceable(now time.Time) []string {
+	var out []string
+	for _, u := range s.lastUnits {
+		if !u.Running() {
+			delete(s.startPre, u.Name)
+			continue
+		}
+		if u.SubState == "start-pre" || u.SubState == "condition" {
+			first, ok := s.startPre[u.Name]
+			if !ok {
+				s.startPre[u.Name] = now
+				continue
+			}
+			if now.Sub(first) < startPreGrace {
+				continue
+			}
+		}
+		out = append(out, u.Name)
+	}
+	return out
+}
+
+func runningUnits(states []fencing.UnitState) []string {
+	var out []string
+	for _, u := range states {
+		if u.Running() {
+			out = append(out, u.Name)
+		}
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+)
+
+// startupJob reconciles (stops whatever managed unit runs: this process
+// holds nothing yet), then registers the member record on a fresh lease.
+func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
+	states, err := s.units.States(ctx, s.cfg.Units.Managed)
+	if err != nil {
+		return nil, fmt.Errorf("read managed units: %w", err)
+	}
+	if r := runningUnits(states); len(r) > 0 {
+		s.log.Warn("start-up: managed units found running; stopping them before anything else", "units", r)
+		if err := fencing.StopAll(ctx, s.units, s.cfg.Units.Managed, s.timeout); err != nil {
+			return nil, fmt.Errorf("start-up reconcile: %w", err)
+		}
+	}
+	s.unitsMayRun.Store(false)
+	crashed := false
+	for {
+		g, err := s.grant(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rec, _ := json.Marshal(s.record())
+		key := s.keys.Member(s.cfg.Node)
+		rctx, cancel := s.reqCtx(ctx)
+		resp, err := s.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(rec), clientv3.WithLease(g.lease))).
+			Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err == nil && resp.Succeeded {
+			g.crashed = crashed
+			return g, nil
+		}
+		s.revoke(g.lease)
+		if err != nil {
+			return nil, fmt.Errorf("register member record: %w", err)
+		}
+		// A record under our name is alive: an earlier incarnation of this
+		// process (killed, its lease not yet expired) or, if it never goes
+		// away, another machine configured with the same node name.
+		var other Record
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			_ = json.Unmarshal(kvs[0].Value, &other)
+		}
+		crashed = true
+		s.log.Warn("a live member record already uses this node name; waiting for it to expire",
+			"incarnation", other.Incarnation, "state", other.State, "hint", "if this persists, two machines share the node name")
+		if err := sleep(ctx, s.cfg.Units.PollInterval.D()); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// leaveJob ends the membership: the record goes with its lease.
+func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		if lease != 0 {
+			s.revoke(lease)
+		}
+		return nil, nil
+	}
+}
