@@ -37,16 +37,16 @@ var exitCodes = []struct {
 	code int
 	text string
 }{
-	{exitOK, "Success; for run, a graceful stop."},
-	{exitFailure, "Runtime failure (etcd unreachable, I/O error)."},
-	{exitConfig, "Bad configuration or usage (unknown command, flag or argument); nothing was changed."},
-	{exitFenced, "Fenced: the lease could not be proven; the units were stopped. systemd restarts the supervisor as a standby."},
-	{exitFenceFailed, "Fenced, but a unit could not be confirmed stopped."},
-	{exitGuardRefused, "guard: this node does not hold a valid lease; the unit must not start."},
-	{exitGuardNoSup, "guard: the local supervisor is not running or not reachable."},
-	{exitDrillFailed, "drill: the check or the expectation failed."},
-	{exitNoActive, "status: no member is active with all its units (no leader, or its units are not all active)."},
-	{exitLocalBad, "status: this node (the configuration's node) has no member record, or it is fencing, stopped or in cooldown."},
+	{exitOK, "success; for `run`, a graceful stop (units stopped, lease released)"},
+	{exitFailure, "runtime failure (etcd or systemd unreachable, I/O error)"},
+	{exitConfig, "bad configuration or usage (unknown command, flag or argument; refused operator request); nothing was changed"},
+	{exitFenced, "`run`: fenced — the lease could not be proven; units stopped; systemd restarts it as standby"},
+	{exitFenceFailed, "`run`: fenced, but a unit could not be confirmed stopped (look at the node)"},
+	{exitGuardRefused, "`guard`: refused — this node does not hold a valid lease"},
+	{exitGuardNoSup, "`guard`: the local supervisor is not running or not reachable"},
+	{exitDrillFailed, "`drill`: the ordering check failed or the expectation was missed"},
+	{exitNoActive, "`status`: no member is active with all its units (no leader, or the leader's units are not all active)"},
+	{exitLocalBad, "`status`: this node (the configuration file's `node`) has no member record, or is fencing, stopped or in cooldown"},
 }
 
 // env is what a command gets from the outside world, injected so that
@@ -141,5 +141,18 @@ func newRoot(e env) *cobra.Command {
 	}
 	root.SetHelpCommandGroupID(groupNode)
 	root.SetCompletionCommandGroupID(groupNode)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Long = "Print the help of a command (the same as COMMAND --help): its arguments, flags and what it does."
+		case "completion":
+			c.Long = "Print a shell completion script. The packages install those for bash, zsh and fish."
+			for _, sh := range c.Commands() {
+				sh.Long = "Print the " + sh.Name() + " completion script, for example: kha-supervisor completion " + sh.Name() + " > FILE."
+			}
+		}
+	}
 	return root
 }

@@ -203,7 +203,7 @@ func freezeCommand(e env) *cobra.Command {
 The leader keeps its units and keeps renewing; fencing stays armed. While frozen, a leader that stops (ban, fence, crash) is not replaced. --reason is shown by status.`,
 	}
 	cf := addClientFlags(c)
-	c.Flags().StringVar(&reason, "reason", "", "why (shown in status)")
+	c.Flags().StringVar(&reason, "reason", "", "`text` saying why, shown by status")
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		s, code := connect(e, c, cf)
 		if code != exitOK {
@@ -255,7 +255,7 @@ Refused, unless --force, when NODE is not a live member, while the group is froz
 	}
 	cf := addClientFlags(c)
 	dur := durationFlag(c.Flags(), "for", 0, "ban expires after this long, e.g. 2h (default: until unban)")
-	c.Flags().StringVar(&reason, "reason", "", "why (shown in status)")
+	c.Flags().StringVar(&reason, "reason", "", "`text` saying why, shown by status")
 	c.Flags().BoolVar(&force, "force", false, "ban even an unknown member, while frozen, or when nobody could take over")
 	c.RunE = func(c *cobra.Command, args []string) error {
 		node := args[0]
