@@ -106,6 +106,10 @@ func (f *clientFlags) any() bool {
 		f.passwordFile != "" || f.cluster != "" || f.prefix != ""
 }
 
+// clientDefaultPath is the file a client command reads without -c; a
+// variable so that tests do not depend on this machine's /etc.
+var clientDefaultPath = config.DefaultPath
+
 // clientConfig is the configuration an operator command connects with, and
 // whether it came from a file (only then does it name this node).
 type clientConfig struct {
@@ -126,7 +130,7 @@ func loadClientConfig(e env, c *cobra.Command, f *clientFlags) (clientConfig, er
 		explicit = path != ""
 	}
 	if !explicit {
-		path = config.DefaultPath
+		path = clientDefaultPath
 	}
 	cfg, err := config.LoadClient(path)
 	fromFile := err == nil
