@@ -98,7 +98,9 @@ func (s *session) printOnce(e env, cs supervisor.ClusterStatus, output, local st
 				s.keys.Members(), s.cfg.Cluster, s.cfg.Etcd.Prefix)
 		}
 	}
-	if v.code != exitOK {
+	// JSON carries the facts; a line on stderr would spoil a combined
+	// output that scripts parse.
+	if v.code != exitOK && output != "json" {
 		fmt.Fprintf(e.stderr, "kha-supervisor: status %d: %s\n", v.code, v.why)
 	}
 	return v.code
