@@ -11,7 +11,9 @@ import (
 // TestEligible is the table of who could run the units (issue 9, item 3).
 func TestEligible(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	rec := func(node string, st supervisor.State) supervisor.Record { return supervisor.Record{Node: node, State: st} }
+	rec := func(node string, st supervisor.State) supervisor.Record {
+		return supervisor.Record{Node: node, State: st}
+	}
 	cooling := rec("m2", supervisor.Standby)
 	cooling.Cooldown = now.Add(time.Minute)
 	cooled := rec("m2", supervisor.Standby)
