@@ -120,7 +120,7 @@ func durationFlag(fs *pflag.FlagSet, name string, def time.Duration, usage strin
 
 func (v durationValue) String() string {
 	if v.d == nil || *v.d == 0 {
-		return "0s"
+		return "0" // what pflag takes for "no default" in the help
 	}
 	return v.d.String()
 }

@@ -35,7 +35,7 @@ type clientFlags struct {
 
 // clientEnv maps each flag to its environment variable.
 var clientEnv = []struct{ flag, env, usage string }{
-	{"endpoints", "KHA_ENDPOINTS", "etcd endpoints, comma-separated (etcd.endpoints)"},
+	{"endpoints", "KHA_ENDPOINTS", "etcd endpoint `urls`, comma-separated (etcd.endpoints)"},
 	{"cacert", "KHA_CACERT", "CA bundle `file` for the etcd servers (etcd.ca)"},
 	{"cert", "KHA_CERT", "client certificate `file` (etcd.cert)"},
 	{"key", "KHA_KEY", "client key `file` (etcd.key)"},
@@ -148,8 +148,17 @@ func loadClientConfig(e env, c *cobra.Command, f *clientFlags) (clientConfig, er
 		return clientConfig{}, err
 	}
 	if f.any() {
+		if strings.Contains(f.user, ":") {
+			return clientConfig{}, fmt.Errorf("--user %q: the password is only read from a file: --user NAME --password-file FILE", strings.SplitN(f.user, ":", 2)[0]+":...")
+		}
 		f.apply(&cfg.Etcd, &cfg.Cluster)
-		if err := cfg.ValidateClient(); err != nil {
+		// A refusal names where the values came from.
+		v := cfg
+		v.Path = "(command-line options and KHA_* variables)"
+		if fromFile {
+			v.Path = "(command-line options and KHA_* variables over " + path + ")"
+		}
+		if err := v.ValidateClient(); err != nil {
 			return clientConfig{}, err
 		}
 	}

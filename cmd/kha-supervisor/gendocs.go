@@ -165,7 +165,7 @@ func flagSyntax(f *pflag.Flag) (name, value string) {
 func flagUsage(f *pflag.Flag) string {
 	_, usage := pflag.UnquoteUsage(f)
 	switch f.DefValue {
-	case "", "false", "0s", "[]":
+	case "", "false", "0", "0s", "[]":
 	default:
 		if f.Name != "config" {
 			usage += " (default " + f.DefValue + ")"

@@ -131,7 +131,6 @@ func newRoot(e env) *cobra.Command {
 	)
 	root.PersistentFlags().StringP("config", "c", "", "configuration `file` (default "+defaultConfigPath()+")")
 	root.SetFlagErrorFunc(flagError)
-	root.CompletionOptions.HiddenDefaultCmd = false
 	for _, b := range builders {
 		c := b(e)
 		if c.Args == nil {

@@ -189,6 +189,10 @@ func TestOperatorWithoutConfig(t *testing.T) {
 	if code, out := run(vars, "status", "--user", "ops"); code != exitConfig || !strings.Contains(out, "password_file is not") {
 		t.Errorf("status --user without --password-file: exit %d", code)
 	}
+	if code, out := run(vars, "status", "--user", "ops:secret"); code != exitConfig || strings.Contains(out, "secret") ||
+		!strings.Contains(out, "the password is only read from a file") {
+		t.Errorf("status --user NAME:PASSWORD: exit %d", code)
+	}
 
 	// The daemon's own file with a key only the daemon checks: status reads
 	// what it needs and does not refuse.
