@@ -145,10 +145,13 @@ func newRoot(e env) *cobra.Command {
 	for _, c := range root.Commands() {
 		switch c.Name() {
 		case "help":
+			c.Short = "show the help of a command"
 			c.Long = "Print the help of a command (the same as COMMAND --help): its arguments, flags and what it does."
 		case "completion":
+			c.Short = "print a shell completion script"
 			c.Long = "Print a shell completion script. The packages install those for bash, zsh and fish."
 			for _, sh := range c.Commands() {
+				sh.Short = "print the " + sh.Name() + " completion script"
 				sh.Long = "Print the " + sh.Name() + " completion script, for example: kha-supervisor completion " + sh.Name() + " > FILE."
 			}
 		}
