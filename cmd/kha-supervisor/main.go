@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -47,6 +48,16 @@ var exitCodes = []struct {
 	{exitDrillFailed, "`drill`: the ordering check failed or the expectation was missed"},
 	{exitNoActive, "`status`: no member is active with all its units (no leader, or the leader's units are not all active)"},
 	{exitLocalBad, "`status`: this node (the configuration file's `node`) has no member record, or is fencing, stopped or in cooldown"},
+}
+
+// exitSummary is the exit codes for the help, one short line each.
+func exitSummary() string {
+	var b strings.Builder
+	b.WriteString("Exit codes (kha-supervisor(8) has the details):")
+	for _, x := range exitCodes {
+		fmt.Fprintf(&b, "\n  %d  %s", x.code, strings.ReplaceAll(x.text, "`", ""))
+	}
+	return b.String()
 }
 
 // env is what a command gets from the outside world, injected so that
@@ -107,7 +118,8 @@ func newRoot(e env) *cobra.Command {
 		Use:   "kha-supervisor",
 		Short: "lease-fenced active/standby supervisor for systemd units",
 		Long: "kha-supervisor makes sure that at most one node of a group runs a set of systemd units: " +
-			"it wins a lease in etcd, only then starts the managed units, and fences itself before any other node could win.",
+			"it wins a lease in etcd, only then starts the managed units, and fences itself before any other node could win.\n\n" +
+			exitSummary(),
 		Version:       version,
 		SilenceErrors: true,
 		SilenceUsage:  true,
