@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -128,7 +130,7 @@ func (s *session) handoff(e env, to string, wait bool, timeout time.Duration) (s
 		rec, ok := findMember(cs, to)
 		switch {
 		case !ok:
-			return switchover{}, fail(e, exitConfig, "refused: no live member named %q (see kha-supervisor status)", to)
+			return switchover{}, fail(e, exitConfig, "refused: no live member named %q%s (see kha-supervisor status)", to, didYouMean(cs, to))
 		case cs.Control.Banned(to):
 			return switchover{}, fail(e, exitConfig, "refused: %s is banned; unban it first", to)
 		case rec.State != supervisor.Standby:
@@ -182,6 +184,30 @@ func (s *session) waitNewLeader(e env, oldToken int64, want string, timeout time
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// didYouMean suggests the live members or banned names closest to a
+// mistyped node name: "; did you mean m1?", or "".
+func didYouMean(cs supervisor.ClusterStatus, node string) string {
+	var near []string
+	seen := map[string]bool{}
+	consider := func(n string) {
+		if !seen[n] && (distance(node, n) <= 2 || strings.HasPrefix(n, node)) {
+			near = append(near, n)
+		}
+		seen[n] = true
+	}
+	for _, m := range cs.Members {
+		consider(m.Node)
+	}
+	for n := range cs.Control.Bans {
+		consider(n)
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	sort.Strings(near)
+	return "; did you mean " + names(near) + "?"
 }
 
 func findMember(cs supervisor.ClusterStatus, node string) (supervisor.Record, bool) {
@@ -285,7 +311,7 @@ func (s *session) ban(e env, node string, dur time.Duration, reason string, forc
 	if !force {
 		switch {
 		case !known:
-			return fail(e, exitConfig, "refused: no live member named %q in cluster %q (see kha-supervisor status); --force bans it anyway", node, s.cfg.Cluster)
+			return fail(e, exitConfig, "refused: no live member named %q in cluster %q%s (see kha-supervisor status); --force bans it anyway", node, s.cfg.Cluster, didYouMean(cs, node))
 		case cs.Control.Freeze != nil:
 			return fail(e, exitConfig, "refused: the group is frozen (%s): a banned leader steps down and nobody may take over while frozen; unfreeze first, or --force", cs.Control.Freeze.Reason)
 		case len(left) == 0:
@@ -356,7 +382,7 @@ func (s *session) unban(e env, node string, force bool) int {
 		return fail(e, exitFailure, "%v", err)
 	}
 	if _, known := findMember(cs, node); !known && !cs.Control.Banned(node) && !force {
-		return fail(e, exitConfig, "refused: %q is neither a live member nor banned in cluster %q (see kha-supervisor status); --force clears it anyway", node, s.cfg.Cluster)
+		return fail(e, exitConfig, "refused: %q is neither a live member nor banned in cluster %q%s (see kha-supervisor status); --force clears it anyway", node, s.cfg.Cluster, didYouMean(cs, node))
 	}
 	ctx, cancel := s.ctx(e)
 	defer cancel()

@@ -30,7 +30,8 @@ func TestOperatorBanGuards(t *testing.T) {
 	}
 
 	// Unknown members: refused unless --force.
-	expect(exitConfig, `refused: no live member named "m9" in cluster "test"`, "ban", "m9")
+	expect(exitConfig, `refused: no live member named "m9" in cluster "test"; did you mean m1 or m2?`, "ban", "m9")
+	expect(exitConfig, `refused: no live member named "node-1" in cluster "test" (see`, "ban", "node-1")
 	expect(exitConfig, `refused: "m9" is neither a live member nor banned`, "unban", "m9")
 	out := expect(exitOK, "banned m9 until ", "ban", "m9", "--force", "--for", "26h")
 	// A 26 h ban shows its date and zone.
