@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -212,4 +213,37 @@ func connect(e env, c *cobra.Command, f *clientFlags) (*session, int) {
 		return nil, exitFailure
 	}
 	return &session{cfg: cfg, fromFile: cc.fromFile, cli: cli, keys: supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)}, exitOK
+}
+
+// completeMembers completes a node name from the live member records, for
+// the shells' completion; it gives up quietly (no suggestions) when etcd
+// does not answer within two seconds.
+func completeMembers(e env, cf *clientFlags) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		const none = cobra.ShellCompDirectiveNoFileComp
+		if len(args) > 0 && c.Flags().Lookup("to") == nil {
+			return nil, none
+		}
+		cc, err := loadClientConfig(e, c, cf)
+		if err != nil {
+			return nil, none
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+		defer cancel()
+		cli, err := etcdconn.Dial(ctx, cc.Etcd)
+		if err != nil {
+			return nil, none
+		}
+		defer cli.Close()
+		recs, _, err := supervisor.ReadMembers(ctx, cli, supervisor.NewKeys(cc.Etcd.Prefix, cc.Cluster))
+		if err != nil {
+			return nil, none
+		}
+		var out []string
+		for n := range recs {
+			out = append(out, n)
+		}
+		sort.Strings(out)
+		return out, none
+	}
 }

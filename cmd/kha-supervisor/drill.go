@@ -38,6 +38,7 @@ func drillKind(e env, kind, short string) *cobra.Command {
 	timeout := durationFlag(c.Flags(), "timeout", 90*time.Second, "give up waiting for a new leader after this long")
 	if kind == "handoff" {
 		c.Flags().StringVar(&to, "to", "", "`node` that should take over")
+		_ = c.RegisterFlagCompletionFunc("to", completeMembers(e, cf))
 	}
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		if to != "" {

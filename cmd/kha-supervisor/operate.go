@@ -75,6 +75,7 @@ Refused while the group is frozen, when no member leads, or when the target is n
 	}
 	cf := addClientFlags(c)
 	c.Flags().StringVar(&to, "to", "", "`node` that should take over (default: any other member)")
+	_ = c.RegisterFlagCompletionFunc("to", completeMembers(e, cf))
 	c.Flags().BoolVar(&wait, "wait", false, "wait until the new leader's units are active")
 	timeout := durationFlag(c.Flags(), "timeout", 60*time.Second, "how long --wait waits")
 	c.RunE = func(c *cobra.Command, _ []string) error {
@@ -276,10 +277,10 @@ func banCommand(e env) *cobra.Command {
 		Short:   "keep NODE out of the election (a leader steps down)",
 		Long: `Keep NODE out of the election (like a Pacemaker ban); if it leads, it steps down. The ban lasts until unban, or for --for.
 Refused, unless --force, when NODE is not a live member, while the group is frozen (nobody could take over), and when the ban would leave no eligible member (every other one banned, in cooldown or not standby); otherwise it says who takes over.`,
-		Args:              exactArgs("NODE"),
-		ValidArgsFunction: cobra.NoFileCompletions,
+		Args: exactArgs("NODE"),
 	}
 	cf := addClientFlags(c)
+	c.ValidArgsFunction = completeMembers(e, cf)
 	dur := durationFlag(c.Flags(), "for", 0, "ban expires after this long, e.g. 2h (default: until unban)")
 	c.Flags().StringVar(&reason, "reason", "", "`text` saying why, shown by status")
 	c.Flags().BoolVar(&force, "force", false, "ban even an unknown member, while frozen, or when nobody could take over")
@@ -352,14 +353,14 @@ func takeover(cs supervisor.ClusterStatus, node string, left []string) string {
 func unbanCommand(e env) *cobra.Command {
 	var force bool
 	c := &cobra.Command{
-		Use:               "unban NODE",
-		GroupID:           groupGroup,
-		Short:             "lift a ban",
-		Long:              "Lift a ban. Refused, unless --force, when NODE is neither a live member nor banned (a mistyped name).",
-		Args:              exactArgs("NODE"),
-		ValidArgsFunction: cobra.NoFileCompletions,
+		Use:     "unban NODE",
+		GroupID: groupGroup,
+		Short:   "lift a ban",
+		Long:    "Lift a ban. Refused, unless --force, when NODE is neither a live member nor banned (a mistyped name).",
+		Args:    exactArgs("NODE"),
 	}
 	cf := addClientFlags(c)
+	c.ValidArgsFunction = completeMembers(e, cf)
 	c.Flags().BoolVar(&force, "force", false, "clear a ban for a name that is neither a member nor banned")
 	c.RunE = func(c *cobra.Command, args []string) error {
 		node := args[0]

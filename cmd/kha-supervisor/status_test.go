@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -27,6 +28,16 @@ func TestOperatorBanGuards(t *testing.T) {
 			t.Fatalf("$ kha-supervisor %s: exit %d, want %d and %q:\n%s", strings.Join(args, " "), got, code, want, out)
 		}
 		return out
+	}
+
+	// The shells complete node names from etcd.
+	cfg := w.ConfigFile("m1")
+	for _, line := range [][]string{{"__complete", "ban", "-c", cfg, ""}, {"__complete", "handoff", "-c", cfg, "--to", ""}} {
+		var buf bytes.Buffer
+		dispatch(env{ctx: context.Background(), stdout: &buf, stderr: io.Discard}, line)
+		if buf.String() != "m1\nm2\n:4\n" {
+			t.Errorf("completion of %q: %q, want m1 and m2 without file names", line, buf.String())
+		}
 	}
 
 	// Unknown members: refused unless --force.
