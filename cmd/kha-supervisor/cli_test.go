@@ -72,6 +72,9 @@ func TestCLIArguments(t *testing.T) {
 		{[]string{"ban", "m1", "--for", "10", "-c", cfg}, exitConfig, []string{`invalid argument "10" for "--for" flag: no unit: add a unit, e.g. 2h`}},
 		{[]string{"ban", "m1", "--for", "-1h", "-c", cfg}, exitConfig, []string{`invalid argument "-1h" for "--for" flag: must not be negative`}},
 		{[]string{"handoff", "--wait", "--timeout", "soon", "-c", cfg}, exitConfig, []string{`invalid argument "soon" for "--timeout" flag: not a duration`}},
+		{[]string{"handoff", "--wait", "--timeout", "0", "-c", cfg}, exitConfig, []string{"--timeout must be positive"}},
+		{[]string{"drill", "failover", "--timeout", "0s", "-c", cfg}, exitConfig, []string{"--timeout must be positive"}},
+		{[]string{"status", "--watch", "--interval", "0", "-c", cfg}, exitConfig, []string{"--interval must be positive"}},
 		// Help exits 0 and shows the positional arguments; --version.
 		{[]string{"--help"}, exitOK, []string{"Commands for the whole group", "ban ", "status "}},
 		{[]string{"ban", "--help"}, exitOK, []string{"kha-supervisor ban NODE [flags]", "--for duration", "--endpoints"}},

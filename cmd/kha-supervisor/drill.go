@@ -46,6 +46,9 @@ func drillKind(e env, kind, short string) *cobra.Command {
 				return exit(code)
 			}
 		}
+		if *timeout <= 0 {
+			return exit(fail(e, exitConfig, "--timeout must be positive"))
+		}
 		s, code := connect(e, c, cf)
 		if code != exitOK {
 			return exit(code)

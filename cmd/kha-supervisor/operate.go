@@ -84,6 +84,9 @@ Refused while the group is frozen, when no member leads, or when the target is n
 				return exit(code)
 			}
 		}
+		if *timeout <= 0 {
+			return exit(fail(e, exitConfig, "--timeout must be positive"))
+		}
 		s, code := connect(e, c, cf)
 		if code != exitOK {
 			return exit(code)
