@@ -20,6 +20,7 @@ var manSections = map[string]func(root *cobra.Command) string{
 	"@OPTIONS@":        manOptions,
 	"@CLIENT-OPTIONS@": manClientOptions,
 	"@EXIT-STATUS@":    manExitStatus,
+	"@ENVIRONMENT@":    manEnvironment,
 }
 
 func renderMan(root *cobra.Command, tmpl string) (string, error) {
@@ -207,5 +208,17 @@ func manExitStatus(*cobra.Command) string {
 	for _, x := range exitCodes {
 		fmt.Fprintf(&b, ".TP\n.B %d\n%s", x.code, roffText(x.text))
 	}
+	return b.String()
+}
+
+// manEnvironment lists the variables the commands read.
+func manEnvironment(*cobra.Command) string {
+	var b strings.Builder
+	b.WriteString(".SH ENVIRONMENT\n")
+	b.WriteString(".TP\n.B KHA_CONFIG\nThe configuration file of the client commands, when \\-c is not given.\n")
+	for _, x := range clientEnv {
+		fmt.Fprintf(&b, ".TP\n.B %s\nThe default of \\-\\-%s.\n", x.env, roff(x.flag))
+	}
+	b.WriteString(".TP\n.B TZ\nThe time zone of the times that status, ban and history print.\n")
 	return b.String()
 }
