@@ -560,7 +560,8 @@ func TestDropinsMatchInstallDropins(t *testing.T) {
 }
 
 // commandsOf lists the commands `kha-supervisor --help` shows (cobra's
-// groups: a heading ending in "Commands:", then "  NAME  summary" lines),
+// groups: a heading with "Commands" ending in ":", then "  NAME  summary"
+// lines),
 // with the subcommands of those that have any ("drill handoff").
 func commandsOf(t *testing.T, bin string) []string {
 	t.Helper()
@@ -585,7 +586,7 @@ func helpCommands(t *testing.T, bin string, path ...string) []string {
 	on := false
 	for _, line := range strings.Split(string(out), "\n") {
 		switch {
-		case strings.HasSuffix(line, "Commands:") || strings.HasSuffix(line, "):"):
+		case !strings.HasPrefix(line, " ") && strings.Contains(line, "Commands") && strings.HasSuffix(line, ":"):
 			on = true
 		case on && line == "":
 			on = false
