@@ -127,6 +127,7 @@ type Supervisor struct {
 	history        chan Event
 	notes          chan string // sd_notify messages for the notifier goroutine
 	prevState      State
+	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 
 	// Channels into the loop.

@@ -146,6 +146,9 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		case <-time.After(15 * time.Second):
 			t.Errorf("%s: Run did not return after cancel", name)
 		}
+		if n := m.Sup.BadTransitions(); n != 0 {
+			t.Errorf("%s took %d transition(s) not in the lifecycle table (see its log)", name, n)
+		}
 	})
 	return m
 }
