@@ -30,31 +30,28 @@ func init() {
 }
 
 func runDaemon(e env, args []string) int {
+	// Before anything else: SIGHUP's default action would end the daemon.
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
 	cfg, code := loadConfig(e, flag.NewFlagSet("run", flag.ContinueOnError), args)
 	if code != exitOK {
 		return code
 	}
-	log := newLogger(e, cfg.Log)
+	level := new(slog.LevelVar)
+	log := newLogger(e.stderr, cfg.Log, level)
 	slog.SetDefault(log)
-	return run(e.ctx, cfg, log, sdNotify)
+	rl := newReloader(cfg, log, level)
+	go rl.watch(e.ctx, hup)
+	return run(e.ctx, cfg, log, sdNotify, rl.Hooks)
 }
 
 // sdNotify sends to systemd's notify socket. unsetEnvironment is false: true
 // would silence every later call.
 func sdNotify(msg string) { _, _ = daemon.SdNotify(false, msg) }
 
-func newLogger(e env, c config.Log) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(c.Level)) // validated by config.Load
-	opts := &slog.HandlerOptions{Level: lvl}
-	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(e.stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(e.stderr, opts))
-}
-
 // run is the daemon with its collaborators built from the configuration.
-func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string)) int {
+// hooksNow returns the hook settings in force (they change on SIGHUP).
+func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string), hooksNow func() config.Hooks) int {
 	wd := systemdWatchdog()
 	if w := cfg.Window(); wd > 0 {
 		w.Watchdog = wd
@@ -110,11 +107,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
-	hookCfg := cfg.Hooks
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
 		RenewClients: renew,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
+			hookCfg := hooksNow()
 			var argv []string
 			switch name {
 			case "on_promote":
