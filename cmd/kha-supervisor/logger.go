@@ -13,13 +13,20 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-// newLogger builds the daemon's logger. level is shared with the reloader,
-// so SIGHUP can change log.level in place. When stderr is the journal
+// logLevel is the daemon's log level, shared with the reloader so that
+// SIGHUP can change log.level in place.
+var logLevel slog.LevelVar
+
+// newLogger builds the daemon's logger at logLevel. When stderr is the journal
 // (systemd sets JOURNAL_STREAM to its device and inode), each line starts
 // with the sd-daemon priority prefix ("<3>" for errors) and carries no
 // timestamp of its own: journald stamps every line, and the prefix is what
 // makes `journalctl -p err` find the fences.
-func newLogger(w io.Writer, c config.Log, level *slog.LevelVar) *slog.Logger {
+func newLogger(e env, c config.Log) *slog.Logger {
+	return newLoggerAt(e.stderr, c, &logLevel)
+}
+
+func newLoggerAt(w io.Writer, c config.Log, level *slog.LevelVar) *slog.Logger {
 	_ = level.UnmarshalText([]byte(c.Level)) // validated by config.Load
 	journal := isJournalStream(w, os.Getenv("JOURNAL_STREAM"))
 	return slog.New(newHandler(w, c.Format, level, journal))

@@ -45,7 +45,7 @@ func loadReloader(t *testing.T, text string) (*reloader, string, *slog.LevelVar,
 	}
 	out := &syncBuffer{}
 	level := new(slog.LevelVar)
-	log := newLogger(out, cfg.Log, level)
+	log := newLoggerAt(out, cfg.Log, level)
 	return newReloader(cfg, log, level), path, level, out
 }
 

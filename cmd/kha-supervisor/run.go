@@ -30,17 +30,16 @@ func init() {
 }
 
 func runDaemon(e env, args []string) int {
-	// Before anything else: SIGHUP's default action would end the daemon.
-	hup, stopHUP := notifyHUP()
-	defer stopHUP()
 	cfg, code := loadConfig(e, flag.NewFlagSet("run", flag.ContinueOnError), args)
 	if code != exitOK {
 		return code
 	}
-	level := new(slog.LevelVar)
-	log := newLogger(e.stderr, cfg.Log, level)
+	log := newLogger(e, cfg.Log)
 	slog.SetDefault(log)
-	rl := newReloader(cfg, log, level)
+	// Before anything slow: SIGHUP's default action would end the daemon.
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
+	rl := newReloader(cfg, log, &logLevel)
 	go rl.watch(e.ctx, hup)
 	return run(e.ctx, cfg, log, sdNotify, rl.Hooks)
 }
