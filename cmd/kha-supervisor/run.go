@@ -101,7 +101,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg)
+	metrics, err := httpapi.NewMetrics(reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version))
 	if err != nil {
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
@@ -139,7 +139,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 				metrics.Fenced(t.Kind)
 			}
 		},
-		RenewObserver: func(_ string, took time.Duration, err error) { metrics.Renewed(took, err) },
+		RenewObserver: func(lease string, took time.Duration, err error) { metrics.Renewed(lease, took, err) },
 	})
 	if err != nil {
 		log.Error("cannot create supervisor", "err", err)
@@ -234,6 +234,7 @@ type statusSource struct{ sup *supervisor.Supervisor }
 func (s statusSource) Status() any         { return s.sup.Status() }
 func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
+func (s statusSource) Standby() bool       { return s.sup.Status().State == supervisor.Standby }
 
 // exportGauges copies the lease and unit figures into the gauges. Only the
 // metrics depend on this ticker; nothing safety-related does.
@@ -242,7 +243,7 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 	defer t.Stop()
 	for {
 		st := sup.Status()
-		m.SetLease(st.LeaseLeft, st.FenceIn)
+		m.SetLease(st.LeaseLeft, st.FenceIn, st.State.Holding())
 		for _, u := range st.Units {
 			m.SetUnitActive(u.Name, u.Running())
 		}
