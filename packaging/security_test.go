@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
+	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // maxExposure is the highest `systemd-analyze security` score the packaged
@@ -82,5 +84,23 @@ func TestServiceUnitSecurity(t *testing.T) {
 				t.Errorf("[Service] %s=%s would cut the supervisor off from what it needs", key, v)
 			}
 		}
+	}
+}
+
+// TestPackagedStartTimeoutCoversDefaults: with the shipped configuration a
+// start-up that waits out a killed predecessor's record must not be killed
+// by systemd's start timeout.
+func TestPackagedStartTimeoutCoversDefaults(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "systemd", Name+".service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := seconds(t, one(t, unitKeys(t, string(b)), "Service", "TimeoutStartSec"))
+	need, err := dropin.StartTimeout(dropin.StartBudgetOf(config.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < need {
+		t.Errorf("TimeoutStartSec=%s, want at least %s for the default configuration", got, need)
 	}
 }
