@@ -69,11 +69,12 @@ func isJournalStream(w io.Writer, env string) bool {
 	if !ok || env == "" {
 		return false
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+	fi, err := f.Stat() // not Fd(): that would switch stderr to blocking mode
+	if err != nil {
 		return false
 	}
-	return env == fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && env == fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 }
 
 // priority maps a slog level to a syslog priority (sd-daemon(3)).
