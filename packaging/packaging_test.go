@@ -135,6 +135,12 @@ var wantFiles = map[string]entry{
 	"/usr/share/fish/vendor_completions.d/kha-supervisor.fish":                         {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/":                                                   {"drwxr-xr-x", "root/root"},
 	"/usr/share/doc/kha-supervisor/copyright":                                          {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/operations.md":                                      {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/third-party-licenses.gz":                            {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/":                                          {"drwxr-xr-x", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/config.example.toml":                       {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/kha-supervisor-alerts.yml":                 {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/kha-supervisor-dashboard.json":             {"-rw-r--r--", "root/root"},
 	"/usr/share/man/man5/kha-supervisor.toml.5.gz":                                     {"-rw-r--r--", "root/root"},
 	"/usr/share/man/man8/kha-supervisor.8.gz":                                          {"-rw-r--r--", "root/root"},
 }
