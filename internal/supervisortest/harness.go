@@ -83,7 +83,13 @@ type World struct {
 }
 
 func NewWorld(t *testing.T, members int) *World {
-	c := etcdtest.NewCluster(t, etcdtest.Options{Members: members})
+	return NewWorldWith(t, etcdtest.Options{Members: members})
+}
+
+// NewWorldWith is NewWorld on a cluster started with opts (for example
+// etcdtest.Stock timing).
+func NewWorldWith(t *testing.T, opts etcdtest.Options) *World {
+	c := etcdtest.NewCluster(t, opts)
 	return &World{t: t, Cluster: c, Admin: c.Client(t)}
 }
 
