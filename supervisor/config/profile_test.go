@@ -129,4 +129,3 @@ func TestDescribeMarksProfileValues(t *testing.T) {
 		}
 	}
 }
-
