@@ -71,8 +71,9 @@ func installDropins(e env, args []string) int {
 	binary := fl.String("binary", dropin.DefaultBinary, "absolute `path` of kha-supervisor for the guard in ExecStartPre=")
 	fl.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: kha-supervisor install-dropins [-c FILE] [--dry-run] [--dir DIR] [--no-reload] [--binary PATH]")
-		fmt.Fprintf(e.stderr, "\nWrites DIR/UNIT.d/%s for every unit in units.managed, removes the\n", dropin.FileName)
-		fmt.Fprintln(e.stderr, "ones it wrote earlier for units no longer managed, then reloads systemd.")
+		fmt.Fprintf(e.stderr, "\nWrites DIR/UNIT.d/%s for every unit in units.managed and for\n", dropin.FileName)
+		fmt.Fprintln(e.stderr, "kha-supervisor.service itself (the profile's WatchdogSec), removes the ones it")
+		fmt.Fprintln(e.stderr, "wrote earlier for units no longer managed, then reloads systemd.")
 		fmt.Fprintln(e.stderr)
 		fl.PrintDefaults()
 	}
@@ -97,7 +98,7 @@ func installDropins(e env, args []string) int {
 		return exitConfig
 	}
 
-	changes, err := planDropins(*dir, cfg.Units.Managed, *binary, cfg.Units.StopTimeout.D())
+	changes, err := planInstall(*dir, cfg, *binary)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "install-dropins: %v\n", err)
 		return exitConfig
@@ -160,6 +161,41 @@ func installDropins(e env, args []string) int {
 	return exitOK
 }
 
+// planInstall lists every file install-dropins writes or removes: the
+// managed units' drop-ins (planDropins) and the supervisor unit's own.
+func planInstall(dir string, cfg config.Config, binary string) ([]dropinChange, error) {
+	changes, err := planDropins(dir, cfg.Units.Managed, binary, cfg.Units.StopTimeout.D())
+	if err != nil {
+		return nil, err
+	}
+	sup, err := planSupervisorDropin(dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return append(changes, sup), nil
+}
+
+// planSupervisorDropin is the supervisor unit's drop-in: the values of
+// kha-supervisor.service that the configuration's profile decides (its
+// WatchdogSec, which enters the fence window).
+func planSupervisorDropin(dir string, cfg config.Config) (dropinChange, error) {
+	text, err := dropin.RenderSupervisor(supervisorDropin(cfg))
+	if err != nil {
+		return dropinChange{}, err
+	}
+	p := dropin.SupervisorPath(dir)
+	if old, err := os.ReadFile(p); err == nil && !bytes.HasPrefix(old, []byte(dropin.Marker)) {
+		return dropinChange{}, fmt.Errorf("%s exists and was not written by kha-supervisor: move it away first (settings of your own belong in a 90-*.conf there)", p)
+	}
+	return dropinChange{path: p, unit: dropin.SupervisorUnit, text: text}, nil
+}
+
+// supervisorDropin is what the supervisor unit's drop-in holds for cfg.
+func supervisorDropin(cfg config.Config) dropin.Supervisor {
+	p := cfg.SelectedProfile()
+	return dropin.Supervisor{Profile: p.Name, Watchdog: p.Watchdog.D()}
+}
+
 // planDropins lists the drop-ins to write for units, and the stale ones
 // (written by an earlier run for units no longer managed) to remove. It
 // refuses to overwrite a file at a drop-in's path that kha-supervisor did not
@@ -187,8 +223,8 @@ func planDropins(dir string, units []string, binary string, stop time.Duration) 
 	sort.Strings(found)
 	for _, p := range found {
 		unit := strings.TrimSuffix(filepath.Base(filepath.Dir(p)), ".d")
-		if managed[unit] {
-			continue
+		if managed[unit] || unit == dropin.SupervisorUnit {
+			continue // the supervisor's own is planned by planSupervisorDropin
 		}
 		old, err := os.ReadFile(p)
 		if err != nil || !bytes.HasPrefix(old, []byte(dropin.Marker)) {
