@@ -137,6 +137,12 @@ func installDropins(e env, args []string) int {
 		}
 		if wrote {
 			fmt.Fprintf(e.stdout, "wrote %s\n", c.path)
+			if c.unit == dropin.SupervisorUnit {
+				// The running daemon computed its fence window with the
+				// watchdog it started under; only a restart makes the two
+				// agree again (and applies a changed profile at all).
+				fmt.Fprintf(e.stdout, "restart %s for its new settings to take effect\n", dropin.SupervisorUnit)
+			}
 			changed++
 		} else {
 			fmt.Fprintf(e.stdout, "unchanged %s\n", c.path)

@@ -123,8 +123,12 @@ func TestInstallDropinsWritesSupervisorWatchdog(t *testing.T) {
 		{"default", "WatchdogSec=2s\n"},
 	} {
 		cfg := writeConfig(t, "node = \"m1\"\nprofile = \""+tc.profile+"\"\n")
-		if code, _, e := runCmd(t, "install-dropins", "-c", cfg, "--dir", dir); code != exitOK {
+		code, out, e := runCmd(t, "install-dropins", "-c", cfg, "--dir", dir)
+		if code != exitOK {
 			t.Fatalf("profile %s: exit %d: %s", tc.profile, code, e)
+		}
+		if !strings.Contains(out, "restart kha-supervisor.service for its new settings") {
+			t.Errorf("profile %s: the changed supervisor drop-in does not ask for a restart:\n%s", tc.profile, out)
 		}
 		b, err := os.ReadFile(sup)
 		if err != nil {
