@@ -66,5 +66,9 @@ func checkConfigPath(e env, path string) int {
 	for _, n := range uc.Notes {
 		fmt.Fprintf(e.stdout, "#   %s\n", n)
 	}
+	for _, w := range uc.Warnings {
+		fmt.Fprintf(e.stdout, "#   NOT CHECKED: %s\n", w)
+		fmt.Fprintf(e.stderr, "kha-supervisor check-config: warning: %s\n", w)
+	}
 	return exitOK
 }

@@ -28,10 +28,12 @@ type unitReader interface {
 }
 
 // unitCheck is what checkInstalled found: the refusal `run` would give
-// (nil when none) and notes worth printing either way.
+// (nil when none), notes worth printing either way, and warnings about
+// checks that could not be made (a unit whose settings could not be read).
 type unitCheck struct {
-	Refusal error
-	Notes   []string
+	Refusal  error
+	Notes    []string
+	Warnings []string
 }
 
 // checkInstalled applies to the installed units the rules the fence window
@@ -67,7 +69,7 @@ func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
 	st, err := r.Service(unit)
 	switch {
 	case err != nil:
-		uc.note("%s: cannot read its settings (%v); WatchdogSec not checked", unit, err)
+		uc.Warnings = append(uc.Warnings, fmt.Sprintf("%s: cannot read its settings (%v); WatchdogSec not checked", unit, err))
 		return nil
 	case !st.Found:
 		uc.note("%s is not installed here; WatchdogSec not checked (install-dropins writes the profile's, %s)", unit, dropin.Seconds(want))
@@ -93,7 +95,7 @@ func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error
 	st, err := r.Service(unit)
 	switch {
 	case err != nil:
-		uc.note("%s: cannot read its settings (%v); TimeoutStopSec not checked", unit, err)
+		uc.Warnings = append(uc.Warnings, fmt.Sprintf("%s: cannot read its settings (%v); TimeoutStopSec not checked", unit, err))
 		return nil
 	case !st.Found:
 		uc.note("%s is not installed here; TimeoutStopSec not checked", unit)
@@ -151,6 +153,9 @@ func checkUnitsAtStart(ctx context.Context, cfg config.Config, wd time.Duration,
 	}
 	for _, n := range uc.Notes {
 		log.Debug("installed units", "note", n)
+	}
+	for _, w := range uc.Warnings {
+		log.Warn("installed units", "warning", w)
 	}
 	w := cfg.Window()
 	w.Watchdog = wd

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -240,5 +241,23 @@ func TestParseSystemdSpan(t *testing.T) {
 		if got, err := parseSystemdSpan(in); err == nil {
 			t.Errorf("%q: accepted as %s", in, got)
 		}
+	}
+}
+
+// errUnits fails every read.
+type errUnits struct{}
+
+func (errUnits) Service(string) (serviceTimes, error) { return serviceTimes{}, errors.New("bus gone") }
+
+// A unit that cannot be read is not a pass in silence: check-config warns
+// on stderr (the file itself is fine, so the exit stays 0).
+func TestCheckConfigWarnsWhenUnitsCannotBeRead(t *testing.T) {
+	old := openUnitReader
+	openUnitReader = func(context.Context) (unitReader, func()) { return errUnits{}, func() {} }
+	t.Cleanup(func() { openUnitReader = old })
+	code, out, errs := runCheckConfig(t, "-c", checkConfigFile(t, "node = \"m1\"\n"))
+	if code != exitOK || !strings.Contains(errs, "warning: kha-supervisor.service: cannot read its settings (bus gone); WatchdogSec not checked") ||
+		!strings.Contains(out, "NOT CHECKED: kube-scheduler.service") {
+		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 }

@@ -21,12 +21,17 @@ import (
 // not change it.
 const systemdDefaultTimeoutStop = 90 * time.Second
 
-// unitDirs are the system unit directories, highest priority first.
-var unitDirs = []string{"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"}
+// unitDirs are the system unit directories, highest priority first
+// (systemd.unit(5); generator directories left out: they need systemd).
+var unitDirs = []string{
+	"/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
+	"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
+}
 
 // openUnitReader returns how to read installed units here: systemd over
-// D-Bus when it runs (what `systemctl show -p WatchdogUSec,TimeoutStopUSec`
-// reports), else the unit files and their drop-ins. A variable so that
+// D-Bus when it runs (TimeoutStopUSec as `systemctl show` reports it, and
+// WatchdogSec from the files systemd names, FragmentPath and DropInPaths),
+// else the unit files and their drop-ins. A variable so that
 // tests can inject a reader. close releases what the reader holds.
 var openUnitReader = func(ctx context.Context) (r unitReader, close func()) {
 	files := fileReader{dirs: unitDirs}
@@ -40,11 +45,11 @@ var openUnitReader = func(ctx context.Context) (r unitReader, close func()) {
 	return systemdReader{ctx: ctx, conn: conn, files: files}, conn.Close
 }
 
-// connectSystemd connects to the system bus within 10 s (go-systemd's
-// connect does not honour ctx).
+// connectSystemd connects to the system bus within 10 s. The connection
+// lives as long as ctx (go-systemd closes it when ctx ends), so the timeout
+// is a timer here, not a shorter context; a connection that arrives after
+// it is closed unused.
 func connectSystemd(ctx context.Context) (*sd.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	type result struct {
 		c   *sd.Conn
 		err error
@@ -54,20 +59,31 @@ func connectSystemd(ctx context.Context) (*sd.Conn, error) {
 		c, err := sd.NewSystemConnectionContext(ctx)
 		done <- result{c, err}
 	}()
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
 	select {
 	case r := <-done:
 		if r.err != nil {
 			return nil, fmt.Errorf("connect to the system bus: %w", r.err)
 		}
 		return r.c, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("connect to the system bus: %w", ctx.Err())
+	case <-timer.C:
+		go func() {
+			if r := <-done; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, errors.New("connect to the system bus: no answer within 10s")
 	}
 }
 
-// systemdReader asks the running systemd. A unit whose files changed since
-// the last daemon-reload is read from the files, which is what the next
-// start will use once systemd is reloaded (install-dropins reloads it).
+// systemdReader asks the running systemd which files make up a unit
+// (FragmentPath, DropInPaths) and its TimeoutStopUSec. WatchdogSec is read
+// from those files: systemd's WatchdogUSec property is the value the
+// running process started with (0 for a unit that is not running), not
+// what the next start uses. A unit whose files changed since the last
+// daemon-reload is read from the files alone, which is what the next start
+// uses once systemd is reloaded (install-dropins reloads it).
 type systemdReader struct {
 	ctx   context.Context
 	conn  *sd.Conn
@@ -89,16 +105,26 @@ func (r systemdReader) Service(unit string) (serviceTimes, error) {
 		st.From += ", changed on disk since systemd's last reload"
 		return st, err
 	}
+	fragment, _ := props["FragmentPath"].(string)
+	dropins, _ := props["DropInPaths"].([]string)
+	if fragment == "" {
+		return serviceTimes{}, fmt.Errorf("systemd: %s has no unit file (FragmentPath)", unit)
+	}
+	st, err := fromFiles(append([]string{fragment}, dropins...))
+	if err != nil {
+		return serviceTimes{}, err
+	}
 	sp, err := r.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
 	if err != nil {
 		return serviceTimes{}, fmt.Errorf("systemd: %w", err)
 	}
-	wd, ok1 := sp["WatchdogUSec"].(uint64)
-	stop, ok2 := sp["TimeoutStopUSec"].(uint64)
-	if !ok1 || !ok2 {
-		return serviceTimes{}, errors.New("systemd: WatchdogUSec or TimeoutStopUSec missing")
+	stop, ok := sp["TimeoutStopUSec"].(uint64)
+	if !ok {
+		return serviceTimes{}, errors.New("systemd: TimeoutStopUSec missing")
 	}
-	return serviceTimes{Found: true, Watchdog: usec(wd), TimeoutStop: usec(stop), From: "systemd"}, nil
+	st.TimeoutStop = usec(stop)
+	st.From = "systemd: " + strings.TrimPrefix(st.From, "unit files ")
+	return st, nil
 }
 
 // usec converts a systemd usec_t; infinity becomes 0.
@@ -166,6 +192,11 @@ func (f fileReader) Service(unit string) (serviceTimes, error) {
 	for _, n := range names {
 		files = append(files, byName[n])
 	}
+	return fromFiles(files)
+}
+
+// fromFiles merges a unit file and its drop-ins, in the order given.
+func fromFiles(files []string) (serviceTimes, error) {
 	st := serviceTimes{Found: true, TimeoutStop: systemdDefaultTimeoutStop, From: "unit files " + strings.Join(files, ", ")}
 	for _, p := range files {
 		if err := st.readFile(p); err != nil {
