@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"log/slog"
 	"time"
 
@@ -18,6 +19,9 @@ type serviceTimes struct {
 	Watchdog    time.Duration // WatchdogSec; 0: no watchdog
 	TimeoutStop time.Duration // TimeoutStopSec; 0: infinity
 	From        string        // where the values were read, for messages
+	// WatchdogFile is the file whose WatchdogSec= assignment won, when
+	// the values came from files; "" otherwise.
+	WatchdogFile string
 }
 
 // unitReader reads a service's effective settings: from systemd when it
@@ -81,7 +85,7 @@ func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
 	if err := w.Validate(renew); err != nil {
 		return fmt.Errorf("%s: WatchdogSec=%s (%s) gives fence window %s = lease.ttl %s * (1 - %g) - S_max %s - max(lease.slack %s, WatchdogSec %s), under two renew intervals (2 x lease.renew_interval %s); run refuses to start. Fix: %s",
 			unit, span(st.Watchdog), st.From, w.Span(w.TTL), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), renew,
-			watchdogFix(cfg, w, renew))
+			watchdogFix(cfg, w, renew, st.WatchdogFile))
 	}
 	uc.note("%s: WatchdogSec=%s (%s): fence window %s, ok", unit, span(st.Watchdog), st.From, w.Span(w.TTL))
 	if st.Watchdog != want {
@@ -110,15 +114,21 @@ func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error
 }
 
 // watchdogFix says what makes a refused watchdog fit: the profile's value
-// when it fits (install-dropins writes it), else the largest that fits.
-func watchdogFix(cfg config.Config, w fencing.Window, renew time.Duration) string {
+// when it fits (install-dropins writes it), unless the value comes from a
+// file install-dropins does not write; else the largest value that fits.
+func watchdogFix(cfg config.Config, w fencing.Window, renew time.Duration, file string) string {
 	want := cfg.SelectedProfile().Watchdog.D()
 	w.Watchdog = want
-	if w.Validate(renew) == nil {
-		return fmt.Sprintf("kha-supervisor install-dropins (profile %q writes WatchdogSec=%s)", cfg.Profile, dropin.Seconds(want))
-	}
+	profileFits := w.Validate(renew) == nil
 	w.Watchdog = 0
-	if most := w.Span(w.TTL) - 2*renew + w.Slack; most >= time.Millisecond && most > w.Slack {
+	most := w.Span(w.TTL) - 2*renew + w.Slack
+	ours := file == "" || filepath.Base(file) == dropin.FileName || filepath.Base(file) == dropin.SupervisorUnit
+	switch {
+	case profileFits && ours:
+		return fmt.Sprintf("kha-supervisor install-dropins (profile %q writes WatchdogSec=%s)", cfg.Profile, dropin.Seconds(want))
+	case profileFits:
+		return fmt.Sprintf("remove WatchdogSec= from %s (then kha-supervisor install-dropins: profile %q writes WatchdogSec=%s)", file, cfg.Profile, dropin.Seconds(want))
+	case most >= time.Millisecond && most > w.Slack:
 		return fmt.Sprintf("lengthen lease.ttl, or lower WatchdogSec to at most %s in a later drop-in for %s", dropin.Seconds(most), dropin.SupervisorUnit)
 	}
 	return "lengthen lease.ttl (or shorten units.stop_timeout, units.kill_grace)"
@@ -178,5 +188,11 @@ func (r runningReader) Service(unit string) (serviceTimes, error) {
 	if r.watchdog == 0 {
 		from = "no systemd watchdog for this process"
 	}
-	return serviceTimes{Found: true, Watchdog: r.watchdog, From: from}, nil
+	// Where the value was set, when the files still say the same, so that
+	// the fix named is the one check-config names.
+	file := ""
+	if st, err := r.unitReader.Service(unit); err == nil && st.Found && st.Watchdog == r.watchdog {
+		file = st.WatchdogFile
+	}
+	return serviceTimes{Found: true, Watchdog: r.watchdog, From: from, WatchdogFile: file}, nil
 }

@@ -261,3 +261,33 @@ func TestCheckConfigWarnsWhenUnitsCannotBeRead(t *testing.T) {
 		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 }
+
+// The fix named depends on where the refused watchdog comes from and on
+// whether the profile's own fits.
+func TestWatchdogFix(t *testing.T) {
+	load := func(text string) config.Config {
+		c, err := config.Load(checkConfigFile(t, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	fast := load("node = \"m1\"\nprofile = \"fast\"\n")
+	tight := load(documentedFast)
+	for _, tc := range []struct {
+		name string
+		cfg  config.Config
+		file string
+		want string
+	}{
+		{"ours", fast, "/etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf", `kha-supervisor install-dropins (profile "fast" writes WatchdogSec=1s)`},
+		{"packaged unit", fast, "/usr/lib/systemd/system/kha-supervisor.service", "kha-supervisor install-dropins"},
+		{"the administrator's", fast, "/etc/systemd/system/kha-supervisor.service.d/90-local.conf", "remove WatchdogSec= from /etc/systemd/system/kha-supervisor.service.d/90-local.conf"},
+		{"profile's does not fit", tight, "", "lower WatchdogSec to at most 1460ms"},
+	} {
+		w := tc.cfg.Window()
+		if got := watchdogFix(tc.cfg, w, tc.cfg.Lease.RenewInterval.D(), tc.file); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -235,6 +235,7 @@ func (st *serviceTimes) readFile(path string) error {
 		switch key {
 		case "WatchdogSec":
 			dst = &st.Watchdog
+			st.WatchdogFile = path
 		case "TimeoutStopSec", "TimeoutSec":
 			dst, reset = &st.TimeoutStop, systemdDefaultTimeoutStop
 		default:
