@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
