@@ -33,8 +33,8 @@ func installDropinsCommand(e env) *cobra.Command {
 		Use:     "install-dropins",
 		GroupID: groupNode,
 		Short:   "write the systemd drop-ins that bind the managed units to the supervisor",
-		Long: `Write the drop-in DIR/UNIT.d/` + dropin.FileName + ` for every unit in units.managed, remove the ones it wrote earlier for units no longer managed, and reload systemd (daemon-reload over D-Bus) if anything changed.
-A file at that path that it did not write is never overwritten: the command refuses instead. The packages already ship these drop-ins for the default units; run this command when units.managed or units.stop_timeout differ from the defaults.`,
+		Long: `Write the drop-in DIR/UNIT.d/` + dropin.FileName + ` for every unit in units.managed and for kha-supervisor.service itself (the profile's WatchdogSec), remove the ones it wrote earlier for units no longer managed, and reload systemd (daemon-reload over D-Bus) if anything changed.
+A file at that path that it did not write is never overwritten: the command refuses instead. The packages already ship these drop-ins for the default units; run this command when units.managed, units.stop_timeout or the profile differ from the defaults.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return exit(installDropins(e, configPath(c), o))
 		},
@@ -99,7 +99,7 @@ func installDropins(e env, configFile string, o dropinFlags) int {
 		return exitConfig
 	}
 
-	changes, err := planDropins(*dir, cfg.Units.Managed, *binary, cfg.Units.StopTimeout.D())
+	changes, err := planInstall(*dir, cfg, *binary)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "install-dropins: %v\n", err)
 		return exitConfig
@@ -138,6 +138,12 @@ func installDropins(e env, configFile string, o dropinFlags) int {
 		}
 		if wrote {
 			fmt.Fprintf(e.stdout, "wrote %s\n", c.path)
+			if c.unit == dropin.SupervisorUnit {
+				// The running daemon computed its fence window with the
+				// watchdog it started under; only a restart makes the two
+				// agree again (and applies a changed profile at all).
+				fmt.Fprintf(e.stdout, "restart %s for its new settings to take effect\n", dropin.SupervisorUnit)
+			}
 			changed++
 		} else {
 			fmt.Fprintf(e.stdout, "unchanged %s\n", c.path)
@@ -160,6 +166,43 @@ func installDropins(e env, configFile string, o dropinFlags) int {
 		fmt.Fprintln(e.stdout, "systemd reloaded")
 	}
 	return exitOK
+}
+
+// planInstall lists every file install-dropins writes or removes: the
+// managed units' drop-ins (planDropins) and the supervisor unit's own.
+func planInstall(dir string, cfg config.Config, binary string) ([]dropinChange, error) {
+	changes, err := planDropins(dir, cfg.Units.Managed, binary, cfg.Units.StopTimeout.D())
+	if err != nil {
+		return nil, err
+	}
+	sup, err := planSupervisorDropin(dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return append(changes, sup), nil
+}
+
+// planSupervisorDropin is the supervisor unit's drop-in: the values of
+// kha-supervisor.service that the configuration's profile decides (its
+// WatchdogSec, which enters the fence window).
+func planSupervisorDropin(dir string, cfg config.Config) (dropinChange, error) {
+	text, err := dropin.RenderSupervisor(supervisorDropin(cfg))
+	if err != nil {
+		return dropinChange{}, err
+	}
+	p := dropin.SupervisorPath(dir)
+	if old, err := os.ReadFile(p); err == nil && !bytes.HasPrefix(old, []byte(dropin.Marker)) {
+		return dropinChange{}, fmt.Errorf("%s exists and was not written by kha-supervisor: move it away first (settings of your own belong in a 90-*.conf there)", p)
+	}
+	return dropinChange{path: p, unit: dropin.SupervisorUnit, text: text}, nil
+}
+
+// supervisorDropin is what the supervisor unit's drop-in holds for cfg.
+func supervisorDropin(cfg config.Config) dropin.Supervisor {
+	p := cfg.SelectedProfile()
+	// The configuration was validated on load, so the budget is valid.
+	start, _ := dropin.StartTimeout(dropin.StartBudgetOf(cfg))
+	return dropin.Supervisor{Profile: p.Name, Watchdog: p.Watchdog.D(), StartTimeout: start}
 }
 
 // planDropins lists the drop-ins to write for units, and the stale ones
@@ -189,8 +232,8 @@ func planDropins(dir string, units []string, binary string, stop time.Duration) 
 	sort.Strings(found)
 	for _, p := range found {
 		unit := strings.TrimSuffix(filepath.Base(filepath.Dir(p)), ".d")
-		if managed[unit] {
-			continue
+		if managed[unit] || unit == dropin.SupervisorUnit {
+			continue // the supervisor's own is planned by planSupervisorDropin
 		}
 		old, err := os.ReadFile(p)
 		if err != nil || !bytes.HasPrefix(old, []byte(dropin.Marker)) {

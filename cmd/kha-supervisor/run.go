@@ -48,14 +48,8 @@ func sdNotify(msg string) { _, _ = daemon.SdNotify(false, msg) }
 // hooksNow returns the hook settings in force (they change on SIGHUP).
 func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string), hooksNow func() config.Hooks) int {
 	wd := systemdWatchdog()
-	if w := cfg.Window(); wd > 0 {
-		w.Watchdog = wd
-		if err := w.Validate(cfg.Lease.RenewInterval.D()); err != nil {
-			log.Error("systemd's watchdog leaves no room for renewals: lower WatchdogSec in a drop-in for kha-supervisor.service, or lengthen lease.ttl",
-				"err", err, "config", cfg.Path)
-			return exitConfig
-		}
-		log.Info("fence window", "span", w.Span(w.TTL), "watchdog", wd)
+	if code := checkUnitsAtStart(ctx, cfg, wd, log); code != exitOK {
+		return code
 	}
 
 	// systemd first: if D-Bus is not there nothing can be stopped, so

@@ -21,6 +21,7 @@ const DefaultPath = "/etc/kha-supervisor/config.toml"
 type Config struct {
 	Node    string `toml:"node"`    // this member's name; default: hostname
 	Cluster string `toml:"cluster"` // election group; also the etcd key prefix component
+	Profile string `toml:"profile"` // timing profile, a key of Profiles; default DefaultProfile
 
 	Etcd    Etcd    `toml:"etcd"`
 	Lease   Lease   `toml:"lease"`
@@ -33,6 +34,10 @@ type Config struct {
 
 	// Path is the file this configuration was read from (not a TOML key).
 	Path string `toml:"-"`
+	// FromProfile lists the dotted keys whose values Load (or UseProfile)
+	// took from the profile because the file left them out; nil for
+	// Default() (not a TOML key).
+	FromProfile []string `toml:"-"`
 }
 
 // Etcd is how to reach the etcd cluster.
@@ -101,27 +106,31 @@ type History struct {
 }
 
 // Default returns the configuration used for every key the file leaves out.
+// The timing keys come from the default profile (Profiles), their one
+// definition.
 func Default() Config {
+	p := Profiles[DefaultProfile]
 	return Config{
 		Cluster: "kube-control-plane",
+		Profile: DefaultProfile,
 		Etcd: Etcd{
 			Endpoints:      []string{"https://127.0.0.1:2379"},
 			Prefix:         "/kha-supervisor",
 			DialTimeout:    D(2 * time.Second),
-			RequestTimeout: D(1 * time.Second),
+			RequestTimeout: p.RequestTimeout,
 		},
 		Lease: Lease{
-			TTL:           D(10 * time.Second),
-			RenewInterval: D(1 * time.Second),
+			TTL:           p.TTL,
+			RenewInterval: p.RenewInterval,
 			ClockRate:     0.01,
 			Slack:         D(500 * time.Millisecond),
 		},
 		Units: Units{
 			Managed:          []string{"kube-controller-manager.service", "kube-scheduler.service"},
 			StartTimeout:     D(10 * time.Second),
-			StopTimeout:      D(2 * time.Second),
-			KillGrace:        D(1 * time.Second),
-			PollInterval:     D(1 * time.Second),
+			StopTimeout:      p.StopTimeout,
+			KillGrace:        p.KillGrace,
+			PollInterval:     p.PollInterval,
 			FailureThreshold: 3,
 			FailureWindow:    D(5 * time.Minute),
 			Cooldown:         D(2 * time.Minute),

@@ -57,6 +57,7 @@ func TestDescribeRoundTrip(t *testing.T) {
 	c := Config{
 		Node:    "m2.example.com",
 		Cluster: "other-plane",
+		Profile: "fast",
 		Etcd: Etcd{
 			Endpoints: []string{"https://10.0.0.1:2379", "http://[::1]:2379"}, Prefix: "/x/y",
 			CA: p.ca, Cert: p.cert, Key: p.key, Username: "kha \"quoted\" \\ user",

@@ -356,6 +356,7 @@ func TestLoadEmptyFileIsDefault(t *testing.T) {
 	want := Default()
 	want.Node = hostname(t)
 	want.Path = path
+	want.FromProfile = ProfileKeys() // all of them, from the default profile
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("empty file:\n got %+v\nwant %+v", got, want)
 	}
@@ -388,6 +389,7 @@ listen = ""
 	want.Units.Managed = []string{"witness@a.service"}
 	want.Hooks.OnFence = []string{"/usr/bin/logger", "fenced"}
 	want.HTTP.Listen = ""
+	want.FromProfile = []string{"etcd.request_timeout", "lease.renew_interval", "units.stop_timeout", "units.kill_grace", "units.poll_interval"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("\n got %+v\nwant %+v", got, want)
 	}

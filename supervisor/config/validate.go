@@ -28,6 +28,7 @@ type rule func(c Config) *Error
 // rules run in this order and the first refusal wins: first the values on
 // their own, then the relations between them, then the files they name.
 var rules = []rule{
+	checkProfile,
 	checkNames,
 	checkEtcd,
 	checkLease,
