@@ -51,3 +51,19 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestUnknownReleaseFailsAtDownload asks the module proxy for a release that
+// does not exist: the error names the download step and the kept log.
+func TestUnknownReleaseFailsAtDownload(t *testing.T) {
+	var out strings.Builder
+	_, err := Ensure(t.Context(), Options{Version: "v1.99.99", CacheDir: t.TempDir(), Progress: &out})
+	se, ok := err.(*StepError)
+	if !ok || se.Step != "download" {
+		t.Fatalf("Ensure error %v (%T), want a StepError at download\n%s", err, err, out.String())
+	}
+	log, rerr := os.ReadFile(se.Log)
+	if rerr != nil || !strings.Contains(string(log), "v1.99.99") {
+		t.Errorf("log %s (%v) does not show the failed download:\n%s", se.Log, rerr, log)
+	}
+	t.Logf("%v", err)
+}

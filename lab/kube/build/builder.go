@@ -222,11 +222,12 @@ func (b *builder) exec(ctx context.Context, step string, env []string, w io.Writ
 		w = b.log
 	}
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = b.work, env, b.log, w
+	var last lastLine
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = b.work, env, b.log, io.MultiWriter(w, &last)
 	cmd.WaitDelay = 10 * time.Second
 	fmt.Fprintf(b.log, "$ %s %s\n", name, strings.Join(args, " "))
 	if err := cmd.Run(); err != nil {
-		return b.fail(step, fmt.Errorf("%s %s: %w", filepath.Base(name), args[0], err))
+		return b.fail(step, fmt.Errorf("%s %s: %w: %s", filepath.Base(name), args[0], err, last.String()))
 	}
 	return nil
 }
@@ -236,12 +237,19 @@ func (b *builder) exec(ctx context.Context, step string, env []string, w io.Writ
 func (b *builder) output(ctx context.Context, step string, module bool, name string, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = b.work, b.goEnv(module), &out, b.log
+	var last lastLine
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = b.work, b.goEnv(module), &out, io.MultiWriter(b.log, &last)
 	cmd.WaitDelay = 10 * time.Second
 	fmt.Fprintf(b.log, "$ %s %s\n", name, strings.Join(args, " "))
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(b.log, "%s", out.String())
-		return "", b.fail(step, fmt.Errorf("%s %s: %w", filepath.Base(name), args[0], err))
+		why := last.String()
+		// go mod download -json reports its error in the JSON on stdout.
+		var dl struct{ Error string }
+		if json.Unmarshal(out.Bytes(), &dl) == nil && dl.Error != "" {
+			why = dl.Error
+		}
+		return "", b.fail(step, fmt.Errorf("%s %s: %w: %s", filepath.Base(name), args[0], err, why))
 	}
 	return out.String(), nil
 }
@@ -307,4 +315,39 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 	}
 	c.partial = c.partial[consumed:]
 	return len(p), nil
+}
+
+// lastLine keeps the last non-empty line written to it, for an error
+// message (the whole output is in the log).
+type lastLine struct {
+	buf  []byte
+	line string
+}
+
+func (l *lastLine) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if t := strings.TrimSpace(string(l.buf[:i])); t != "" {
+			l.line = t
+		}
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 4096 {
+		l.buf = l.buf[len(l.buf)-4096:]
+	}
+	return len(p), nil
+}
+
+func (l *lastLine) String() string {
+	if t := strings.TrimSpace(string(l.buf)); t != "" {
+		return t
+	}
+	if l.line == "" {
+		return "no output"
+	}
+	return l.line
 }

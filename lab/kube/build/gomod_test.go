@@ -123,3 +123,19 @@ func TestLineCounterCountsPackageLinesAcrossWrites(t *testing.T) {
 		t.Errorf("counted %d packages, want 3 (k8s.io/api/core/v1, net/http, fmt)", got)
 	}
 }
+
+func TestLastLineKeepsTheLastNonEmptyLine(t *testing.T) {
+	var l lastLine
+	if l.String() != "no output" {
+		t.Errorf("empty: %q", l.String())
+	}
+	l.Write([]byte("go: downloading x\n\nmain.go:3: undefined"))
+	l.Write([]byte(": y\n\n"))
+	if got := l.String(); got != "main.go:3: undefined: y" {
+		t.Errorf("got %q", got)
+	}
+	l.Write([]byte("partial"))
+	if got := l.String(); got != "partial" {
+		t.Errorf("unterminated line: %q", got)
+	}
+}
