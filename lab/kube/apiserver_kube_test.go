@@ -110,19 +110,30 @@ func TestAPIServerServesAConfigMapAndAuditsIt(t *testing.T) {
 	}
 }
 
-// assertRefused: a client without a certificate is anonymous, and RBAC
-// gives system:anonymous no write.
+// assertRefused: RBAC gives neither an anonymous client (no certificate)
+// nor an authenticated user without bindings any write: both get 403.
+// (401 would mean authentication, not RBAC, refused.)
 func assertRefused(t *testing.T, a APIServer, ca *pki.CA) {
 	t.Helper()
-	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-	body := strings.NewReader(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"anonymous"}}`)
-	resp, err := anon.Post(a.URL()+"/api/v1/namespaces/default/configmaps", "application/json", body)
+	nobody, err := ca.KubeClient("nobody")
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("anonymous create answered %s, want 401 or 403", resp.Status)
+	withCert, err := a.Client(nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	for who, c := range map[string]*http.Client{"system:anonymous": anon, "nobody": withCert} {
+		body := strings.NewReader(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"refused"}}`)
+		resp, err := c.Post(a.URL()+"/api/v1/namespaces/default/configmaps", "application/json", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("create as %s answered %s, want 403 Forbidden from RBAC", who, resp.Status)
+		}
 	}
 }
 

@@ -49,6 +49,7 @@ func TestArgsCarryTLSRBACAuditAndEtcd(t *testing.T) {
 		"--etcd-certfile=/e/c.crt",
 		"--etcd-keyfile=/e/c.key",
 		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none",
 	} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args lack %s:\n%s", want, strings.Join(args, "\n"))
@@ -58,6 +59,14 @@ func TestArgsCarryTLSRBACAuditAndEtcd(t *testing.T) {
 		if !strings.HasPrefix(a, "--") || !strings.Contains(a, "=") {
 			t.Errorf("argument %q is not --flag=value", a)
 		}
+	}
+}
+
+func TestArgsKeepTheEndpointReconcilerOffLoopback(t *testing.T) {
+	a := testAPIServer(t)
+	a.Address = "10.10.1.11"
+	if args := a.Args(Files{}); slices.Contains(args, "--endpoint-reconciler-type=none") {
+		t.Error("a lab address turned the endpoint reconciler off")
 	}
 }
 
