@@ -4,6 +4,7 @@ package kube
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"net"
@@ -55,38 +56,13 @@ func freePort(t *testing.T) int {
 //	go test -tags kube -timeout 20m -run TestAPIServer ./lab/kube
 func TestAPIServerServesAConfigMapAndAuditsIt(t *testing.T) {
 	bins := binaries(t)
-	ca, err := pki.NewCA(filepath.Join(t.TempDir(), "pki"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcd := etcdtest.NewCluster(t, etcdtest.Options{TLS: ca})
-	a := APIServer{
-		Binary: bins.Path("kube-apiserver"), Dir: filepath.Join(t.TempDir(), "apiserver"), CA: ca,
-		Etcd: Etcd{Endpoints: etcd.Endpoints(), CAFile: ca.CertFile,
-			CertFile: etcd.ClientCert().CertFile, KeyFile: etcd.ClientCert().KeyFile, Prefix: "/kube-test"},
-		Address: "127.0.0.1", Port: freePort(t),
-	}
-	start := time.Now()
-	f, err := a.Start(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kube-apiserver ready after %s on %s", time.Since(start).Round(time.Millisecond), a.URL())
+	a, f, ca := startAPIServer(t, bins)
 	id, ok := a.Running()
-	t.Cleanup(func() {
-		if err := a.Stop(t.Context(), 10*time.Second); err != nil {
-			t.Error(err)
-		}
-	})
 	if !ok {
 		t.Fatal("no process recorded after Start")
 	}
-
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: a.URL(), TLSClientConfig: rest.TLSClientConfig{
-		CAFile: ca.CertFile, CertFile: f.Admin.CertFile, KeyFile: f.Admin.KeyFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	start := time.Now()
+	cs := adminClient(t, a, f)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kha-lab-probe"}, Data: map[string]string{"written": start.UTC().Format(time.RFC3339)}}
 	if _, err := cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ConfigMap: %v", err)
@@ -108,6 +84,45 @@ func TestAPIServerServesAConfigMapAndAuditsIt(t *testing.T) {
 	if proc.Alive(id) {
 		t.Errorf("PID %d still alive after Stop", id.PID)
 	}
+}
+
+// startAPIServer runs a kube-apiserver against a fresh one-member TLS etcd,
+// stopped when the test ends.
+func startAPIServer(t *testing.T, bins build.Binaries) (APIServer, Files, *pki.CA) {
+	t.Helper()
+	ca, err := pki.NewCA(filepath.Join(t.TempDir(), "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd := etcdtest.NewCluster(t, etcdtest.Options{TLS: ca})
+	a := APIServer{
+		Binary: bins.Path("kube-apiserver"), Dir: filepath.Join(t.TempDir(), "apiserver"), CA: ca,
+		Etcd: Etcd{Endpoints: etcd.Endpoints(), CAFile: ca.CertFile,
+			CertFile: etcd.ClientCert().CertFile, KeyFile: etcd.ClientCert().KeyFile, Prefix: "/kube-test"},
+		Address: "127.0.0.1", Port: freePort(t),
+	}
+	start := time.Now()
+	f, err := a.Start(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver ready after %s on %s", time.Since(start).Round(time.Millisecond), a.URL())
+	t.Cleanup(func() {
+		if err := a.Stop(context.Background(), 30*time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	return a, f, ca
+}
+
+func adminClient(t *testing.T, a APIServer, f Files) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: a.URL(), TLSClientConfig: rest.TLSClientConfig{
+		CAFile: a.CA.CertFile, CertFile: f.Admin.CertFile, KeyFile: f.Admin.KeyFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 // assertRefused: RBAC gives neither an anonymous client (no certificate)
