@@ -78,9 +78,11 @@ func TestAPIServerServesAConfigMapAndAuditsIt(t *testing.T) {
 	assertRefused(t, a, ca)
 	assertAudited(t, f.AuditLog)
 
+	stop := time.Now()
 	if err := a.Stop(t.Context(), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("kube-apiserver stopped (SIGTERM) in %s", time.Since(stop).Round(time.Millisecond))
 	if proc.Alive(id) {
 		t.Errorf("PID %d still alive after Stop", id.PID)
 	}

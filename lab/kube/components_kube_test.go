@@ -40,9 +40,11 @@ func TestSchedulerAndControllerManagerAct(t *testing.T) {
 		}
 		t.Logf("%s healthy after %s", name, time.Since(start).Round(time.Millisecond))
 		t.Cleanup(func() {
+			stop := time.Now()
 			if err := c.Stop(context.Background(), 30*time.Second); err != nil {
 				t.Error(err)
 			}
+			t.Logf("%s stopped (SIGTERM) in %s", name, time.Since(stop).Round(time.Millisecond))
 		})
 	}
 	createReadyNode(t, cs, "w1")
