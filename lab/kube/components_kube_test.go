@@ -5,10 +5,14 @@ package kube
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,3 +155,70 @@ func auditWriters(t *testing.T, path string) map[string]int {
 }
 
 func itoa(n int) string { return fmt.Sprint(n) }
+
+// TestComponentsExitStatusOnSIGTERM records how each component ends on the
+// SIGTERM that systemd sends when kha-supervisor stops a unit: the drop-ins
+// must count that stop as normal. Seen with v1.37: kube-scheduler without
+// leader election exits 1 ("finished without leader elect"), which systemd
+// counts as a failure unless SuccessExitStatus=1; kube-controller-manager
+// dies of the signal, which systemd counts as clean.
+func TestComponentsExitStatusOnSIGTERM(t *testing.T) {
+	bins := binaries(t)
+	a, f, _ := startAPIServer(t, bins)
+	want := map[string]string{Scheduler: "exit status 1", ControllerManager: "killed by terminated"}
+	for _, name := range []string{Scheduler, ControllerManager} {
+		c := Component{Name: name, Binary: bins.Path(name), Dir: filepath.Join(t.TempDir(), name), CA: a.CA,
+			Server: a.URL(), Address: "127.0.0.1", Port: freePort(t), ServiceAccountKey: f.ServiceAccount}
+		cf, err := c.Prepare()
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := os.Create(cf.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(c.Binary, c.Args(cf)...)
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // a failure before Wait must not leave it running
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		})
+		healthy := waitHealthy(t, c)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		stop := time.Now()
+		err = cmd.Wait()
+		log.Close()
+		got := ending(cmd.ProcessState)
+		t.Logf("%s: healthy=%v, SIGTERM -> %s after %s (%v)", name, healthy, got, time.Since(stop).Round(time.Millisecond), err)
+		if got != want[name] {
+			t.Errorf("%s ended with %q on SIGTERM, expected %q: review the drop-ins' SuccessExitStatus\n%s", name, got, want[name], tail(cf.Log, 10))
+		}
+	}
+}
+
+func ending(ps *os.ProcessState) string {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ps.ExitCode())
+}
+
+func waitHealthy(t *testing.T, c Component) bool {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.CA.Pool()}}}
+	url := "https://" + joinHostPort(c.Address, c.Port) + "/healthz"
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if probe(t.Context(), client, url) == "200" {
+			return true
+		}
+	}
+	t.Errorf("%s not healthy after 2 minutes", c.Name)
+	return false
+}
