@@ -42,7 +42,7 @@ func (s *Supervisor) writeRecord(ctx context.Context, released bool) error {
 	key := s.keys.Member(s.cfg.Node)
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(rctx).
+	resp, err := s.pool.Serial().Txn(rctx).
 		If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
 		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lease))).Commit()
 	if err != nil {

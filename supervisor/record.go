@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // State is a member's lifecycle state.
@@ -83,7 +85,7 @@ type UnitStatus struct {
 }
 
 // ReadMembers returns every live member record, keyed by node.
-func ReadMembers(ctx context.Context, cli *clientv3.Client, k Keys) (map[string]Record, int64, error) {
+func ReadMembers(ctx context.Context, cli etcdconn.KV, k Keys) (map[string]Record, int64, error) {
 	resp, err := cli.Get(ctx, k.Members(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("read member records: %w", err)
@@ -114,7 +116,7 @@ type LeaderInfo struct {
 func (l LeaderInfo) Present() bool { return l.Token != 0 }
 
 // ReadLeader reads the election key.
-func ReadLeader(ctx context.Context, cli *clientv3.Client, k Keys) (LeaderInfo, error) {
+func ReadLeader(ctx context.Context, cli etcdconn.KV, k Keys) (LeaderInfo, error) {
 	start := time.Now()
 	resp, err := cli.Get(ctx, k.Leader())
 	if err != nil {

@@ -99,9 +99,21 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 			_ = c.Close()
 		}
 	}()
-	renew := perEndpoint
-	if len(renew) < len(cfg.Etcd.Endpoints) {
-		renew = append(slices.Clip(renew), cli)
+	members := perEndpoint
+	if len(members) < len(cfg.Etcd.Endpoints) {
+		members = append(slices.Clip(members), cli)
+	}
+	pool, err := etcdconn.NewPool(members, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
+	if err != nil {
+		log.Error("cannot build the etcd client pool", "err", err)
+		return exitFailure
+	}
+	vctx, vcancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout.D()+cfg.Etcd.RequestTimeout.D())
+	err = pool.Verify(vctx)
+	vcancel()
+	if err != nil {
+		log.Error("etcd endpoints of more than one cluster; refusing to start", "err", err, "config", cfg.Path)
+		return exitConfig
 	}
 
 	reg := prometheus.NewRegistry()
@@ -113,7 +125,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	hookCfg := cfg.Hooks
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
-		RenewClients: renew,
+		Pool: pool,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
 			var argv []string
 			switch name {
