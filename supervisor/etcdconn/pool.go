@@ -208,8 +208,12 @@ func (p *Pool) admit(m *poolMember, id uint64) error {
 }
 
 // verified reports whether m's last answer came from our cluster, which
-// is what makes a "lease not found" from it final.
+// is what makes a "lease not found" from it final. A balanced client may
+// ask another member next time, so it is verified only as the sole client.
 func (p *Pool) verified(m *poolMember) bool {
+	if m.endpoint == "balanced" && len(p.members) > 1 {
+		return false
+	}
 	id := m.cluster.Load()
 	return id != 0 && id == p.cluster.Load()
 }
@@ -365,6 +369,7 @@ func (p *Pool) KeepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.
 		r := <-results
 		switch {
 		case r.err == nil:
+			p.preferMember(r.m)
 			return time.Duration(r.v.TTL) * time.Second, nil
 		case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && p.verified(r.m):
 			return 0, r.err
