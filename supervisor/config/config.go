@@ -21,6 +21,11 @@ const DefaultPath = "/etc/kha-supervisor/config.toml"
 type Config struct {
 	Node    string `toml:"node"`    // this member's name; default: hostname
 	Cluster string `toml:"cluster"` // election group; also the etcd key prefix component
+	// Peers are the node names expected in this group (this node may be
+	// listed too); empty means no expectation. A peer without a member
+	// record for longer than a TTL is reported: it may be configured into
+	// another group.
+	Peers []string `toml:"peers"`
 
 	Etcd    Etcd    `toml:"etcd"`
 	Lease   Lease   `toml:"lease"`
