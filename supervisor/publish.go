@@ -17,6 +17,8 @@ func (s *Supervisor) record() Record {
 		Token: st.Token, Version: s.opts.Version, Since: st.Since, From: st.From, Reason: st.Reason,
 		Cooldown: st.CooldownUntil,
 	}
+	a := s.agreement()
+	r.Agree, r.Fingerprint = &a, a.Fingerprint()
 	if st.State.Holding() {
 		r.LeaseLeftMS = st.LeaseLeft.Milliseconds()
 	}

@@ -76,6 +76,8 @@ type Record struct {
 	Reason       string       `json:"reason,omitempty"`
 	Released     bool         `json:"released,omitempty"` // the last lease was given up on purpose, not lost
 	Cooldown     time.Time    `json:"cooldown_until,omitempty"`
+	Agree        *Agreement   `json:"agree,omitempty"`       // what every member must configure alike (peers.go)
+	Fingerprint  string       `json:"fingerprint,omitempty"` // Agree's digest
 }
 
 // UnitStatus is one unit as the member last saw it.

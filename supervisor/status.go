@@ -27,6 +27,10 @@ type Status struct {
 	LastTick      time.Time           `json:"last_tick"`
 	Frozen        bool                `json:"frozen,omitempty"`
 	Banned        bool                `json:"banned,omitempty"`
+	// Group problems (peers.go): members configured differently, and
+	// configured peers without a member record for longer than a TTL.
+	ConfigMismatch []string `json:"config_mismatch,omitempty"`
+	MissingPeers   []string `json:"missing_peers,omitempty"`
 
 	fenceAt time.Time
 }

@@ -225,6 +225,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.publisher(bg)
 	go s.notifier(bg)
 	go s.historian(bg)
+	go s.watchPeers(bg)
 
 	done := ctx.Done()
 	for {

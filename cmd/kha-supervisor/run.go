@@ -122,6 +122,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
+	group, err := httpapi.NewGroupMetrics(reg)
+	if err != nil {
+		log.Error("cannot register metrics", "err", err)
+		return exitFailure
+	}
 	hookCfg := cfg.Hooks
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
@@ -186,7 +191,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		defer hs.Close()
 	}
 
-	go exportGauges(gctx, sup, metrics)
+	go exportGauges(gctx, sup, metrics, group)
 	err = sup.Run(ctx)
 	var fe *supervisor.FenceError
 	switch {
@@ -250,15 +255,17 @@ type statusSource struct{ sup *supervisor.Supervisor }
 func (s statusSource) Status() any         { return s.sup.Status() }
 func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
+func (s statusSource) Warnings() []string  { return s.sup.Status().Warnings() }
 
 // exportGauges copies the lease and unit figures into the gauges. Only the
 // metrics depend on this ticker; nothing safety-related does.
-func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics) {
+func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics, g *httpapi.GroupMetrics) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		st := sup.Status()
 		m.SetLease(st.LeaseLeft, st.FenceIn)
+		g.Set(len(st.ConfigMismatch), len(st.MissingPeers))
 		for _, u := range st.Units {
 			m.SetUnitActive(u.Name, u.Running())
 		}
