@@ -127,4 +127,9 @@ func TestForeignEndpointNeverFencesTheHolder(t *testing.T) {
 	leader, others := leaderOf(t, a, b)
 	supervisortest.StaysLeader(t, leader, others[0], 3*ttl, "with an endpoint of another etcd cluster", nil)
 	assertNoOverlap(t, a, b)
+	st := leader.Sup.Status()
+	if len(st.ForeignEndpoints) != 1 || st.ForeignEndpoints[0] != other.Endpoints()[0] || len(st.Warnings()) != 1 {
+		t.Fatalf("status: foreign endpoints %v, warnings %v; want %s named", st.ForeignEndpoints, st.Warnings(), other.Endpoints()[0])
+	}
+	t.Logf("warning: %s", st.Warnings()[0])
 }

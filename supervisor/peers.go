@@ -157,5 +157,8 @@ func (st Status) Warnings() []string {
 	for _, p := range st.MissingPeers {
 		out = append(out, "expected peer without a member record: "+p)
 	}
+	for _, ep := range st.ForeignEndpoints {
+		out = append(out, "etcd endpoint of another etcd cluster, ignored (remove it from etcd.endpoints): "+ep)
+	}
 	return out
 }

@@ -31,6 +31,8 @@ type Status struct {
 	// configured peers without a member record for longer than a TTL.
 	ConfigMismatch []string `json:"config_mismatch,omitempty"`
 	MissingPeers   []string `json:"missing_peers,omitempty"`
+	// Endpoints that answered for another etcd cluster (never counted).
+	ForeignEndpoints []string `json:"foreign_endpoints,omitempty"`
 
 	fenceAt time.Time
 }
@@ -51,6 +53,7 @@ func (s *Supervisor) Status() Status {
 	if st.State == Fencing {
 		st.UnitsAllowed = false
 	}
+	st.ForeignEndpoints = s.pool.Foreign()
 	return st
 }
 

@@ -81,13 +81,17 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	if err != nil {
 		// Keep the units stopped while etcd is unreachable: a node that
 		// cannot prove a lease must not run them, whatever ran before.
-		log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
-		sctx, scancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Units.Managed))*cfg.Timeouts().StopMax()+time.Second)
-		if serr := fencing.StopAll(sctx, units, cfg.Units.Managed, cfg.Timeouts()); serr != nil {
-			log.Error("stopping managed units", "err", serr)
+		code := exitFailure
+		if errors.Is(err, etcdconn.ErrForeignCluster) {
+			// A configuration error, but the units still stop: nothing
+			// can be proven through endpoints of two clusters.
+			code = exitConfig
+			log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
+		} else {
+			log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
 		}
-		scancel()
-		return exitFailure
+		stopManaged(cfg, units, log)
+		return code
 	}
 	defer cli.Close()
 	warnOldEtcd(ctx, cli, log)
@@ -112,7 +116,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	err = pool.Verify(vctx)
 	vcancel()
 	if err != nil {
-		log.Error("etcd endpoints of more than one cluster; refusing to start", "err", err, "config", cfg.Path)
+		log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
+		stopManaged(cfg, units, log)
 		return exitConfig
 	}
 
@@ -206,6 +211,16 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	default:
 		log.Error("supervisor failed", "err", err)
 		return exitFailure
+	}
+}
+
+// stopManaged keeps the units stopped when the daemon exits before its
+// loop: a node that cannot prove a lease must not run them.
+func stopManaged(cfg config.Config, units fencing.Units, log *slog.Logger) {
+	sctx, scancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Units.Managed))*cfg.Timeouts().StopMax()+time.Second)
+	defer scancel()
+	if err := fencing.StopAll(sctx, units, cfg.Units.Managed, cfg.Timeouts()); err != nil {
+		log.Error("stopping managed units", "err", err)
 	}
 }
 

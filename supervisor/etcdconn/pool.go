@@ -100,6 +100,18 @@ func (p *Pool) Clients() []*clientv3.Client {
 	return out
 }
 
+// Foreign lists the endpoints whose last answer came from another etcd
+// cluster.
+func (p *Pool) Foreign() []string {
+	var out []string
+	for _, m := range p.members {
+		if m.foreign.Load() {
+			out = append(out, m.endpoint)
+		}
+	}
+	return out
+}
+
 // ClusterID is the etcd cluster ID the pool accepts (0 while unknown).
 func (p *Pool) ClusterID() uint64 { return p.cluster.Load() }
 
