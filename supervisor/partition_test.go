@@ -11,11 +11,26 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // ttl is the lease TTL of supervisortest.FastConfig.
 const ttl = 4 * time.Second
+
+// profiles are the fast profile (the harness's) and the default one.
+var profiles = []struct {
+	name  string
+	ttl   time.Duration
+	tweak func(*config.Config)
+}{
+	{"fast", ttl, nil},
+	{"default", 10 * time.Second, func(c *config.Config) {
+		d := config.Default()
+		c.Etcd.RequestTimeout, c.Lease = d.Etcd.RequestTimeout, d.Lease
+		c.Units.StopTimeout, c.Units.KillGrace, c.Units.PollInterval = d.Units.StopTimeout, d.Units.KillGrace, d.Units.PollInterval
+	}},
+}
 
 // cutLeaderWith cuts the leader off from every etcd member except keep,
 // which stays reachable for it (and for everyone else).
@@ -30,9 +45,9 @@ func cutLeaderWith(leader *member, keep int) {
 // takeoverDuring checks that next takes over while a fault that began at
 // cutAt still lasts (for lasts), soon after the old lease can have expired,
 // and that the old leader fenced first. It returns the takeover time.
-func takeoverDuring(t *testing.T, old, next *member, cutAt time.Time, lasts time.Duration) time.Duration {
+func takeoverDuring(t *testing.T, old, next *member, cutAt time.Time, ttl, lasts time.Duration) time.Duration {
 	t.Helper()
-	err := old.WaitExit(t, 20*time.Second, "fence when cut off")
+	err := old.WaitExit(t, 2*ttl+10*time.Second, "fence when cut off")
 	var fe *supervisor.FenceError
 	if !errors.As(err, &fe) || fe.Incomplete != nil {
 		t.Fatalf("old leader's Run returned %v, want a complete FenceError", err)
@@ -64,31 +79,33 @@ func takeoverDuring(t *testing.T, old, next *member, cutAt time.Time, lasts time
 func TestMinorityPartitionTakeover(t *testing.T) {
 	// The etcd raft leader in the minority also makes the majority elect
 	// a new one, which extends every lease (etcd's lessor promotion).
-	for _, which := range []string{"follower", "raft-leader"} {
-		t.Run(which, func(t *testing.T) {
-			w := newWorld(t)
-			a, b := w.Start("m1", nil), w.Start("m2", nil)
-			leader, others := leaderOf(t, a, b)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			raftLeader, err := w.Cluster.WaitLeader(ctx)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			minority := (raftLeader + 1) % w.Cluster.Size()
-			if which == "raft-leader" {
-				minority = raftLeader
-			}
-			lasts := 4 * ttl // longer than two TTLs
-			cutAt := time.Now()
-			cutLeaderWith(leader, minority)
-			w.Cluster.Member(minority).Isolate()
-			defer w.Cluster.Member(minority).Heal()
-			takeoverDuring(t, leader, others[0], cutAt, lasts)
-			if w.Cluster.Member(minority).HasLeader() {
-				t.Fatal("the isolated etcd member still has a leader: the partition did not happen")
-			}
-		})
+	for _, prof := range profiles {
+		for _, which := range []string{"follower", "raft-leader"} {
+			t.Run(prof.name+"/"+which, func(t *testing.T) {
+				w := newWorld(t)
+				a, b := w.Start("m1", prof.tweak), w.Start("m2", prof.tweak)
+				leader, others := leaderOf(t, a, b)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				raftLeader, err := w.Cluster.WaitLeader(ctx)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				minority := (raftLeader + 1) % w.Cluster.Size()
+				if which == "raft-leader" {
+					minority = raftLeader
+				}
+				lasts := 4 * prof.ttl // longer than two TTLs
+				cutAt := time.Now()
+				cutLeaderWith(leader, minority)
+				w.Cluster.Member(minority).Isolate()
+				defer w.Cluster.Member(minority).Heal()
+				takeoverDuring(t, leader, others[0], cutAt, prof.ttl, lasts)
+				if w.Cluster.Member(minority).HasLeader() {
+					t.Fatal("the isolated etcd member still has a leader: the partition did not happen")
+				}
+			})
+		}
 	}
 }
 
@@ -103,7 +120,7 @@ func TestTakeoverThroughASilentMember(t *testing.T) {
 	cutAt := time.Now()
 	leader.Cut(true)
 	others[0].Proxies[0].Blackhole(true)
-	takeoverDuring(t, leader, others[0], cutAt, 4*ttl)
+	takeoverDuring(t, leader, others[0], cutAt, ttl, 4*ttl)
 }
 
 // TestForeignEndpointNeverFencesTheHolder: each member's pool also holds a
