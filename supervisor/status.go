@@ -27,6 +27,12 @@ type Status struct {
 	LastTick      time.Time           `json:"last_tick"`
 	Frozen        bool                `json:"frozen,omitempty"`
 	Banned        bool                `json:"banned,omitempty"`
+	// Group problems (peers.go): members configured differently, and
+	// configured peers without a member record for longer than a TTL.
+	ConfigMismatch []string `json:"config_mismatch,omitempty"`
+	MissingPeers   []string `json:"missing_peers,omitempty"`
+	// Endpoints that answered for another etcd cluster (never counted).
+	ForeignEndpoints []string `json:"foreign_endpoints,omitempty"`
 
 	fenceAt time.Time
 }
@@ -47,6 +53,7 @@ func (s *Supervisor) Status() Status {
 	if st.State == Fencing {
 		st.UnitsAllowed = false
 	}
+	st.ForeignEndpoints = s.pool.Foreign()
 	return st
 }
 

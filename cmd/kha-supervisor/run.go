@@ -67,13 +67,17 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	if err != nil {
 		// Keep the units stopped while etcd is unreachable: a node that
 		// cannot prove a lease must not run them, whatever ran before.
-		log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
-		sctx, scancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Units.Managed))*cfg.Timeouts().StopMax()+time.Second)
-		if serr := fencing.StopAll(sctx, units, cfg.Units.Managed, cfg.Timeouts()); serr != nil {
-			log.Error("stopping managed units", "err", serr)
+		code := exitFailure
+		if errors.Is(err, etcdconn.ErrForeignCluster) {
+			// A configuration error, but the units still stop: nothing
+			// can be proven through endpoints of two clusters.
+			code = exitConfig
+			log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
+		} else {
+			log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
 		}
-		scancel()
-		return exitFailure
+		stopManaged(cfg, units, log)
+		return code
 	}
 	defer cli.Close()
 	warnOldEtcd(ctx, cli, log)
@@ -85,9 +89,22 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 			_ = c.Close()
 		}
 	}()
-	renew := perEndpoint
-	if len(renew) < len(cfg.Etcd.Endpoints) {
-		renew = append(slices.Clip(renew), cli)
+	members := perEndpoint
+	if len(members) < len(cfg.Etcd.Endpoints) {
+		members = append(slices.Clip(members), cli)
+	}
+	pool, err := etcdconn.NewPool(members, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
+	if err != nil {
+		log.Error("cannot build the etcd client pool", "err", err)
+		return exitFailure
+	}
+	vctx, vcancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout.D()+cfg.Etcd.RequestTimeout.D())
+	err = pool.Verify(vctx)
+	vcancel()
+	if err != nil {
+		log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
+		stopManaged(cfg, units, log)
+		return exitConfig
 	}
 
 	reg := prometheus.NewRegistry()
@@ -96,9 +113,14 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
+	group, err := httpapi.NewGroupMetrics(reg)
+	if err != nil {
+		log.Error("cannot register metrics", "err", err)
+		return exitFailure
+	}
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
-		RenewClients: renew,
+		Pool: pool,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
 			hookCfg := hooksNow()
 			var argv []string
@@ -160,7 +182,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		defer hs.Close()
 	}
 
-	go exportGauges(gctx, sup, metrics)
+	go exportGauges(gctx, sup, metrics, group)
 	err = sup.Run(ctx)
 	var fe *supervisor.FenceError
 	switch {
@@ -175,6 +197,16 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	default:
 		log.Error("supervisor failed", "err", err)
 		return exitFailure
+	}
+}
+
+// stopManaged keeps the units stopped when the daemon exits before its
+// loop: a node that cannot prove a lease must not run them.
+func stopManaged(cfg config.Config, units fencing.Units, log *slog.Logger) {
+	sctx, scancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Units.Managed))*cfg.Timeouts().StopMax()+time.Second)
+	defer scancel()
+	if err := fencing.StopAll(sctx, units, cfg.Units.Managed, cfg.Timeouts()); err != nil {
+		log.Error("stopping managed units", "err", err)
 	}
 }
 
@@ -225,15 +257,17 @@ func (s statusSource) Status() any         { return s.sup.Status() }
 func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
 func (s statusSource) Standby() bool       { return s.sup.Status().State == supervisor.Standby }
+func (s statusSource) Warnings() []string  { return s.sup.Status().Warnings() }
 
 // exportGauges copies the lease and unit figures into the gauges. Only the
 // metrics depend on this ticker; nothing safety-related does.
-func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics) {
+func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics, g *httpapi.GroupMetrics) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		st := sup.Status()
 		m.SetLease(st.LeaseLeft, st.FenceIn, st.State.Holding())
+		g.Set(len(st.ConfigMismatch), len(st.MissingPeers))
 		for _, u := range st.Units {
 			m.SetUnitActive(u.Name, u.Running())
 		}

@@ -602,3 +602,49 @@ func randomToken() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Isolate cuts the member's raft traffic to and from every other member,
+// both ways, as a network partition would: it loses (or, if it led, gives
+// up) its leader while clients can still reach it, and answers them like a
+// member of a minority. Heal ends it. Peer HTTP that is not raft (such as a
+// follower forwarding a lease renewal to the leader) still flows, but a
+// member without a leader has nowhere to forward it.
+func (m *Member) Isolate() { m.partition(true) }
+
+// Heal undoes Isolate.
+func (m *Member) Heal() { m.partition(false) }
+
+func (m *Member) partition(cut bool) {
+	e := m.running()
+	if e == nil {
+		return
+	}
+	for _, o := range m.c.members {
+		oe := o.running()
+		if o == m || oe == nil {
+			continue
+		}
+		if cut {
+			e.Server.CutPeer(oe.Server.MemberID())
+			oe.Server.CutPeer(e.Server.MemberID())
+		} else {
+			e.Server.MendPeer(oe.Server.MemberID())
+			oe.Server.MendPeer(e.Server.MemberID())
+		}
+	}
+}
+
+// HasLeader reports whether the member is running and knows a leader.
+func (m *Member) HasLeader() bool {
+	e := m.running()
+	return e != nil && e.Server.Leader() != 0
+}
+
+// ClusterID is the etcd cluster ID the member belongs to (0 while stopped).
+func (m *Member) ClusterID() uint64 {
+	e := m.running()
+	if e == nil {
+		return 0
+	}
+	return uint64(e.Server.Cluster().ID())
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // These tests run real supervisors against a real three-member etcd
@@ -132,7 +133,17 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		renew = append(renew, dial(ep))
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts := supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
+	pool, err := etcdconn.NewPool(renew, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vctx, vcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err = pool.Verify(vctx)
+	vcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := supervisor.Options{Config: cfg, Client: cli, Pool: pool, Units: m.Units, Log: log, Version: "test",
 		RenewObserver: func(_ string, _ time.Duration, err error) {
 			if err != nil {
 				m.RenewFailures.Add(1)
@@ -141,7 +152,6 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	if w.Options != nil {
 		w.Options(name, &opts)
 	}
-	var err error
 	m.Sup, err = supervisor.New(opts)
 	if err != nil {
 		t.Fatal(err)

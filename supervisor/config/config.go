@@ -22,6 +22,11 @@ type Config struct {
 	Node    string `toml:"node"`    // this member's name; default: hostname
 	Cluster string `toml:"cluster"` // election group; also the etcd key prefix component
 	Profile string `toml:"profile"` // timing profile, a key of Profiles; default DefaultProfile
+	// Peers are the node names expected in this group (this node may be
+	// listed too); empty means no expectation. A peer without a member
+	// record for longer than a TTL is reported: it may be configured into
+	// another group.
+	Peers []string `toml:"peers"`
 
 	Etcd    Etcd    `toml:"etcd"`
 	Lease   Lease   `toml:"lease"`

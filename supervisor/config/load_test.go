@@ -123,6 +123,10 @@ func refusals() []refusal {
 			key: "cluster", value: `"kube control"`, line: 1, msg: []string{"DNS-1123"}},
 		{name: "cluster empty", toml: text("cluster = \"\"\n"),
 			key: "cluster", value: `""`, line: 1, msg: []string{"must not be empty"}},
+		{name: "peer upper case", toml: text("peers = [\"m1\", \"M2\"]\n"),
+			key: "peers", value: `["m1", "M2"]`, line: 1, msg: []string{`peer "M2"`, "DNS-1123"}},
+		{name: "peer twice", toml: text("peers = [\"m1\", \"m2\", \"m1\"]\n"),
+			key: "peers", value: `["m1", "m2", "m1"]`, line: 1, msg: []string{`lists "m1" twice`}},
 
 		// Units.
 		{name: "no units", toml: text("[units]\nmanaged = []\n"),

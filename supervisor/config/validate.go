@@ -86,6 +86,16 @@ func checkNames(c Config) *Error {
 	if msg := nameProblem(c.Cluster); msg != "" {
 		return refuse(c, "cluster", "%s", msg)
 	}
+	seen := map[string]bool{}
+	for _, p := range c.Peers {
+		if msg := nameProblem(p); msg != "" {
+			return refuse(c, "peers", "peer %q %s", p, msg)
+		}
+		if seen[p] {
+			return refuse(c, "peers", "lists %q twice", p)
+		}
+		seen[p] = true
+	}
 	return nil
 }
 
