@@ -19,6 +19,9 @@ type Memory struct {
 	failing  map[string]bool // start fails
 	sub      map[string]string
 	killed   map[string]chan struct{}
+	hung     chan struct{} // non-nil: the service manager does not answer
+	noDirect bool          // KillDirect cannot confirm
+	direct   int           // KillDirect calls that killed something
 	Events   []Event
 }
 
@@ -45,8 +48,43 @@ func (m *Memory) record(unit, what string) {
 	m.Events = append(m.Events, Event{At: time.Now(), Unit: unit, What: what})
 }
 
+// SetHung makes the service manager stop answering (PID 1 or its bus
+// hung): Start, Stop, Kill and States block until their ctx ends. The
+// units' processes keep running.
+func (m *Memory) SetHung(v bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case v && m.hung == nil:
+		m.hung = make(chan struct{})
+	case !v && m.hung != nil:
+		close(m.hung)
+		m.hung = nil
+	}
+}
+
+// waitHung blocks while the manager is hung; it returns ctx's error if
+// ctx ends first.
+func (m *Memory) waitHung(ctx context.Context) error {
+	m.mu.Lock()
+	ch := m.hung
+	m.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Start implements Units.
 func (m *Memory) Start(ctx context.Context, unit string) error {
+	if err := m.waitHung(ctx); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -66,6 +104,9 @@ func (m *Memory) Start(ctx context.Context, unit string) error {
 
 // Stop implements Units. A stubborn unit blocks until Kill or ctx expiry.
 func (m *Memory) Stop(ctx context.Context, unit string) error {
+	if err := m.waitHung(ctx); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	if m.stubborn[unit] && m.state[unit] == "active" {
 		ch := m.killed[unit]
@@ -92,6 +133,9 @@ func (m *Memory) Stop(ctx context.Context, unit string) error {
 
 // Kill implements Units.
 func (m *Memory) Kill(ctx context.Context, unit string) error {
+	if err := m.waitHung(ctx); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state[unit] == "active" {
@@ -107,6 +151,9 @@ func (m *Memory) Kill(ctx context.Context, unit string) error {
 
 // States implements Units.
 func (m *Memory) States(ctx context.Context, units []string) ([]UnitState, error) {
+	if err := m.waitHung(ctx); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]UnitState, 0, len(units))
@@ -168,3 +215,29 @@ func (m *Memory) Snapshot() []Event {
 	defer m.mu.Unlock()
 	return append([]Event(nil), m.Events...)
 }
+
+// KillDirect stands in for killing a unit's processes from its cgroup,
+// without the service manager: it works while the manager is hung, unless
+// SetDirectFails says the kill cannot be confirmed.
+func (m *Memory) KillDirect(ctx context.Context, unit string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.noDirect {
+		m.mu.Unlock()
+		<-ctx.Done()
+		m.mu.Lock()
+		return fmt.Errorf("memory: %s not confirmed gone: %w", unit, ctx.Err())
+	}
+	if m.state[unit] != "inactive" && m.state[unit] != "failed" && m.state[unit] != "" {
+		m.state[unit] = "inactive"
+		m.direct++
+		m.record(unit, "killed")
+	}
+	return nil
+}
+
+// SetDirectFails makes KillDirect unable to confirm (it waits for ctx).
+func (m *Memory) SetDirectFails(v bool) { m.mu.Lock(); m.noDirect = v; m.mu.Unlock() }
+
+// DirectKills counts units KillDirect took down.
+func (m *Memory) DirectKills() int { m.mu.Lock(); defer m.mu.Unlock(); return m.direct }
