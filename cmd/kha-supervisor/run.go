@@ -66,9 +66,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Info("fence window", "span", w.Span(w.TTL), "watchdog", wd)
 	}
 
-	// systemd first: if D-Bus is not there nothing can be stopped, so
-	// nothing may be started either.
-	units, err := fencing.NewSystemd(context.Background(), "", log)
+	// systemd first: if it cannot be reached nothing can be stopped, so
+	// nothing may be started either. As root over its private socket, so
+	// that a stuck dbus-daemon cannot hold up a fence.
+	units, err := fencing.OpenSystemd(context.Background(), fencing.HostSystemd(log))
 	if err != nil {
 		log.Error("cannot reach systemd over D-Bus", "err", err)
 		return exitFailure
