@@ -22,6 +22,7 @@ type Memory struct {
 	hung     chan struct{} // non-nil: the service manager does not answer
 	noDirect bool          // KillDirect cannot confirm
 	direct   int           // KillDirect calls that killed something
+	execs    map[string][]string
 	Events   []Event
 }
 
@@ -241,3 +242,27 @@ func (m *Memory) SetDirectFails(v bool) { m.mu.Lock(); m.noDirect = v; m.mu.Unlo
 
 // DirectKills counts units KillDirect took down.
 func (m *Memory) DirectKills() int { m.mu.Lock(); defer m.mu.Unlock(); return m.direct }
+
+// SetExecutables says which executables unit runs (as ExecStart= would).
+func (m *Memory) SetExecutables(unit string, paths ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.execs == nil {
+		m.execs = map[string][]string{}
+	}
+	m.execs[unit] = paths
+}
+
+// Executables implements ExecReader with what SetExecutables said.
+func (m *Memory) Executables(ctx context.Context, units []string) (map[string][]string, error) {
+	if err := m.waitHung(ctx); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for _, u := range units {
+		out[u] = append([]string(nil), m.execs[u]...)
+	}
+	return out, nil
+}

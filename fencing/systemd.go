@@ -64,6 +64,7 @@ type Systemd struct {
 var (
 	_ Units        = (*Systemd)(nil)
 	_ DirectKiller = (*Systemd)(nil)
+	_ ExecReader   = (*Systemd)(nil)
 )
 
 // PrivateSocket is systemd's private D-Bus socket, which systemctl itself
@@ -664,4 +665,44 @@ func (s *Systemd) KillDirect(ctx context.Context, unit string) error {
 	}
 	s.log.Warn("unit confirmed without processes from its control group, without systemd (SIGKILL sent to any left)", "unit", unit, "cgroup", g)
 	return nil
+}
+
+// Executables implements ExecReader from each service's ExecStart property
+// (D-Bus type a(sasbttttuii): the first field is the executable's path).
+func (s *Systemd) Executables(ctx context.Context, units []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, unit := range units {
+		var p *sd.Property
+		err := s.do(ctx, "ExecStart "+unit, func(c *sd.Conn) error {
+			var err error
+			p, err = c.GetServicePropertyContext(ctx, unit, "ExecStart")
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("systemd: read ExecStart of %s: %w", unit, err)
+		}
+		paths, err := execPaths(p.Value)
+		if err != nil {
+			return nil, fmt.Errorf("systemd: ExecStart of %s: %w", unit, err)
+		}
+		out[unit] = paths
+	}
+	return out, nil
+}
+
+func execPaths(v godbus.Variant) ([]string, error) {
+	lines, ok := v.Value().([][]any)
+	if !ok {
+		return nil, fmt.Errorf("has type %s, want a(sasbttttuii)", v.Signature())
+	}
+	var out []string
+	for _, l := range lines {
+		if len(l) == 0 {
+			continue
+		}
+		if path, ok := l[0].(string); ok && path != "" {
+			out = append(out, path)
+		}
+	}
+	return out, nil
 }

@@ -50,6 +50,15 @@ type DirectKiller interface {
 	KillDirect(ctx context.Context, unit string) error
 }
 
+// ExecReader is implemented by Units that can say which executables each
+// unit runs (systemd's ExecStart), so that copies of them started outside
+// the units can be looked for.
+type ExecReader interface {
+	// Executables returns, per unit, the absolute paths its ExecStart=
+	// lines run.
+	Executables(ctx context.Context, units []string) (map[string][]string, error)
+}
+
 // Timeouts bound unit operations.
 type Timeouts struct {
 	Start     time.Duration // per unit: start job plus confirmation

@@ -27,6 +27,10 @@ type Status struct {
 	LastTick      time.Time           `json:"last_tick"`
 	Frozen        bool                `json:"frozen,omitempty"`
 	Banned        bool                `json:"banned,omitempty"`
+	// Strays are managed components' processes running outside their
+	// units, as of the last scan; StrayProcesses counts every one found.
+	Strays         []StrayProcess `json:"strays,omitempty"`
+	StrayProcesses int64          `json:"stray_processes,omitempty"`
 
 	fenceAt time.Time
 }

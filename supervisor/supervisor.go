@@ -214,6 +214,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.publisher(bg)
 	go s.notifier(bg)
 	go s.historian(bg)
+	go s.scanStrays(bg)
 
 	done := ctx.Done()
 	for {
