@@ -23,6 +23,7 @@ type Memory struct {
 	noDirect bool          // KillDirect cannot confirm
 	direct   int           // KillDirect calls that killed something
 	execs    map[string][]string
+	binds    map[string]Binding
 	Events   []Event
 }
 
@@ -263,6 +264,33 @@ func (m *Memory) Executables(ctx context.Context, units []string) (map[string][]
 	out := map[string][]string{}
 	for _, u := range units {
 		out[u] = append([]string(nil), m.execs[u]...)
+	}
+	return out, nil
+}
+
+// SetBinding makes Bindings report b for b.Unit (units never set are not
+// reported, so they are not checked).
+func (m *Memory) SetBinding(b Binding) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.binds == nil {
+		m.binds = map[string]Binding{}
+	}
+	m.binds[b.Unit] = b
+}
+
+// Bindings implements BindingReader with what SetBinding said.
+func (m *Memory) Bindings(ctx context.Context, units []string) (map[string]Binding, error) {
+	if err := m.waitHung(ctx); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]Binding{}
+	for _, u := range units {
+		if b, ok := m.binds[u]; ok {
+			out[u] = b
+		}
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -62,9 +63,10 @@ type Systemd struct {
 }
 
 var (
-	_ Units        = (*Systemd)(nil)
-	_ DirectKiller = (*Systemd)(nil)
-	_ ExecReader   = (*Systemd)(nil)
+	_ Units         = (*Systemd)(nil)
+	_ DirectKiller  = (*Systemd)(nil)
+	_ ExecReader    = (*Systemd)(nil)
+	_ BindingReader = (*Systemd)(nil)
 )
 
 // PrivateSocket is systemd's private D-Bus socket, which systemctl itself
@@ -703,6 +705,52 @@ func execPaths(v godbus.Variant) ([]string, error) {
 		if path, ok := l[0].(string); ok && path != "" {
 			out = append(out, path)
 		}
+	}
+	return out, nil
+}
+
+// Bindings implements BindingReader: BindsTo, After, ExecStartPre,
+// TimeoutStopUSec, KillMode and SendSIGKILL of each unit, as loaded.
+func (s *Systemd) Bindings(ctx context.Context, units []string) (map[string]Binding, error) {
+	out := map[string]Binding{}
+	for _, unit := range units {
+		var up, sp map[string]any
+		err := s.do(ctx, "properties "+unit, func(c *sd.Conn) error {
+			var err error
+			if up, err = c.GetUnitPropertiesContext(ctx, unit); err != nil {
+				return err
+			}
+			sp, err = c.GetUnitTypePropertiesContext(ctx, unit, "Service")
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("systemd: read properties of %s: %w", unit, err)
+		}
+		b := Binding{Unit: unit}
+		b.BindsTo, _ = up["BindsTo"].([]string)
+		b.After, _ = up["After"].([]string)
+		b.KillMode, _ = sp["KillMode"].(string)
+		b.SendSIGKILL, _ = sp["SendSIGKILL"].(bool)
+		if us, ok := sp["TimeoutStopUSec"].(uint64); ok {
+			if us >= uint64(math.MaxInt64/int64(time.Microsecond)) {
+				b.TimeoutStop = time.Duration(math.MaxInt64) // infinity
+			} else {
+				b.TimeoutStop = time.Duration(us) * time.Microsecond
+			}
+		}
+		if lines, ok := sp["ExecStartPre"].([][]any); ok {
+			for _, l := range lines {
+				if len(l) >= 2 {
+					if argv, ok := l[1].([]string); ok {
+						if p, ok := l[0].(string); ok && len(argv) > 0 {
+							argv = append([]string{p}, argv[1:]...)
+						}
+						b.ExecStartPre = append(b.ExecStartPre, argv)
+					}
+				}
+			}
+		}
+		out[unit] = b
 	}
 	return out, nil
 }

@@ -31,6 +31,11 @@ type Status struct {
 	// units, as of the last scan; StrayProcesses counts every one found.
 	Strays         []StrayProcess `json:"strays,omitempty"`
 	StrayProcesses int64          `json:"stray_processes,omitempty"`
+	// DropinProblems are managed units not bound to the supervisor as the
+	// packaged drop-in requires (this member does not campaign while any
+	// is listed); DropinMismatches counts the checks that found one.
+	DropinProblems   []string `json:"dropin_problems,omitempty"`
+	DropinMismatches int64    `json:"dropin_mismatches,omitempty"`
 
 	fenceAt time.Time
 }

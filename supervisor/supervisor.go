@@ -128,6 +128,7 @@ type Supervisor struct {
 	notes          chan string // sd_notify messages for the notifier goroutine
 	prevState      State
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
+	dropins        atomic.Pointer[dropinCheck]
 
 	// Channels into the loop.
 	renewals chan renewal
@@ -215,6 +216,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.notifier(bg)
 	go s.historian(bg)
 	go s.scanStrays(bg)
+	go s.checkDropins(bg)
 
 	done := ctx.Done()
 	for {

@@ -239,6 +239,7 @@ type statusSource struct{ sup *supervisor.Supervisor }
 func (s statusSource) Status() any         { return s.sup.Status() }
 func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
+func (s statusSource) Problems() []string  { return s.sup.Status().DropinProblems }
 
 // exportGauges copies the lease and unit figures into the gauges. Only the
 // metrics depend on this ticker; nothing safety-related does.

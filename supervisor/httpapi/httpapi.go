@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,13 @@ type Source interface {
 	// LastTick is when the reconcile loop last completed a pass; zero before
 	// the first.
 	LastTick() time.Time
+}
+
+// ProblemSource is a Source that can also name configuration problems that
+// make the member unfit to lead (a managed unit's drop-in overridden):
+// /healthz fails while it names any.
+type ProblemSource interface {
+	Problems() []string
 }
 
 // DefaultStaleAfter is how old the last reconcile tick may be before /healthz
@@ -85,6 +93,12 @@ func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
 		plain(w, http.StatusServiceUnavailable, fmt.Sprintf("unhealthy: last reconcile %s ago (limit %s)\n",
 			age.Round(time.Millisecond), h.staleAfter))
 		return
+	}
+	if ps, ok := h.src.(ProblemSource); ok {
+		if probs := ps.Problems(); len(probs) > 0 {
+			plain(w, http.StatusServiceUnavailable, "unhealthy: "+strings.Join(probs, "\nunhealthy: ")+"\n")
+			return
+		}
 	}
 	plain(w, http.StatusOK, fmt.Sprintf("ok: last reconcile %s ago\n", max(age, 0).Round(time.Millisecond)))
 }
