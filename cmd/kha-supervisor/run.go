@@ -23,6 +23,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/hooks"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/timesync"
 )
 
 func init() {
@@ -65,6 +66,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		}
 		log.Info("fence window", "span", w.Span(w.TTL), "watchdog", wd)
 	}
+	warnClockSlew(cfg, log)
 
 	// systemd first: if it cannot be reached nothing can be stopped, so
 	// nothing may be started either. As root over its private socket, so
@@ -216,6 +218,20 @@ func systemdWatchdog() time.Duration {
 		return 0
 	}
 	return time.Duration(usec) * time.Microsecond
+}
+
+// warnClockSlew warns when the local time daemon may slew the clock faster
+// than lease.clock_rate_error: etcd times leases on that clock (see
+// supervisor/timesync).
+func warnClockSlew(cfg config.Config, log *slog.Logger) {
+	ds, err := timesync.Find(os.DirFS("/"))
+	if err != nil {
+		log.Warn("cannot read the time daemon's configuration", "err", err)
+		return
+	}
+	for _, w := range timesync.Warnings(ds, cfg.Lease.ClockRate) {
+		log.Warn(w)
+	}
 }
 
 // warnOldEtcd warns when a cluster member runs an etcd with known lease
