@@ -36,6 +36,7 @@ type strayScan struct {
 	pending map[int]procscan.Proc // SIGTERM sent, SIGKILL due at killAt
 	killAt  map[int]time.Time     //
 	seen    map[string]bool       // pid/starttime already reported
+	warned  map[string]bool       // generic executables already warned about
 	execAt  time.Time             // when names were last derived
 }
 
@@ -48,7 +49,7 @@ const strayRescan = time.Minute
 // by units.stray_policy. It runs on its own goroutine: the loop never
 // waits for it.
 func (s *Supervisor) scanStrays(bg context.Context) {
-	st := &strayScan{pending: map[int]procscan.Proc{}, killAt: map[int]time.Time{}, seen: map[string]bool{}}
+	st := &strayScan{pending: map[int]procscan.Proc{}, killAt: map[int]time.Time{}, seen: map[string]bool{}, warned: map[string]bool{}}
 	for {
 		s.strayPass(bg, st, time.Now())
 		if sleep(bg, s.cfg.Units.PollInterval.D()) != nil {
@@ -158,6 +159,10 @@ func (s *Supervisor) strayNames(bg context.Context, st *strayScan, now time.Time
 	for unit, paths := range execs {
 		for _, p := range paths {
 			if b := path.Base(p); genericExecutables[b] {
+				if st.warned[p] {
+					continue
+				}
+				st.warned[p] = true
 				s.log.Warn("not looking for stray copies of a generic executable; name the component in units.processes", "unit", unit, "exe", p)
 			} else {
 				names = append(names, b)
