@@ -21,7 +21,7 @@ type dropinCheck struct {
 
 // checkDropins reads each managed unit's BindsTo, After, ExecStartPre,
 // TimeoutStopUSec, KillMode and SendSIGKILL at start and every dropinEvery
-// polls, on its own goroutine. A mismatch keeps this member from
+// polls (every poll while a check fails), on its own goroutine. A mismatch keeps this member from
 // campaigning (mayCampaign), is logged naming unit, property and the fix,
 // and shows in status and /healthz. Units that cannot report bindings are
 // not checked.
@@ -33,8 +33,14 @@ func (s *Supervisor) checkDropins(bg context.Context) {
 	}
 	var last []string
 	for {
+		// While something is wrong, look every poll: a fixed drop-in lets
+		// the member campaign again within one.
+		every := dropinEvery * s.cfg.Units.PollInterval.D()
 		if probs, err := s.readDropins(bg, br); err != nil {
-			s.log.Warn("cannot read the managed units' drop-in settings; not campaigning until they are read", "err", err)
+			every = s.cfg.Units.PollInterval.D()
+			// Keep the last verdict (none yet: no campaign): a passing D-Bus
+			// error must not hold up a failover, nor clear a known problem.
+			s.log.Warn("cannot read the managed units' drop-in settings", "err", err)
 		} else {
 			if !slices.Equal(probs, last) {
 				for _, p := range probs {
@@ -46,6 +52,9 @@ func (s *Supervisor) checkDropins(bg context.Context) {
 				last = probs
 			}
 			s.dropins.Store(&dropinCheck{checked: true, problems: probs})
+			if len(probs) > 0 {
+				every = s.cfg.Units.PollInterval.D()
+			}
 			s.mu.Lock()
 			s.snap.DropinProblems = probs
 			if len(probs) > 0 {
@@ -53,7 +62,7 @@ func (s *Supervisor) checkDropins(bg context.Context) {
 			}
 			s.mu.Unlock()
 		}
-		if sleep(bg, dropinEvery*s.cfg.Units.PollInterval.D()) != nil {
+		if sleep(bg, every) != nil {
 			return
 		}
 	}

@@ -49,5 +49,19 @@ func TestStandbyWithoutGuardDoesNotCampaign(t *testing.T) {
 	if leader != a {
 		t.Fatalf("%s leads, want m1", leader.Name)
 	}
+	// install-dropins fixed it: m2 may take over again, and does when m1
+	// steps down.
+	mem := b.Units
+	mem.SetBinding(fencing.Binding{Unit: units[1], BindsTo: []string{"kha-supervisor.service"}, After: []string{"kha-supervisor.service"},
+		ExecStartPre: [][]string{{"/usr/bin/kha-supervisor", "guard", units[1]}},
+		TimeoutStop:  time.Second, KillMode: "control-group", SendSIGKILL: true})
+	waitFor(t, "m2's problems cleared", 5*time.Second, func() bool { return len(b.Sup.Status().DropinProblems) == 0 })
+	a.Cancel()
+	if err := a.WaitExit(t, 10*time.Second, "stop"); err != nil {
+		t.Fatalf("m1 stop: %v", err)
+	}
+	if l, _ := leaderOf(t, b); l != b {
+		t.Fatalf("%s leads, want m2", l.Name)
+	}
 	assertNoOverlap(t, a, b)
 }
