@@ -118,7 +118,7 @@ func Fence(ctx context.Context, u Units, units []string, t Timeouts) error {
 }
 
 func stopOne(ctx context.Context, u Units, name string, t Timeouts) error {
-	sctx, cancel := context.WithTimeout(ctx, t.Stop)
+	sctx, cancel := context.WithTimeout(ctx, stopBudget(ctx, t))
 	err := u.Stop(sctx, name)
 	cancel()
 	if err == nil {
@@ -155,6 +155,19 @@ func stopOne(ctx context.Context, u Units, name string, t Timeouts) error {
 		return errors.Join(first, second)
 	}
 	return nil
+}
+
+// stopBudget is how long the graceful stop may take: t.Stop, but never so
+// long that a squeezed ctx (a second look late in the fence) leaves the
+// SIGKILL no time. Up to t.KillGrace, at most half of what is left, is kept
+// for it.
+func stopBudget(ctx context.Context, t Timeouts) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return t.Stop
+	}
+	left := time.Until(dl)
+	return min(t.Stop, left-min(t.KillGrace, left/2))
 }
 
 func killViaManager(ctx context.Context, u Units, name string, stopErr error, t Timeouts) error {
