@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -74,7 +75,12 @@ type Record struct {
 	Reason       string       `json:"reason,omitempty"`
 	Released     bool         `json:"released,omitempty"` // the last lease was given up on purpose, not lost
 	Cooldown     time.Time    `json:"cooldown_until,omitempty"`
+	Host         string       `json:"host,omitempty"` // os.Hostname of the member, for status
+	Published    time.Time    `json:"published"`      // wall clock of this write: status shows the record's age
 }
+
+// hostName is this process's host name, for its record.
+var hostName, _ = os.Hostname()
 
 // UnitStatus is one unit as the member last saw it.
 type UnitStatus struct {

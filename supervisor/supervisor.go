@@ -126,7 +126,9 @@ type Supervisor struct {
 	ctlErr         error
 	history        chan Event
 	notes          chan string // sd_notify messages for the notifier goroutine
+	status         statusNote  // what STATUS= last said (notify.go)
 	prevState      State
+	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 	dropins        atomic.Pointer[dropinCheck]
 
@@ -254,6 +256,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		s.step(bg)
 		s.updateSnapshot()
+		s.refreshStatus(time.Now())
 		s.notify("WATCHDOG=1")
 	}
 }

@@ -1,40 +1,33 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-func init() {
-	register("check-config", "validate the configuration file; print the effective settings and fence window", checkConfig)
+func init() { register(checkConfigCommand) }
+
+func checkConfigCommand(e env) *cobra.Command {
+	return &cobra.Command{
+		Use:     "check-config",
+		GroupID: groupNode,
+		Short:   "validate the configuration file; print the effective settings and fence window",
+		Long: `Read and validate the configuration file, print the effective settings (every default filled in) and the fence window they give, and exit 0; or print one line naming the file, line, key and value that is refused and exit 2.
+It applies exactly the checks the daemon applies at start-up.`,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return exit(checkConfig(e, configPath(c)))
+		},
+	}
 }
 
 // checkConfig is `kha-supervisor check-config [-c FILE]`: it applies exactly
 // the checks the daemon applies at start-up, so a file it accepts is a file
 // the daemon accepts (barring files that change in between).
-func checkConfig(e env, args []string) int {
-	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	path := fs.String("c", config.DefaultPath, "configuration `file`")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kha-supervisor check-config [-c FILE]")
-		fmt.Fprintln(fs.Output(), "\nPrints the effective configuration and its fence window; exit 0 when the file")
-		fmt.Fprintln(fs.Output(), "is accepted, 2 (with one line naming file, line, key and value) when refused.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitConfig
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "kha-supervisor check-config: unexpected argument %q (the file goes after -c)\n", fs.Arg(0))
-		return exitConfig
-	}
+func checkConfig(e env, configFile string) int {
+	path := &configFile
 	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "kha-supervisor: %v\n", err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,13 +13,40 @@ import (
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-func init() {
-	register("install-dropins", "write the systemd drop-ins that bind the managed units to the supervisor", installDropins)
+func init() { register(installDropinsCommand) }
+
+// dropinFlags are install-dropins' options.
+type dropinFlags struct {
+	dir, binary      string
+	dryRun, noReload bool
+}
+
+func installDropinsCommand(e env) *cobra.Command {
+	var o dropinFlags
+	c := &cobra.Command{
+		Use:     "install-dropins",
+		GroupID: groupNode,
+		Short:   "write the systemd drop-ins that bind the managed units to the supervisor",
+		Long: `Write the drop-in DIR/UNIT.d/` + dropin.FileName + ` for every unit in units.managed, remove the ones it wrote earlier for units no longer managed, and reload systemd (daemon-reload over D-Bus) if anything changed.
+A file at that path that it did not write is never overwritten: the command refuses instead. The packages already ship these drop-ins for the default units; run this command when units.managed or units.stop_timeout differ from the defaults.`,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return exit(installDropins(e, configPath(c), o))
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&o.dir, "dir", "/etc/systemd/system", "systemd unit `directory` to write the drop-ins into (it takes precedence over the packaged ones in /usr/lib/systemd/system)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the files and their paths, and what would be removed; change nothing")
+	fs.BoolVar(&o.noReload, "no-reload", false, "do not run daemon-reload afterwards (image builds, chroots)")
+	fs.StringVar(&o.binary, "binary", dropin.DefaultBinary, "absolute `path` of kha-supervisor for the guard in ExecStartPre=")
+	_ = c.MarkFlagDirname("dir")
+	_ = c.MarkFlagFilename("binary")
+	return c
 }
 
 // reloadSystemd makes systemd re-read unit files (daemon-reload). A variable
@@ -61,32 +87,8 @@ type dropinChange struct {
 	reason string // for removals
 }
 
-func installDropins(e env, args []string) int {
-	fl := flag.NewFlagSet("install-dropins", flag.ContinueOnError)
-	fl.SetOutput(e.stderr)
-	cfgPath := fl.String("c", config.DefaultPath, "configuration `file`")
-	dir := fl.String("dir", "/etc/systemd/system", "systemd unit `directory` to write the drop-ins into")
-	dryRun := fl.Bool("dry-run", false, "print the files and their paths; change nothing")
-	noReload := fl.Bool("no-reload", false, "do not run daemon-reload afterwards (image builds, chroots)")
-	binary := fl.String("binary", dropin.DefaultBinary, "absolute `path` of kha-supervisor for the guard in ExecStartPre=")
-	fl.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: kha-supervisor install-dropins [-c FILE] [--dry-run] [--dir DIR] [--no-reload] [--binary PATH]")
-		fmt.Fprintf(e.stderr, "\nWrites DIR/UNIT.d/%s for every unit in units.managed, removes the\n", dropin.FileName)
-		fmt.Fprintln(e.stderr, "ones it wrote earlier for units no longer managed, then reloads systemd.")
-		fmt.Fprintln(e.stderr)
-		fl.PrintDefaults()
-	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitConfig
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "install-dropins: unexpected argument %q\n", fl.Arg(0))
-		fl.Usage()
-		return exitConfig
-	}
+func installDropins(e env, configFile string, o dropinFlags) int {
+	cfgPath, dir, dryRun, noReload, binary := &configFile, &o.dir, &o.dryRun, &o.noReload, &o.binary
 	if !filepath.IsAbs(*dir) {
 		fmt.Fprintf(e.stderr, "install-dropins: --dir %q must be an absolute path\n", *dir)
 		return exitConfig

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,36 +25,29 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/timesync"
 )
 
-func init() {
-	register("run", "run the supervisor (the daemon; what kha-supervisor.service starts)", runDaemon)
-}
-
-func runDaemon(e env, args []string) int {
-	cfg, code := loadConfig(e, flag.NewFlagSet("run", flag.ContinueOnError), args)
-	if code != exitOK {
-		return code
+func runDaemon(e env, path string) int {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitConfig
 	}
 	log := newLogger(e, cfg.Log)
 	slog.SetDefault(log)
-	return run(e.ctx, cfg, log, sdNotify)
+	// Before anything slow: SIGHUP's default action would end the daemon.
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
+	rl := newReloader(cfg, log, &logLevel)
+	go rl.watch(e.ctx, hup)
+	return run(e.ctx, cfg, log, sdNotify, rl.Hooks)
 }
 
 // sdNotify sends to systemd's notify socket. unsetEnvironment is false: true
 // would silence every later call.
 func sdNotify(msg string) { _, _ = daemon.SdNotify(false, msg) }
 
-func newLogger(e env, c config.Log) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(c.Level)) // validated by config.Load
-	opts := &slog.HandlerOptions{Level: lvl}
-	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(e.stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(e.stderr, opts))
-}
-
 // run is the daemon with its collaborators built from the configuration.
-func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string)) int {
+// hooksNow returns the hook settings in force (they change on SIGHUP).
+func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string), hooksNow func() config.Hooks) int {
 	wd := systemdWatchdog()
 	if w := cfg.Window(); wd > 0 {
 		w.Watchdog = wd
@@ -108,16 +100,16 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg)
+	metrics, err := httpapi.NewMetrics(reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version))
 	if err != nil {
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
-	hookCfg := cfg.Hooks
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
 		RenewClients: renew,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
+			hookCfg := hooksNow()
 			var argv []string
 			switch name {
 			case "on_promote":
@@ -146,7 +138,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 				metrics.Fenced(t.Kind)
 			}
 		},
-		RenewObserver: func(_ string, took time.Duration, err error) { metrics.Renewed(took, err) },
+		RenewObserver: func(lease string, took time.Duration, err error) { metrics.Renewed(lease, took, err) },
 	})
 	if err != nil {
 		log.Error("cannot create supervisor", "err", err)
@@ -255,6 +247,7 @@ type statusSource struct{ sup *supervisor.Supervisor }
 func (s statusSource) Status() any         { return s.sup.Status() }
 func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
+func (s statusSource) Standby() bool       { return s.sup.Status().State == supervisor.Standby }
 func (s statusSource) Problems() []string  { return s.sup.Status().DropinProblems }
 
 // exportGauges copies the lease and unit figures into the gauges. Only the
@@ -264,7 +257,7 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 	defer t.Stop()
 	for {
 		st := sup.Status()
-		m.SetLease(st.LeaseLeft, st.FenceIn)
+		m.SetLease(st.LeaseLeft, st.FenceIn, st.State.Holding())
 		for _, u := range st.Units {
 			m.SetUnitActive(u.Name, u.Running())
 		}

@@ -74,7 +74,7 @@ func (m *Member) Cut(v bool) {
 func (m *Member) State() supervisor.State { return m.Sup.Status().State }
 
 type World struct {
-	t       *testing.T
+	t       testing.TB
 	Cluster *etcdtest.Cluster
 	Admin   *clientv3.Client
 	// Options, when set, adjusts each member's supervisor options before
@@ -82,7 +82,7 @@ type World struct {
 	Options func(name string, o *supervisor.Options)
 }
 
-func NewWorld(t *testing.T, members int) *World {
+func NewWorld(t testing.TB, members int) *World {
 	c := etcdtest.NewCluster(t, etcdtest.Options{Members: members})
 	return &World{t: t, Cluster: c, Admin: c.Client(t)}
 }
@@ -146,12 +146,15 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		case <-time.After(15 * time.Second):
 			t.Errorf("%s: Run did not return after cancel", name)
 		}
+		if n := m.Sup.BadTransitions(); n != 0 {
+			t.Errorf("%s took %d transition(s) not in the lifecycle table (see its log)", name, n)
+		}
 	})
 	return m
 }
 
 type testWriter struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 }
 
@@ -166,7 +169,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func WaitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	end := time.Now().Add(within)
 	for time.Now().Before(end) {
@@ -180,7 +183,7 @@ func WaitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 
 // leaderOf waits until exactly one of ms is active with all units running
 // and returns it and the others.
-func LeaderOf(t *testing.T, ms ...*Member) (*Member, []*Member) {
+func LeaderOf(t testing.TB, ms ...*Member) (*Member, []*Member) {
 	t.Helper()
 	var leader *Member
 	WaitFor(t, "one active member with its units running", 30*time.Second, func() bool {
@@ -238,7 +241,7 @@ func intervals(m *Member, unit string) []interval {
 // assertNoOverlap checks that no two members ever ran the same unit at the
 // same instant, and returns the smallest gap seen between one member's stop
 // and another's start.
-func AssertNoOverlap(t *testing.T, ms ...*Member) time.Duration {
+func AssertNoOverlap(t testing.TB, ms ...*Member) time.Duration {
 	t.Helper()
 	minGap := time.Duration(-1)
 	for _, u := range Units {

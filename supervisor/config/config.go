@@ -155,7 +155,7 @@ func (c Config) Timeouts() fencing.Timeouts {
 	}
 }
 
-// Window is the fence window these settings give (brief section 3).
+// Window is the fence window these settings give (docs/architecture.md).
 func (c Config) Window() fencing.Window {
 	return fencing.Window{
 		TTL:       c.Lease.TTL.D(),

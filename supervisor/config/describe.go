@@ -54,7 +54,7 @@ func writeTable(w io.Writer, cv reflect.Value, t *node) {
 	}
 }
 
-// describeWindow prints brief section 3's inequality with this
+// describeWindow prints the fence window inequality (docs/architecture.md) with this
 // configuration's numbers.
 func (c Config) describeWindow(w io.Writer) {
 	win := c.Window()
@@ -63,10 +63,10 @@ func (c Config) describeWindow(w io.Writer) {
 	safe := span + win.StopMax + win.Slack // TTL*(1-rho), rounded exactly as Span rounds it
 	p := func(format string, args ...any) { fmt.Fprintf(w, "# "+format+"\n", args...) }
 	fmt.Fprintln(w)
-	p("Fence window (brief section 3). t_s = when the last successful renewal was SENT;")
+	p("Fence window (docs/architecture.md). t_s = when the last successful renewal was SENT;")
 	p("no other node can win the lease before t_s + lease.ttl, or t_s + TTL*(1-rho) on this clock.")
 	p("  S_max    = units.stop_timeout + units.kill_grace = %s + %s = %s", c.Units.StopTimeout, c.Units.KillGrace, win.StopMax)
-	p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - delta")
+	p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - slack   (rho = lease.clock_rate_error, slack = lease.slack)")
 	p("         X = %s*(1-%g) - %s - %s", win.TTL, win.ClockRate, win.StopMax, win.Slack)
 	p("           = %s - %s - %s = %s", safe, win.StopMax, win.Slack, span)
 	switch {

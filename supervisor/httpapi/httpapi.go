@@ -1,7 +1,8 @@
 // Package httpapi is the supervisor's local HTTP endpoint: Prometheus
 // metrics, a liveness check for the reconcile loop, a leader check for load
 // balancers (200 only on the node that may run the units, like Patroni's
-// /primary) and the status as JSON.
+// /primary), a standby check (200 only on a healthy standby, like Patroni's
+// /replica) and the status as JSON.
 package httpapi
 
 import (
@@ -23,6 +24,9 @@ type Source interface {
 	// Active reports whether this node is active with a valid lease: the one
 	// place where the managed units may run.
 	Active() bool
+	// Standby reports whether this node is registered as a standby: in the
+	// group, holding nothing, ready to take over.
+	Standby() bool
 	// LastTick is when the reconcile loop last completed a pass; zero before
 	// the first.
 	LastTick() time.Time
@@ -62,7 +66,7 @@ type handler struct {
 }
 
 // New returns the endpoint's handler: /metrics from reg, /healthz, /leader,
-// /status. A nil reg serves an empty registry.
+// /standby, /status. A nil reg serves an empty registry.
 func New(src Source, reg *prometheus.Registry, opts ...Option) http.Handler {
 	h := &handler{src: src, staleAfter: DefaultStaleAfter, now: time.Now}
 	for _, o := range opts {
@@ -75,6 +79,7 @@ func New(src Source, reg *prometheus.Registry, opts ...Option) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /leader", h.leader)
+	mux.HandleFunc("GET /standby", h.standby)
 	mux.HandleFunc("GET /status", h.status)
 	return mux
 }
@@ -111,6 +116,25 @@ func (h *handler) leader(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	plain(w, http.StatusServiceUnavailable, "not leader\n")
+}
+
+// standby answers 200 only on a standby whose loop keeps ticking: a member
+// that could take over. A stale loop, the leader, and a member starting,
+// demoting or fencing all get 503.
+func (h *handler) standby(w http.ResponseWriter, _ *http.Request) {
+	if !h.src.Standby() {
+		plain(w, http.StatusServiceUnavailable, "not standby\n")
+		return
+	}
+	if last := h.src.LastTick(); last.IsZero() || h.now().Sub(last) > h.staleAfter {
+		plain(w, http.StatusServiceUnavailable, "standby, but unhealthy: the reconcile loop is stale\n")
+		return
+	}
+	if ps, ok := h.src.(ProblemSource); ok && len(ps.Problems()) > 0 {
+		plain(w, http.StatusServiceUnavailable, "standby, but it will not take over: "+strings.Join(ps.Problems(), "; ")+"\n")
+		return
+	}
+	plain(w, http.StatusOK, "standby\n")
 }
 
 func (h *handler) status(w http.ResponseWriter, _ *http.Request) {
