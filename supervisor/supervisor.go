@@ -134,6 +134,7 @@ type Supervisor struct {
 	prevState      State
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
+	dropins        atomic.Pointer[dropinCheck]
 
 	// Channels into the loop.
 	renewals chan renewal
@@ -228,6 +229,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.notifier(bg)
 	go s.historian(bg)
 	go s.watchPeers(bg)
+	go s.scanStrays(bg)
+	go s.checkDropins(bg)
 
 	done := ctx.Done()
 	for {

@@ -22,6 +22,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/hooks"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/timesync"
 )
 
 func runDaemon(e env, path string) int {
@@ -51,10 +52,12 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	if code := checkUnitsAtStart(ctx, cfg, wd, log); code != exitOK {
 		return code
 	}
+	warnClockSlew(cfg, log)
 
-	// systemd first: if D-Bus is not there nothing can be stopped, so
-	// nothing may be started either.
-	units, err := fencing.NewSystemd(context.Background(), "", log)
+	// systemd first: if it cannot be reached nothing can be stopped, so
+	// nothing may be started either. As root over its private socket, so
+	// that a stuck dbus-daemon cannot hold up a fence.
+	units, err := fencing.OpenSystemd(context.Background(), fencing.HostSystemd(log))
 	if err != nil {
 		log.Error("cannot reach systemd over D-Bus", "err", err)
 		return exitFailure
@@ -235,6 +238,20 @@ func systemdWatchdog() time.Duration {
 	return time.Duration(usec) * time.Microsecond
 }
 
+// warnClockSlew warns when the local time daemon may slew the clock faster
+// than lease.clock_rate_error: etcd times leases on that clock (see
+// supervisor/timesync).
+func warnClockSlew(cfg config.Config, log *slog.Logger) {
+	ds, err := timesync.Find(os.DirFS("/"))
+	if err != nil {
+		log.Warn("cannot read the time daemon's configuration", "err", err)
+		return
+	}
+	for _, w := range timesync.Warnings(ds, cfg.Lease.ClockRate) {
+		log.Warn(w)
+	}
+}
+
 // warnOldEtcd warns when a cluster member runs an etcd with known lease
 // bugs (a stuck old leader could revoke or renew leases wrongly).
 func warnOldEtcd(ctx context.Context, cli etcdconn.Client, log *slog.Logger) {
@@ -258,6 +275,7 @@ func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
 func (s statusSource) Standby() bool       { return s.sup.Status().State == supervisor.Standby }
 func (s statusSource) Warnings() []string  { return s.sup.Status().Warnings() }
+func (s statusSource) Problems() []string  { return s.sup.Status().DropinProblems }
 
 // exportGauges copies the lease and unit figures into the gauges. Only the
 // metrics depend on this ticker; nothing safety-related does.

@@ -77,7 +77,18 @@ type Units struct {
 	FailureThreshold int      `toml:"failure_threshold"` // failures within FailureWindow that make the leader demote
 	FailureWindow    Duration `toml:"failure_window"`
 	Cooldown         Duration `toml:"cooldown"` // stay out of the election this long after such a demotion
+	// Processes are the managed components' executables (absolute paths)
+	// to look for outside their units; empty: each unit's ExecStart.
+	Processes   []string `toml:"processes"`
+	StrayPolicy string   `toml:"stray_policy"` // "kill" (SIGTERM, SIGKILL after stop_timeout) or "report"
 }
+
+// Stray policies: what a member does with a managed component's process
+// found running outside its unit.
+const (
+	StrayKill   = "kill"
+	StrayReport = "report"
+)
 
 // Guard is the local socket answering the units' ExecStartPre= guard.
 type Guard struct {
@@ -139,6 +150,7 @@ func Default() Config {
 			FailureThreshold: 3,
 			FailureWindow:    D(5 * time.Minute),
 			Cooldown:         D(2 * time.Minute),
+			StrayPolicy:      StrayKill,
 		},
 		Guard:   Guard{Socket: "/run/kha-supervisor/guard.sock"},
 		Log:     Log{Level: "info", Format: "text"},
