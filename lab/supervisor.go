@@ -138,11 +138,13 @@ func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
 	if err := n.WriteFile(supervisorLabDir+"/90-lab-watchdog.conf", l.watchdogDropin(), 0o644); err != nil {
 		return err
 	}
-	if out, err := n.Exec(ctx, supervisorBinary, "check-config", "-c", SupervisorConfig); err != nil {
-		return fmt.Errorf("lab: configuration of %s refused: %w: %s", n.Name, err, out)
-	}
 	if out, err := n.Exec(ctx, supervisorBinary, "install-dropins", "-c", SupervisorConfig); err != nil {
 		return fmt.Errorf("lab: install-dropins in %s: %w: %s", n.Name, err, out)
+	}
+	// check-config reads the installed units (the drop-ins just written), so
+	// it runs after install-dropins, as an operator's would.
+	if out, err := n.Exec(ctx, supervisorBinary, "check-config", "-c", SupervisorConfig); err != nil {
+		return fmt.Errorf("lab: configuration of %s refused: %w: %s", n.Name, err, out)
 	}
 	if _, err := n.Systemctl(ctx, "daemon-reload"); err != nil {
 		return err
