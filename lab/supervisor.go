@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // Paths of the supervisor inside a master, as the package installs them.
 const (
-	SupervisorUnit   = "kha-supervisor.service"
-	SupervisorConfig = "/etc/kha-supervisor/config.toml"
-	supervisorBinary = "/usr/bin/kha-supervisor"
+	SupervisorUnit   = layout.SupervisorUnit
+	SupervisorConfig = layout.ConfigPath
+	supervisorBinary = layout.Binary
 	supervisorLabDir = "/etc/systemd/system/kha-supervisor.service.d"
 	// Cluster is the election group the lab's supervisors compete in.
 	Cluster = "lab"
