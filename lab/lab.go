@@ -53,7 +53,10 @@ type Config struct {
 	Deb        string // kha-supervisor .deb to install in the masters; empty: install the binary and packaging/ files
 	Packaging  string // the source tree's packaging/ directory (used without a .deb)
 	Profile    Profile
-	Log        *slog.Logger
+	// Etcd is the etcd timing by name (stock or tuned); empty: what the
+	// running lab was brought up with, stock for a new one.
+	Etcd string
+	Log  *slog.Logger
 }
 
 // Lab is one lab instance. Its methods may be used from short-lived CLI
@@ -62,7 +65,9 @@ type Lab struct {
 	cfg  Config
 	Topo *topo.Topology
 	Etcd *etcd.Cluster
-	log  *slog.Logger
+	// EtcdTiming is the raft timing of the members.
+	EtcdTiming EtcdTiming
+	log        *slog.Logger
 }
 
 // New resolves defaults; it creates nothing.
@@ -99,6 +104,11 @@ func New(cfg Config) (*Lab, error) {
 		cfg.Log = slog.Default()
 	}
 	l := &Lab{cfg: cfg, Topo: topo.Default(cfg.Prefix), log: cfg.Log}
+	et, err := l.resolveEtcdTiming(cfg.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	l.EtcdTiming = et
 	l.Etcd = &etcd.Cluster{
 		Topo:     l.Topo,
 		Members:  EtcdNames,
@@ -107,13 +117,10 @@ func New(cfg Config) (*Lab, error) {
 		DataDir:  cfg.DataDir,
 		LogDir:   l.OutDir(),
 		Observer: "obs",
-		// A lost etcd leader must be replaced well inside the fast
-		// profile's fence window (1.96 s): with etcd's defaults (1 s
-		// election timeout, randomised up to 2 s) a dead etcd leader alone
-		// could fence a healthy supervisor. 50/500 ms is etcd's advice
-		// for a low-latency LAN (heartbeat ~ round trip, election 10x).
-		HeartbeatMS: 50,
-		ElectionMS:  500,
+		// Stock etcd timing unless asked otherwise: the fast profile must
+		// survive an etcd leader loss with it (issue 11.2).
+		HeartbeatMS: et.HeartbeatMS,
+		ElectionMS:  et.ElectionMS,
 	}
 	return l, nil
 }
@@ -171,6 +178,9 @@ func (l *Lab) Up(ctx context.Context) error {
 	if err := l.ClearFaults(); err != nil {
 		return err
 	}
+	if err := l.saveEtcdTiming(); err != nil {
+		return err
+	}
 	if err := l.installBinaries(); err != nil {
 		return err
 	}
@@ -197,7 +207,7 @@ func (l *Lab) Up(ctx context.Context) error {
 			return err
 		}
 	}
-	l.log.Info("lab is up", "prefix", l.cfg.Prefix, "state", l.cfg.StateDir, "took", time.Since(start).Round(time.Millisecond))
+	l.log.Info("lab is up", "etcd", l.EtcdTiming.String(), "prefix", l.cfg.Prefix, "state", l.cfg.StateDir, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

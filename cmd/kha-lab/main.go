@@ -87,7 +87,7 @@ func usage(w io.Writer) {
 
 // labFlags are the options every lab command shares.
 type labFlags struct {
-	prefix, state, supervisor, deb, packaging, profile string
+	prefix, state, supervisor, deb, packaging, profile, etcd string
 }
 
 func (f *labFlags) register(fs *flag.FlagSet) {
@@ -96,7 +96,8 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.supervisor, "supervisor", "", "kha-supervisor binary (default: next to kha-lab)")
 	fs.StringVar(&f.deb, "deb", "", "kha-supervisor .deb to install in the masters (default: binary + packaging files)")
 	fs.StringVar(&f.packaging, "packaging", "packaging", "the source tree's packaging directory (without --deb)")
-	fs.StringVar(&f.profile, "profile", "fast", "timing profile: fast (TTL 4s) or default (TTL 10s)")
+	fs.StringVar(&f.profile, "profile", "fast", "timing profile: fast (TTL 6s) or default (TTL 10s)")
+	fs.StringVar(&f.etcd, "etcd", "", "etcd raft timing: stock (100 ms heartbeat, 1 s election; the default for up) or tuned (50/500 ms); later commands use what up chose")
 }
 
 func (f *labFlags) open() (*lab.Lab, error) {
@@ -110,7 +111,7 @@ func (f *labFlags) open() (*lab.Lab, error) {
 	}
 	return lab.New(lab.Config{
 		Prefix: f.prefix, StateDir: f.state, Supervisor: f.supervisor,
-		Deb: f.deb, Packaging: f.packaging, Profile: p,
+		Deb: f.deb, Packaging: f.packaging, Profile: p, Etcd: f.etcd,
 	})
 }
 

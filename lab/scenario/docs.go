@@ -171,8 +171,7 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*
 	p("  pid) every 20 ms to a file per node and unit; all nodes share the host's clock.\n")
 	p("- \"won\" is when an observer (an etcd client on a subnet no fault touches) saw the election key\n")
 	p("  change hands: an upper bound of the real instant by its watch latency, about a millisecond.\n")
-	p("- Partitions are blackhole routes on both ends (silent drop); etcd runs with a 50 ms heartbeat and\n")
-	p("  500 ms election timeout, so that losing the etcd leader costs well under the fast profile's 1.96 s\n")
-	p("  fence window.\n")
+	p("- Partitions are blackhole routes on both ends (silent drop); etcd ran with the %s timing\n", etcdOf(prof))
+	p("  (`kha-lab up --etcd stock|tuned`; stock, etcd's own default, unless asked otherwise).\n")
 	p("- Every scenario starts from one leader running the units and one standby, and ends back there.\n")
 }

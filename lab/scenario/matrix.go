@@ -23,7 +23,7 @@ func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir stri
 		}
 		scs = append(scs, sc)
 	}
-	rep := &Report{Kind: reportKind(ids), Started: time.Now(), Profile: TimingOf(e.Profile)}
+	rep := &Report{Kind: reportKind(ids), Started: time.Now(), Profile: TimingOf(e.Profile, e.Lab.EtcdTiming)}
 	var path string
 	for i := 1; i <= repeats; i++ {
 		for _, sc := range scs {
@@ -95,7 +95,7 @@ func SoakSet() []int {
 func (e *Env) Soak(ctx context.Context, d time.Duration, seed uint64, outDir string, progress io.Writer) (*Report, string, error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	set := SoakSet()
-	rep := &Report{Kind: "soak", Started: time.Now(), Profile: TimingOf(e.Profile)}
+	rep := &Report{Kind: "soak", Started: time.Now(), Profile: TimingOf(e.Profile, e.Lab.EtcdTiming)}
 	st := &SoakStats{Seed: seed, Requested: d.String(), Faults: map[string]int{}}
 	rep.Soak = st
 	deadline := rep.Started.Add(d)

@@ -31,12 +31,23 @@ type Report struct {
 // Timing is the profile as the report prints it.
 type Timing struct {
 	Name, TTL, Renew, RequestTimeout, StopTimeout, KillGrace, Slack, Poll, Cooldown string
+	// Etcd is the members' raft timing (empty in reports from before it
+	// was recorded: those ran the tuned 50/500 ms).
+	Etcd string `json:",omitempty"`
 }
 
-// TimingOf renders p.
-func TimingOf(p lab.Profile) Timing {
+// TimingOf renders p and the etcd timing et.
+func TimingOf(p lab.Profile, et lab.EtcdTiming) Timing {
 	return Timing{p.Name, p.TTL.String(), p.Renew.String(), p.RequestTimeout.String(), p.StopTimeout.String(),
-		p.KillGrace.String(), p.Slack.String(), p.Poll.String(), p.Cooldown.String()}
+		p.KillGrace.String(), p.Slack.String(), p.Poll.String(), p.Cooldown.String(), et.String()}
+}
+
+// etcdOf is how a report names its etcd timing.
+func etcdOf(t Timing) string {
+	if t.Etcd == "" {
+		return "tuned (heartbeat 50 ms, election timeout 500 ms)"
+	}
+	return t.Etcd
 }
 
 // Save writes the report as JSON and Markdown into dir and returns the JSON
@@ -184,8 +195,8 @@ func WriteMarkdown(w io.Writer, reps []*Report) {
 	profiles := map[string]bool{}
 	var start, end time.Time
 	for _, r := range reps {
-		profiles[fmt.Sprintf("%s (TTL %s, renew %s, stop_timeout %s, kill_grace %s, poll %s)",
-			r.Profile.Name, r.Profile.TTL, r.Profile.Renew, r.Profile.StopTimeout, r.Profile.KillGrace, r.Profile.Poll)] = true
+		profiles[fmt.Sprintf("%s (TTL %s, renew %s, stop_timeout %s, kill_grace %s, poll %s; etcd %s)",
+			r.Profile.Name, r.Profile.TTL, r.Profile.Renew, r.Profile.StopTimeout, r.Profile.KillGrace, r.Profile.Poll, etcdOf(r.Profile))] = true
 		overlaps += len(r.Overlaps)
 		if start.IsZero() || r.Started.Before(start) {
 			start = r.Started
