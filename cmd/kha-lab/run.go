@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("run", "run scenarios of the failure matrix: run all | run operator (16-22) | run 1 4 5 [--repeat N]", runRun)
+	register("run", "run scenarios of the failure matrix: run all (1-15) | run operator (16-22) | run issues (23-36) | run 1 4 5 [--repeat N]", runRun)
 	register("report", "print the Markdown report of saved runs (default: every matrix run; --latest)", runReport)
 	register("soak", "random faults back to back: soak --duration 30m --seed 1", runSoak)
 	register("list", "list the scenarios", runList)
@@ -30,6 +30,9 @@ func reportsDir(l *lab.Lab) string { return filepath.Join(l.OutDir(), "reports")
 func parseIDs(args []string) ([]int, error) {
 	if len(args) == 1 && args[0] == "operator" {
 		return scenario.OperatorIDs(), nil
+	}
+	if len(args) == 1 && args[0] == "issues" {
+		return scenario.IssueIDs(), nil
 	}
 	if len(args) == 1 && args[0] == "all" {
 		var ids []int
@@ -176,7 +179,7 @@ func runSoak(ctx context.Context, args []string) error {
 }
 
 func runList(ctx context.Context, args []string) error {
-	for _, s := range slices.Concat(scenario.All, scenario.Operator) {
+	for _, s := range slices.Concat(scenario.All, scenario.Operator, scenario.Issues) {
 		fmt.Printf("%2d  %-26s %s\n      expected: %s\n", s.ID, s.Name, s.Fault, s.Expected)
 	}
 	return nil

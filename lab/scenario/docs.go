@@ -154,6 +154,8 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*
 	p("[operator-scenarios.md](operator-scenarios.md) has the handoff latency (median and spread over every\n")
 	p("handoff) and the drill timelines; scenario 13 above is the graceful stop.\n\n")
 
+	writeIssueAnswers(p, rows, m, verdict)
+
 	p("## The whole matrix\n\n")
 	WriteMarkdown(w, matrix)
 	if soak != nil && soak.Soak != nil {

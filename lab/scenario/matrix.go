@@ -19,7 +19,7 @@ func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir stri
 	for _, id := range ids {
 		sc, ok := Lookup(id)
 		if !ok {
-			return nil, "", fmt.Errorf("no scenario %d (1..%d)", id, len(All))
+			return nil, "", fmt.Errorf("no scenario %d (see `kha-lab list`)", id)
 		}
 		scs = append(scs, sc)
 	}

@@ -56,7 +56,7 @@ var All = []Scenario{
 
 // Lookup returns the scenario with id.
 func Lookup(id int) (Scenario, bool) {
-	for _, s := range slices.Concat(All, Operator) {
+	for _, s := range slices.Concat(All, Operator, Issues) {
 		if s.ID == id {
 			return s, true
 		}

@@ -1,0 +1,98 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+)
+
+// takeoverDelay holds the winner of scenario 27 between its win and its
+// units' start, long enough for an operator's start to land in between.
+const takeoverDelay = 5 * time.Second
+
+// Scenario 27 (issue 13.3): a node that has won the election key but has
+// not started its units yet (here held by lease.takeover_delay; the
+// promotion barrier is the same window) must refuse an operator's
+// `systemctl start` of a managed unit: the old leader's units may still run.
+func startAtBarrier(ctx context.Context, r *Run) error {
+	s, l := r.Standby, r.Leader
+	n := r.Nodes[s]
+	withDelay := bytes.Replace(r.Lab.SupervisorConfigFor(s), []byte("[lease]\n"),
+		fmt.Appendf(nil, "[lease]\ntakeover_delay = %q\n", takeoverDelay), 1)
+	if err := r.setConfig(ctx, s, withDelay); err != nil {
+		return err
+	}
+	r.Undo(func(ctx context.Context) error { return r.setConfig(ctx, s, r.Lab.SupervisorConfigFor(s)) })
+	r.Undo(func(ctx context.Context) error {
+		_, err := r.Nodes[l].Systemctl(ctx, "start", lab.SupervisorUnit)
+		return err
+	})
+	if err := r.resteady(ctx); err != nil {
+		return err
+	}
+	if r.Standby != s {
+		return fmt.Errorf("%s leads after its restart; want it standby", s)
+	}
+	fault, err := r.Fault("systemctl stop kha-supervisor on "+l+" (the standby "+s+" waits out takeover_delay "+takeoverDelay.String()+")", func() error {
+		_, err := r.Nodes[l].Systemctl(ctx, "stop", lab.SupervisorUnit)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = WaitFor(ctx, r.failoverTimeout(), s+" wins", func() (bool, string) {
+		snap := r.Obs.Now()
+		return snap.Leader == s && snap.Token != r.LeaderToken, "leader " + snap.Leader
+	})
+	if err != nil {
+		return err
+	}
+	won := time.Now()
+	unit := scheduler + ".service"
+	out, code := n.Run(ctx, "systemctl", "start", unit)
+	started := time.Now()
+	r.Mark(started, s, fmt.Sprintf("operator's systemctl start %s: exit %d", unit, code))
+	inDelay := started.Sub(won) < takeoverDelay
+	if !inDelay {
+		r.Notef("the start came %s after the win, past the takeover delay: not conclusive", started.Sub(won).Round(time.Millisecond))
+	}
+	if code == 0 {
+		r.Failf("systemctl start %s on %s succeeded %s after it won, before its promotion started the units", unit, s, started.Sub(won).Round(time.Millisecond))
+	} else {
+		r.Notef("refused (exit %d): %s", code, firstLine(strings.TrimSpace(out)))
+		for _, line := range strings.Split(r.JournalSince(ctx, s, unit, won), "\n") {
+			if strings.Contains(line, "refusing") {
+				r.Notef("guard said: %s", strings.TrimSpace(line))
+				break
+			}
+		}
+	}
+	if _, err := r.Failover(ctx, fault, s); err != nil {
+		return err
+	}
+	if first, ok := r.allStartedAfter(s, won); ok {
+		r.Metric("units_after_win", first.Sub(won))
+	}
+	return nil
+}
+
+// setConfig writes node's configuration and restarts its supervisor (a
+// handoff if it leads), then waits for the steady state.
+func (r *Run) setConfig(ctx context.Context, node string, cfg []byte) error {
+	n := r.Nodes[node]
+	if err := n.WriteFile(lab.SupervisorConfig, cfg, 0o600); err != nil {
+		return err
+	}
+	if out, err := n.Exec(ctx, supervisorBinary, "check-config", "-c", lab.SupervisorConfig); err != nil {
+		return fmt.Errorf("check-config on %s: %w: %s", node, err, out)
+	}
+	if _, err := n.Systemctl(ctx, "restart", lab.SupervisorUnit); err != nil {
+		return err
+	}
+	_, _, err := r.Steady(ctx, r.steadyTimeout())
+	return err
+}
