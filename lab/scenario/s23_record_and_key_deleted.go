@@ -31,7 +31,10 @@ func recordAndKeyDeleted(ctx context.Context, r *Run) error {
 	}
 	newLeader, err := r.Failover(ctx, fault, lab.MasterNames...)
 	if err != nil {
-		return err
+		// A stranded member holds the key without running anything:
+		// record it, then repair the lab (recordsBack restarts it).
+		r.Failf("%v", err)
+		return r.recordsBack(ctx, fault, time.Second)
 	}
 	// The key vanished under a running leader: the other node may win
 	// before the old units are down; only the barrier keeps them apart.

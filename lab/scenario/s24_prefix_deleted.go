@@ -35,7 +35,10 @@ func prefixDeleted(ctx context.Context, r *Run) error {
 	r.Notef("deleted %d keys under %s", deleted, prefix)
 	newLeader, err := r.Failover(ctx, fault, lab.MasterNames...)
 	if err != nil {
-		return err
+		// A stranded member holds the key without running anything:
+		// record it, then repair the lab (recordsBack restarts it).
+		r.Failf("%v", err)
+		return r.recordsBack(ctx, fault, time.Second)
 	}
 	r.barrier(fault, r.Leader, newLeader, "")
 	return r.recordsBack(ctx, fault, 2*r.Profile.TTL+5*time.Second)
