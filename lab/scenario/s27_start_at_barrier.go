@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // takeoverDelay holds the winner of scenario 27 between its win and its
@@ -52,7 +53,24 @@ func startAtBarrier(ctx context.Context, r *Run) error {
 		return err
 	}
 	won := time.Now()
+	// The window to probe: the winner says "promoting" (it holds the key
+	// and waits) and has not started anything; give its status a poll to
+	// catch up, as an operator's command would come seconds later anyway.
+	err = WaitFor(ctx, takeoverDelay/2, s+" promoting", func() (bool, string) {
+		rec, ok := r.Obs.Now().Records[s]
+		return ok && rec.State == supervisor.Promoting && !rec.UnitsRunning, describe(rec, ok)
+	})
+	if err != nil {
+		return err
+	}
+	if err := Sleep(ctx, r.Profile.Poll); err != nil {
+		return err
+	}
 	unit := scheduler + ".service"
+	r.Undo(func(ctx context.Context) error {
+		_, _ = n.Systemctl(ctx, "reset-failed", unit)
+		return nil
+	})
 	out, code := n.Run(ctx, "systemctl", "start", unit)
 	started := time.Now()
 	r.Mark(started, s, fmt.Sprintf("operator's systemctl start %s: exit %d", unit, code))
@@ -61,9 +79,12 @@ func startAtBarrier(ctx context.Context, r *Run) error {
 		r.Notef("the start came %s after the win, past the takeover delay: not conclusive", started.Sub(won).Round(time.Millisecond))
 	}
 	if code == 0 {
-		r.Failf("systemctl start %s on %s succeeded %s after it won, before its promotion started the units", unit, s, started.Sub(won).Round(time.Millisecond))
+		r.Failf("systemctl start %s on %s succeeded %s after it won, while it waited out takeover_delay (before its promotion started the units)", unit, s, started.Sub(won).Round(time.Millisecond))
 	} else {
-		r.Notef("refused (exit %d): %s", code, firstLine(strings.TrimSpace(out)))
+		r.Notef("refused (exit %d) %s after the win: %s", code, started.Sub(won).Round(time.Millisecond), firstLine(strings.TrimSpace(out)))
+		// A refused start leaves the unit failed; the promotion must not
+		// trip over the operator's attempt.
+		_, _ = n.Systemctl(ctx, "reset-failed", unit)
 		for _, line := range strings.Split(r.JournalSince(ctx, s, unit, won), "\n") {
 			if strings.Contains(line, "refusing") {
 				r.Notef("guard said: %s", strings.TrimSpace(line))

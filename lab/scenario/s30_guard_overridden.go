@@ -60,7 +60,8 @@ func guardOverridden(ctx context.Context, r *Run) error {
 		return err
 	}
 	_ = r.W.Refresh()
-	if won, _, ok := r.Obs.FirstWin(s, fault); ok {
+	won, _, standbyWon := r.Obs.FirstWin(s, fault)
+	if standbyWon {
 		r.Failf("%s, its guard overridden, won the election %s after the leader stopped", s, won.Sub(fault).Round(time.Millisecond))
 	}
 	for _, u := range Units() {
@@ -71,6 +72,9 @@ func guardOverridden(ctx context.Context, r *Run) error {
 	rec, ok := r.Obs.Now().Records[s]
 	r.Notef("%s's record: %s reason %q", s, describe(rec, ok), rec.Reason)
 	r.Notef("%s's supervisor: %s", s, linesWith(r.JournalSince(ctx, s, lab.SupervisorUnit, fault.Add(-10*time.Second)), "ExecStartPre", 2))
+	if standbyWon {
+		return nil // the leader comes back as standby; nothing more to judge
+	}
 	// The leader comes back and leads again.
 	restart := time.Now()
 	if _, err := r.Nodes[l].Systemctl(ctx, "start", lab.SupervisorUnit); err != nil {
