@@ -196,6 +196,7 @@ func runDocs(ctx context.Context, args []string) error {
 	out := fs.String("out", "docs", "directory to write failure-modes.md and failover-timeline.svg into")
 	all := fs.Bool("all", false, "use every saved matrix run, not only the latest")
 	defaults := fs.String("defaults", "", "a saved matrix run with the default profile, shown as a section of its own")
+	before := fs.String("before", "", "saved runs (comma list) of the same scenarios on the code before a fix, shown as a table of their own")
 	rest, err := parse("docs", args, &fs)
 	if err != nil {
 		return err
@@ -255,7 +256,13 @@ func runDocs(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	scenario.WriteFailureModes(md, matrix, soak, def, svg)
+	var bef []*scenario.Report
+	if *before != "" {
+		if bef, err = scenario.Load(strings.Split(*before, ",")...); err != nil {
+			return err
+		}
+	}
+	scenario.WriteFailureModes(md, matrix, soak, def, svg, bef)
 	if err := md.Close(); err != nil {
 		return err
 	}

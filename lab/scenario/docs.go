@@ -21,7 +21,11 @@ func FirstResult(reps []*Report, id int) (Result, bool) {
 // WriteFailureModes writes docs/failure-modes.md from measured runs: plain
 // answers to what operators ask, with the figures of these runs, the
 // timeline picture (svg, a file name next to the page) and the whole table.
-func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*Report, svg string) {
+//
+// before, when given, are runs of the same scenarios on older code (the
+// failing-first evidence of a fix): shown as a table of their own, so the
+// page has each figure before and after.
+func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*Report, svg string, before []*Report) {
 	rows := map[int]Row{}
 	for _, r := range Aggregate(matrix) {
 		rows[r.ID] = r
@@ -167,6 +171,12 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*
 		p("The same lab with the default profile, for the scenarios whose times depend on the TTL. The leader\n")
 		p("stops later (fence_at = t_s + 6.4 s) and the other node wins later; the margin grows with them.\n\n")
 		WriteMarkdown(w, defaults)
+	}
+	if len(before) > 0 {
+		p("\n## Before the fixes\n\n")
+		p("The same scenarios on the code before the fixes of issues 13 and 11 (the failing-first evidence):\n")
+		p("what each fix changed is the difference between this table and the one above.\n\n")
+		WriteMarkdown(w, before)
 	}
 	p("\n## How this was measured\n\n")
 	p("- Each managed unit is a witness (`kha-lab witness`) appending a heartbeat (wall-clock ns, node, unit,\n")
