@@ -218,6 +218,17 @@ func (l *Lab) installBinaries() error {
 	if err := copyFile(l.cfg.Binary, l.SharedPath("bin", "kha-lab"), 0o755); err != nil {
 		return err
 	}
+	for _, w := range Witnesses {
+		// A fresh link every time: copyFile may have put a new inode in
+		// place; a running witness keeps its old one.
+		dst := l.SharedPath("bin", w.Unit)
+		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("lab: %w", err)
+		}
+		if err := os.Link(l.SharedPath("bin", "kha-lab"), dst); err != nil {
+			return fmt.Errorf("lab: witness binary: %w", err)
+		}
+	}
 	if l.cfg.Supervisor != "" {
 		if err := copyFile(l.cfg.Supervisor, l.SharedPath("bin", "kha-supervisor"), 0o755); err != nil {
 			return err

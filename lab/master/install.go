@@ -25,6 +25,13 @@ type Witness struct {
 // Service is the unit file name.
 func (w Witness) Service() string { return w.Unit + ".service" }
 
+// Binary is the witness's executable inside a master: kha-lab under the
+// component's own name (a hard link), as a real kube-scheduler has its own
+// binary. A supervisor that looks for stray copies of a managed component
+// by executable then finds the witnesses, and not the lab's other uses of
+// kha-lab (hooks).
+func (w Witness) Binary() string { return LabDir + "/bin/" + w.Unit }
+
 // witnessUnit renders the unit file of w on node. Restart=on-failure as a
 // real kube-scheduler unit has it: a crash-looping unit is the supervisor's
 // problem to notice (scenario 12). The unit is never enabled: only the
@@ -40,7 +47,7 @@ Type=simple
 ExecStart=%[3]s witness --node %[1]s --unit %[2]s --dir %[4]s --faults %[6]s
 Restart=on-failure
 RestartSec=%[5]dms
-`, node, w.Unit, LabBinary, WitnessDir, restartPeriod.Milliseconds(), FaultDir)
+`, node, w.Unit, w.Binary(), WitnessDir, restartPeriod.Milliseconds(), FaultDir)
 }
 
 // InstallWitnesses writes the witness unit files and reloads systemd.

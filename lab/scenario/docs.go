@@ -179,7 +179,7 @@ func WriteFailureModes(w io.Writer, matrix []*Report, soak *Report, defaults []*
 		WriteMarkdown(w, before)
 	}
 	p("\n## How this was measured\n\n")
-	p("- Each managed unit is a witness (`kha-lab witness`) appending a heartbeat (wall-clock ns, node, unit,\n")
+	p("- Each managed unit is a witness (`kha-lab witness`, run as /lab/bin/UNIT) appending a heartbeat (wall-clock ns, node, unit,\n")
 	p("  pid) every 20 ms to a file per node and unit; all nodes share the host's clock.\n")
 	p("- \"won\" is when an observer (an etcd client on a subnet no fault touches) saw the election key\n")
 	p("  change hands: an upper bound of the real instant by its watch latency, about a millisecond.\n")

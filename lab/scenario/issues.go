@@ -193,7 +193,7 @@ func (r *Run) startStray(ctx context.Context, node string) (int, error) {
 	n := r.Nodes[node]
 	_ = n.RemoveFile(strayPIDFile)
 	cmd := fmt.Sprintf("echo $$ > %s; exec %s witness --node %s --unit %s --dir %s </dev/null >/dev/null 2>&1",
-		strayPIDFile, master.LabBinary, node, scheduler, master.WitnessDir)
+		strayPIDFile, witnessOf(scheduler).Binary(), node, scheduler, master.WitnessDir)
 	if _, err := n.Exec(ctx, "setsid", "--fork", "sh", "-c", cmd); err != nil {
 		return 0, err
 	}

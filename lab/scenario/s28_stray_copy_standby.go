@@ -15,7 +15,7 @@ import (
 // the verdict is how long it ran.
 func strayCopyStandby(ctx context.Context, r *Run) error {
 	var pid int
-	fault, err := r.Fault(fmt.Sprintf("setsid %s witness (the %s binary) by hand on the standby %s", "kha-lab", scheduler, r.Standby), func() error {
+	fault, err := r.Fault(fmt.Sprintf("setsid %s by hand on the standby %s", witnessOf(scheduler).Binary(), r.Standby), func() error {
 		var err error
 		pid, err = r.startStray(ctx, r.Standby)
 		return err

@@ -10,7 +10,7 @@ import (
 // unit's own instance runs through.
 func strayCopyLeader(ctx context.Context, r *Run) error {
 	var pid int
-	fault, err := r.Fault("setsid kha-lab witness (the "+scheduler+" binary) by hand on the leader "+r.Leader, func() error {
+	fault, err := r.Fault("setsid "+witnessOf(scheduler).Binary()+" by hand on the leader "+r.Leader, func() error {
 		var err error
 		pid, err = r.startStray(ctx, r.Leader)
 		return err
