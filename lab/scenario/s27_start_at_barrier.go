@@ -85,18 +85,16 @@ func startAtBarrier(ctx context.Context, r *Run) error {
 		// A refused start leaves the unit failed; the promotion must not
 		// trip over the operator's attempt.
 		_, _ = n.Systemctl(ctx, "reset-failed", unit)
-		for _, line := range strings.Split(r.JournalSince(ctx, s, unit, won), "\n") {
-			if strings.Contains(line, "refusing") {
-				r.Notef("guard said: %s", strings.TrimSpace(line))
-				break
-			}
-		}
+		r.Notef("%s's journal of %s: %s", s, unit, linesWith(r.JournalSince(ctx, s, unit, won), "", 4))
 	}
 	if _, err := r.Failover(ctx, fault, s); err != nil {
 		return err
 	}
 	if first, ok := r.allStartedAfter(s, won); ok {
 		r.Metric("units_after_win", first.Sub(won))
+		if first.Sub(won) > takeoverDelay+5*time.Second {
+			r.Notef("%s's promotion: %s", s, linesWith(r.JournalSince(ctx, s, lab.SupervisorUnit, won), "transition", 4))
+		}
 	}
 	return nil
 }
