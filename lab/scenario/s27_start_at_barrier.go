@@ -71,22 +71,7 @@ func startAtBarrier(ctx context.Context, r *Run) error {
 		_, _ = n.Systemctl(ctx, "reset-failed", unit)
 		return nil
 	})
-	out, code := n.Run(ctx, "systemctl", "start", unit)
-	started := time.Now()
-	r.Mark(started, s, fmt.Sprintf("operator's systemctl start %s: exit %d", unit, code))
-	inDelay := started.Sub(won) < takeoverDelay
-	if !inDelay {
-		r.Notef("the start came %s after the win, past the takeover delay: not conclusive", started.Sub(won).Round(time.Millisecond))
-	}
-	if code == 0 {
-		r.Failf("systemctl start %s on %s succeeded %s after it won, while it waited out takeover_delay (before its promotion started the units)", unit, s, started.Sub(won).Round(time.Millisecond))
-	} else {
-		r.Notef("refused (exit %d) %s after the win: %s", code, started.Sub(won).Round(time.Millisecond), firstLine(strings.TrimSpace(out)))
-		// A refused start leaves the unit failed; the promotion must not
-		// trip over the operator's attempt.
-		_, _ = n.Systemctl(ctx, "reset-failed", unit)
-		r.Notef("%s's journal of %s: %s", s, unit, linesWith(r.JournalSince(ctx, s, unit, won), "", 4))
-	}
+	r.probeStart(ctx, s, unit, won)
 	if _, err := r.Failover(ctx, fault, s); err != nil {
 		return err
 	}
@@ -114,4 +99,35 @@ func (r *Run) setConfig(ctx context.Context, node string, cfg []byte) error {
 	}
 	_, _, err := r.Steady(ctx, r.steadyTimeout())
 	return err
+}
+
+// probeStart is the operator's `systemctl start unit` on node while it waits
+// to start its units (won is when it won). Only the guard's own answer is a
+// verdict: a start that systemd fails before the guard runs (on this host
+// status=219/CGROUP, a cgroup refused right after another went) is retried
+// while the window lasts, and a window without any verdict fails as such.
+func (r *Run) probeStart(ctx context.Context, node, unit string, won time.Time) {
+	n := r.Nodes[node]
+	for attempt := 1; time.Since(won) < takeoverDelay-time.Second; attempt++ {
+		at := time.Now()
+		out, code := n.Run(ctx, "systemctl", "start", unit)
+		r.Mark(time.Now(), node, fmt.Sprintf("operator's systemctl start %s: exit %d", unit, code))
+		if code == 0 {
+			r.Failf("systemctl start %s on %s succeeded %s after it won, while it waited out takeover_delay (before its promotion started the units)",
+				unit, node, time.Since(won).Round(time.Millisecond))
+			return
+		}
+		// A refused start leaves the unit failed; the promotion must not
+		// trip over the operator's attempt.
+		_, _ = n.Systemctl(ctx, "reset-failed", unit)
+		journal := r.JournalSince(ctx, node, unit, at)
+		if line := linesWith(journal, "refusing to start", 1); strings.Contains(line, "refusing to start") {
+			r.Notef("refused by the guard %s after the win (attempt %d): %s", at.Sub(won).Round(time.Millisecond), attempt, line)
+			return
+		}
+		r.Notef("attempt %d: systemctl start failed (exit %d) before the guard answered: %s | %s", attempt, code,
+			firstLine(strings.TrimSpace(out)), linesWith(journal, "status=", 1))
+		_ = Sleep(ctx, 300*time.Millisecond)
+	}
+	r.Failf("not judged: no start attempt reached the guard within the takeover delay")
 }
