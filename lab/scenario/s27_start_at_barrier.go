@@ -121,8 +121,9 @@ func (r *Run) probeStart(ctx context.Context, node, unit string, won time.Time) 
 		// trip over the operator's attempt.
 		_, _ = n.Systemctl(ctx, "reset-failed", unit)
 		journal := r.JournalSince(ctx, node, unit, at)
-		if line := linesWith(journal, "refusing to start", 1); strings.Contains(line, "refusing to start") {
-			r.Notef("refused by the guard %s after the win (attempt %d): %s", at.Sub(won).Round(time.Millisecond), attempt, line)
+		if strings.Contains(journal, "refusing to start") {
+			r.Notef("refused by the guard %s after the win (attempt %d): %s", at.Sub(won).Round(time.Millisecond), attempt,
+				linesWith(journal, "refusing to start", 1))
 			return
 		}
 		r.Notef("attempt %d: systemctl start failed (exit %d) before the guard answered: %s | %s", attempt, code,
