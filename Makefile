@@ -54,14 +54,15 @@ package-check: deps packages
 # members, two masters running the .deb. `make demo` builds, brings the lab
 # up, runs the whole failure matrix, prints the report and tears the lab down
 # (also when a scenario fails). LAB_FLAGS is passed to every kha-lab command
-# (e.g. --prefix other --profile default); lab-soak takes SOAK_DURATION and
-# SOAK_SEED.
+# (e.g. --prefix other --profile default; --etcd tuned for a 50/500 ms etcd,
+# stock timing otherwise); lab-soak takes SOAK_DURATION and SOAK_SEED.
+# lab-issues runs scenarios 23-36 (issues 13 and 11) on a lab that is up.
 LAB := ./bin/kha-lab
 LAB_FLAGS ?=
 SOAK_DURATION ?= 30m
 SOAK_SEED ?= 1
 LAB_DEB = dist/kha-supervisor_$$($(GO) run ./packaging/mkpkg -print-version)_$$(dpkg --print-architecture).deb
-.PHONY: lab lab-up lab-run lab-report lab-soak lab-down demo
+.PHONY: lab lab-up lab-run lab-issues lab-report lab-soak lab-down demo
 
 lab:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kha-lab ./cmd/kha-lab
@@ -71,6 +72,9 @@ lab-up: deps build lab packages
 
 lab-run: lab
 	$(LAB) run all $(LAB_FLAGS)
+
+lab-issues: lab
+	$(LAB) run issues $(LAB_FLAGS)
 
 lab-report: lab
 	$(LAB) report $(LAB_FLAGS)
