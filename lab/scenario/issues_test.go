@@ -1,0 +1,35 @@
+package scenario
+
+import (
+	"slices"
+	"testing"
+)
+
+// The issue scenarios continue the matrix's numbering, never collide with
+// it, are all reachable by number, and stay out of CI (they are long).
+func TestIssueScenariosNumbering(t *testing.T) {
+	seen := map[int]string{}
+	for _, s := range slices.Concat(All, Operator, Issues) {
+		if other, dup := seen[s.ID]; dup {
+			t.Fatalf("scenario %d is both %s and %s", s.ID, other, s.Name)
+		}
+		seen[s.ID] = s.Name
+	}
+	for _, s := range Issues {
+		if s.ID < 23 {
+			t.Errorf("issue scenario %s has ID %d; the matrix has 1-22", s.Name, s.ID)
+		}
+		if got, ok := Lookup(s.ID); !ok || got.Name != s.Name {
+			t.Errorf("Lookup(%d) = %v, %v", s.ID, got.Name, ok)
+		}
+		if slices.Contains(CISubset, s.ID) {
+			t.Errorf("scenario %d is in CISubset; the issue scenarios are too long for CI", s.ID)
+		}
+		if s.run == nil || s.Fault == "" || s.Expected == "" {
+			t.Errorf("scenario %d lacks a run, a fault or an expectation", s.ID)
+		}
+	}
+	if !slices.Equal(IssueIDs(), []int{23, 24, 25, 26, 27, 28, 29, 30, 32, 33, 34, 36}) {
+		t.Errorf("IssueIDs() = %v", IssueIDs())
+	}
+}
