@@ -63,7 +63,10 @@ func (o *Observer) prefix() string { return strings.TrimSuffix(o.keys.Root, "/")
 // resync replaces the state with a fresh read (after a watch was lost, e.g.
 // while etcd had no quorum).
 func (o *Observer) resync(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// Require a leader: in a minority partition (scenario 32) a member
+	// without one would hold the read until the timeout; this way it fails
+	// at once and the next attempt goes to another member.
+	rctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 3*time.Second)
 	defer cancel()
 	resp, err := o.cli.Get(rctx, o.prefix(), clientv3.WithPrefix())
 	if err != nil {
