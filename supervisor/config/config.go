@@ -31,6 +31,8 @@ type Config struct {
 	Hooks   Hooks   `toml:"hooks"`
 	History History `toml:"history"`
 
+	APIFence APIFence `toml:"api_fence"` // apifence.go
+
 	// Path is the file this configuration was read from (not a TOML key).
 	Path string `toml:"-"`
 }
@@ -131,6 +133,8 @@ func Default() Config {
 		HTTP:    HTTP{Listen: "127.0.0.1:9731"},
 		Hooks:   Hooks{Timeout: D(10 * time.Second), AbortOnPromoteErr: true},
 		History: History{Retain: 1000},
+
+		APIFence: DefaultAPIFence(),
 	}
 }
 
