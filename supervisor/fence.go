@@ -14,6 +14,7 @@ import (
 func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	start := time.Now()
 	s.fenceNow, s.fenceKind = "", ""
+	s.cutAPI()
 	if s.job != nil {
 		s.job.cancel()
 	}

@@ -27,6 +27,7 @@ type Status struct {
 	LastTick      time.Time           `json:"last_tick"`
 	Frozen        bool                `json:"frozen,omitempty"`
 	Banned        bool                `json:"banned,omitempty"`
+	APIFence      *APIFenceStatus     `json:"api_fence,omitempty"`
 
 	fenceAt time.Time
 }
@@ -47,6 +48,7 @@ func (s *Supervisor) Status() Status {
 	if st.State == Fencing {
 		st.UnitsAllowed = false
 	}
+	st.APIFence = s.apiFenceStatus()
 	return st
 }
 
