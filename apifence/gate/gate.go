@@ -174,6 +174,9 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// Unit is the unit this gate serves.
+func (g *Gate) Unit() string { return g.cfg.Unit }
+
 // Addr is the bound address, e.g. 127.0.0.1:41234.
 func (g *Gate) Addr() string { return g.ln.Addr().String() }
 

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// Registered here rather than in main.go (see apifence.go).
+func init() {
+	register("install-kubeconfig", "point a managed unit's kubeconfig at its API gate (install-kubeconfig UNIT [--dry-run])", installKubeconfig)
+}
+
+// kubeadmKubeconfigs are where kubeadm writes the components' kubeconfigs.
+var kubeadmKubeconfigs = map[string]string{
+	"kube-scheduler.service":          "/etc/kubernetes/scheduler.conf",
+	"kube-controller-manager.service": "/etc/kubernetes/controller-manager.conf",
+}
+
+// installKubeconfig rewrites UNIT's kubeconfig so that its current context's
+// cluster is the unit's gate (server and CA); the user's credential is
+// kept, since the gate authenticates it as the apiserver would. The
+// original is kept as PATH.kha-orig (once). --dry-run prints the result
+// and writes nothing.
+func installKubeconfig(e env, args []string) int {
+	fset := flag.NewFlagSet("install-kubeconfig", flag.ContinueOnError)
+	path := fset.String("kubeconfig", "", "the unit's kubeconfig (default: kubeadm's file for the scheduler and controller-manager)")
+	dry := fset.Bool("dry-run", false, "print the new kubeconfig and what changes; write nothing")
+	unit, rest := splitUnitArg(args)
+	cfg, code := loadConfig(e, fset, rest)
+	if code != exitOK {
+		return code
+	}
+	if unit == "" && fset.NArg() == 1 {
+		unit = fset.Arg(0)
+	} else if fset.NArg() > 0 || unit == "" {
+		fmt.Fprintln(e.stderr, "usage: kha-supervisor install-kubeconfig [-c CONFIG] [--kubeconfig PATH] [--dry-run] UNIT")
+		return exitConfig
+	}
+	g, ok := cfg.APIFence.GateFor(unit)
+	if !ok {
+		fmt.Fprintf(e.stderr, "kha-supervisor: %s has no gate in api_fence.gates of %s\n", unit, cfg.Path)
+		return exitConfig
+	}
+	if *path == "" {
+		if *path, ok = kubeadmKubeconfigs[unit]; !ok {
+			fmt.Fprintf(e.stderr, "kha-supervisor: %s: give its kubeconfig with --kubeconfig\n", unit)
+			return exitConfig
+		}
+	}
+	kc, err := clientcmd.LoadFromFile(*path)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "kha-supervisor: read %s: %v\n", *path, err)
+		return exitConfig
+	}
+	caPEM, caNote, err := gateCA(cfg, *dry)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return exitFailure
+	}
+	changes, err := pointAtGate(kc, "https://"+g.Addr, caPEM)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "kha-supervisor: %s: %v\n", *path, err)
+		return exitConfig
+	}
+	if len(changes) == 0 {
+		fmt.Fprintf(e.stdout, "%s already points %s at its gate %s; nothing to change\n", *path, unit, g.Addr)
+		return exitOK
+	}
+	for _, c := range changes {
+		fmt.Fprintf(e.stdout, "%s: %s\n", *path, c)
+	}
+	if caNote != "" {
+		fmt.Fprintln(e.stdout, caNote)
+	}
+	if *dry {
+		out, err := clientcmd.Write(*kc)
+		if err != nil {
+			fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+			return exitFailure
+		}
+		fmt.Fprintf(e.stdout, "--- %s (dry run, not written)\n%s", *path, out)
+		return exitOK
+	}
+	if err := backupOnce(*path); err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return exitFailure
+	}
+	if err := clientcmd.WriteToFile(*kc, *path); err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return exitFailure
+	}
+	fmt.Fprintf(e.stdout, "wrote %s (original kept as %s); restart %s to use it\n", *path, *path+".kha-orig", unit)
+	return exitOK
+}
+
+// splitUnitArg takes a leading UNIT argument out, so flags may follow it.
+func splitUnitArg(args []string) (string, []string) {
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		return args[0], args[1:]
+	}
+	return "", args
+}
+
+// gateCA is the local CA's certificate. In a dry run it is not created if
+// missing; a placeholder stands in and the note says so.
+func gateCA(cfg config.Config, dry bool) ([]byte, string, error) {
+	dir := cfg.APIFence.StateDir
+	if dry {
+		if _, err := os.Stat(filepath.Join(dir, "gate-ca.key")); errors.Is(err, fs.ErrNotExist) {
+			return []byte("(the gate CA, created in " + dir + " when run without --dry-run)"),
+				"note: the gate CA does not exist yet; it is created in " + dir + " when run without --dry-run", nil
+		}
+	}
+	ca, err := localca.Open(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	return ca.PEM(), "", nil
+}
+
+// pointAtGate edits the current context's cluster and says what changed.
+func pointAtGate(kc *clientcmdapi.Config, server string, caPEM []byte) ([]string, error) {
+	ctx, ok := kc.Contexts[kc.CurrentContext]
+	if !ok {
+		return nil, fmt.Errorf("current-context %q is not defined", kc.CurrentContext)
+	}
+	cl, ok := kc.Clusters[ctx.Cluster]
+	if !ok {
+		return nil, fmt.Errorf("cluster %q of context %q is not defined", ctx.Cluster, kc.CurrentContext)
+	}
+	var changes []string
+	name := "cluster " + ctx.Cluster
+	if cl.Server != server {
+		changes = append(changes, fmt.Sprintf("%s: server %s -> %s", name, cl.Server, server))
+		cl.Server = server
+	}
+	if cl.CertificateAuthority != "" {
+		changes = append(changes, fmt.Sprintf("%s: certificate-authority %s -> (removed; the gate's CA is inline)", name, cl.CertificateAuthority))
+		cl.CertificateAuthority = ""
+	}
+	if string(cl.CertificateAuthorityData) != string(caPEM) {
+		changes = append(changes, name+": certificate-authority-data -> the gate's local CA")
+		cl.CertificateAuthorityData = caPEM
+	}
+	if cl.TLSServerName != "" {
+		changes = append(changes, fmt.Sprintf("%s: tls-server-name %s -> (removed)", name, cl.TLSServerName))
+		cl.TLSServerName = ""
+	}
+	if cl.InsecureSkipTLSVerify {
+		changes = append(changes, name+": insecure-skip-tls-verify true -> false")
+		cl.InsecureSkipTLSVerify = false
+	}
+	if cl.ProxyURL != "" {
+		changes = append(changes, fmt.Sprintf("%s: proxy-url %s -> (removed)", name, cl.ProxyURL))
+		cl.ProxyURL = ""
+	}
+	return changes, nil
+}
+
+// backupOnce keeps the first original: running the command again must not
+// overwrite it with an already rewritten file.
+func backupOnce(path string) error {
+	orig := path + ".kha-orig"
+	if _, err := os.Stat(orig); err == nil {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(orig, data, 0o600)
+}
