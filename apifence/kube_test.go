@@ -19,12 +19,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
@@ -134,8 +134,8 @@ func install(t *testing.T, cs kubernetes.Interface, m apifence.Manifests) {
 			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
 			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ConfigMap:
-			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *kubeapi.ConfigMap:
+			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: o.ObjectMeta, Data: o.Data}, metav1.CreateOptions{})
 		case *admv1.ValidatingAdmissionPolicy:
 			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
 		case *admv1.ValidatingAdmissionPolicyBinding:
@@ -149,9 +149,12 @@ func install(t *testing.T, cs kubernetes.Interface, m apifence.Manifests) {
 	}
 }
 
-func kindName(o runtime.Object) string {
-	a, _ := meta.Accessor(o)
-	return fmt.Sprintf("%s %s", o.GetObjectKind().GroupVersionKind().Kind, a.GetName())
+func kindName(o any) string {
+	a, err := meta.Accessor(o)
+	if err != nil {
+		return fmt.Sprintf("%T", o)
+	}
+	return fmt.Sprintf("%T %s", o, a.GetName())
 }
 
 // event is a real (not dry-run) write the scheduler's RBAC allows.

@@ -12,13 +12,12 @@ import (
 	"strings"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 )
 
 const (
@@ -79,7 +78,7 @@ type ManifestOptions struct {
 
 // Manifests are the objects to install, in apply order.
 type Manifests struct {
-	Param         *corev1.ConfigMap
+	Param         *kubeapi.ConfigMap
 	Policy        *admv1.ValidatingAdmissionPolicy
 	Binding       *admv1.ValidatingAdmissionPolicyBinding
 	Guard         *admv1.ValidatingAdmissionPolicy
@@ -118,7 +117,7 @@ func Build(o ManifestOptions) Manifests {
 		sup = []string{DefaultSupervisorUser}
 	}
 	m := Manifests{supervisorSet: sup}
-	m.Param = &corev1.ConfigMap{
+	m.Param = &kubeapi.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: ParamName, Namespace: Namespace},
 		Data:       map[string]string{"token": strconv.FormatInt(o.Token, 10)},
@@ -224,8 +223,8 @@ func (m *Manifests) rbac() {
 // Objects lists the manifests in apply order: RBAC first, then the
 // parameter, then the policies and bindings (the token policy's binding
 // last, so nothing is denied for a missing parameter meanwhile).
-func (m Manifests) Objects() []runtime.Object {
-	return []runtime.Object{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind, m.Param,
+func (m Manifests) Objects() []any {
+	return []any{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind, m.Param,
 		m.Guard, m.GuardBinding, m.Policy, m.Binding}
 }
 

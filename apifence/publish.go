@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 )
 
 // ProbeUser is who the confirmation's dry-run writes are sent as: the
@@ -86,15 +86,22 @@ func (p *Publisher) write(ctx context.Context, token int64) (int64, error) {
 	return 0, fmt.Errorf("api fence: write token %d: %w", token, errors.Join(ctx.Err(), last))
 }
 
+// paramPath is the parameter ConfigMap's REST path.
+const paramPath = "/api/v1/namespaces/" + Namespace + "/configmaps/" + ParamName
+
+func getParam(ctx context.Context, api *kubeapi.Client) (*kubeapi.ConfigMap, error) {
+	cm := &kubeapi.ConfigMap{}
+	return cm, api.Do(ctx, "GET", paramPath, nil, nil, cm)
+}
+
 func writeOn(ctx context.Context, ep *rest.Config, token int64) (int64, error) {
-	cs, err := kubernetes.NewForConfig(ep)
+	api, err := kubeapi.New(ep)
 	if err != nil {
 		return 0, err
 	}
-	cms := cs.CoreV1().ConfigMaps(Namespace)
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cm, err := cms.Get(rctx, ParamName, metav1.GetOptions{})
+	cm, err := getParam(rctx, api)
 	if apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("api fence: parameter %s/%s is missing (install `kha-supervisor api-fence manifests`): %w", Namespace, ParamName, err)
 	}
@@ -111,21 +118,21 @@ func writeOn(ctx context.Context, ep *rest.Config, token int64) (int64, error) {
 	case prev == token:
 		return prev, nil
 	}
-	cm = cm.DeepCopy()
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
 	cm.Data["token"] = strconv.FormatInt(token, 10)
+	cm.APIVersion, cm.Kind = "v1", "ConfigMap"
 	// Update carries the Get's resourceVersion: a concurrent writer makes
 	// this a conflict, and the loop reads again.
-	if _, err := cms.Update(rctx, cm, metav1.UpdateOptions{}); err != nil {
+	if err := api.Do(rctx, "PUT", paramPath, nil, cm, nil); err != nil {
 		return prev, err
 	}
 	return prev, nil
 }
 
 // HeldToken parses the parameter's data.token; missing is 0.
-func HeldToken(cm *corev1.ConfigMap) (int64, error) {
+func HeldToken(cm *kubeapi.ConfigMap) (int64, error) {
 	s, ok := cm.Data["token"]
 	if !ok || s == "" {
 		return 0, nil
@@ -142,11 +149,11 @@ func HeldToken(cm *corev1.ConfigMap) (int64, error) {
 func (p *Publisher) Read(ctx context.Context) (int64, error) {
 	var errs []error
 	for _, ep := range p.Endpoints {
-		cs, err := kubernetes.NewForConfig(ep)
+		api, err := kubeapi.New(ep)
 		if err != nil {
 			return 0, err
 		}
-		cm, err := cs.CoreV1().ConfigMaps(Namespace).Get(ctx, ParamName, metav1.GetOptions{})
+		cm, err := getParam(ctx, api)
 		if err == nil {
 			return HeldToken(cm)
 		}
@@ -185,20 +192,22 @@ func answer(ok bool, err error) string {
 func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
 	c := rest.CopyConfig(ep)
 	c.Impersonate = rest.ImpersonationConfig{UserName: ProbeUser, Extra: map[string][]string{gate.TokenExtra: {strconv.FormatInt(token, 10)}}}
-	cs, err := kubernetes.NewForConfig(c)
+	api, err := kubeapi.New(c)
 	if err != nil {
 		return false, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	now := metav1.NewTime(time.Now())
-	ev := &corev1.Event{
+	ev := &kubeapi.Event{
+		TypeMeta:       metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: "kha-fence-probe-", Namespace: Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "ConfigMap", Namespace: Namespace, Name: ParamName, APIVersion: "v1"},
-		Reason:         "FencingTokenProbe", Message: "dry run: kha-supervisor confirms the fencing token", Type: corev1.EventTypeNormal,
-		Source: corev1.EventSource{Component: "kha-supervisor"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		InvolvedObject: kubeapi.ObjectReference{Kind: "ConfigMap", Namespace: Namespace, Name: ParamName, APIVersion: "v1"},
+		Reason:         "FencingTokenProbe", Message: "dry run: kha-supervisor confirms the fencing token", Type: "Normal",
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	_, err = cs.CoreV1().Events(Namespace).Create(rctx, ev, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	ev.Source.Component = "kha-supervisor"
+	err = api.Do(rctx, "POST", "/api/v1/namespaces/"+Namespace+"/events", url.Values{"dryRun": {metav1.DryRunAll}}, ev, nil)
 	return err == nil, err
 }
 

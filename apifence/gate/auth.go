@@ -11,9 +11,9 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 )
 
 // User is an authenticated component.
@@ -84,7 +84,7 @@ func saNamespace(user string) (string, bool) {
 // component's token is sent on every request, a review on each would
 // double the apiserver's work.
 type tokenReviewer struct {
-	cs     kubernetes.Interface
+	api    *kubeapi.Client
 	ttl    time.Duration
 	negTTL time.Duration
 
@@ -102,11 +102,11 @@ type cached struct {
 // credential; it needs create on tokenreviews, as system:auth-delegator
 // grants). Answers are cached 10 s, refusals 1 s.
 func NewTokenReviewer(cfg *rest.Config) (Reviewer, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
+	api, err := kubeapi.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("token review client: %w", err)
 	}
-	return &tokenReviewer{cs: cs, ttl: 10 * time.Second, negTTL: time.Second, cache: map[[32]byte]cached{}}, nil
+	return &tokenReviewer{api: api, ttl: 10 * time.Second, negTTL: time.Second, cache: map[[32]byte]cached{}}, nil
 }
 
 func (t *tokenReviewer) Review(ctx context.Context, token string) (User, error) {
@@ -139,9 +139,10 @@ func (t *tokenReviewer) Review(ctx context.Context, token string) (User, error) 
 func (t *tokenReviewer) ask(ctx context.Context, token string) (User, error, bool) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	res, err := t.cs.AuthenticationV1().TokenReviews().Create(rctx,
-		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
-	if err != nil {
+	in := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}
+	in.APIVersion, in.Kind = "authentication.k8s.io/v1", "TokenReview"
+	res := &authnv1.TokenReview{}
+	if err := t.api.Do(rctx, "POST", "/apis/authentication.k8s.io/v1/tokenreviews", nil, in, res); err != nil {
 		return User{}, fmt.Errorf("token review: %w", err), false
 	}
 	if !res.Status.Authenticated {
