@@ -258,5 +258,6 @@ func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 	}
 
 	t.Run("gate", func(t *testing.T) { testGate(t, p, sup[0]) })
+	t.Run("scheduler", func(t *testing.T) { testRealScheduler(t, p, sup[0]) })
 	t.Run("performance", func(t *testing.T) { testPerformance(t, p, sup[0]) })
 }

@@ -33,7 +33,7 @@ type upstream struct {
 	handler func(w http.ResponseWriter, r *http.Request)
 }
 
-func newUpstream(t *testing.T) *upstream {
+func newUpstream(t testing.TB) *upstream {
 	u := &upstream{}
 	u.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.hits.Add(1)
@@ -94,7 +94,7 @@ type fixture struct {
 	local   *localca.CA
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	cluster, err := pki.NewCA(filepath.Join(dir, "cluster"))
@@ -126,7 +126,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // client presents a cluster-CA certificate for user (none if user is "").
-func (f *fixture) client(t *testing.T, ca *pki.CA, user string, groups ...string) *http.Client {
+func (f *fixture) client(t testing.TB, ca *pki.CA, user string, groups ...string) *http.Client {
 	t.Helper()
 	cfg := &tls.Config{RootCAs: f.local.Pool()}
 	if user != "" {
