@@ -20,20 +20,31 @@ import (
 // Registered here rather than in main.go: the CLI moves to cobra on the ops
 // branch; there this becomes one AddCommand line.
 func init() {
-	register("api-fence", "the fence at the API server: `api-fence manifests` prints what to kubectl apply", apiFenceCmd)
+	register("api-fence", "the fence at the API server: api-fence manifests | status", apiFenceCmd)
 }
 
-// apiFenceCmd: `kha-supervisor api-fence manifests [--supervisor-user U]...`.
+const apiFenceUsage = "usage: kha-supervisor api-fence manifests [--supervisor-user USER]... [--token N]\n" +
+	"       kha-supervisor api-fence status [-c CONFIG]"
+
 func apiFenceCmd(e env, args []string) int {
-	if len(args) == 0 || args[0] != "manifests" {
-		fmt.Fprintln(e.stderr, "usage: kha-supervisor api-fence manifests [--supervisor-user USER]...")
-		return exitConfig
+	switch {
+	case len(args) > 0 && args[0] == "manifests":
+		return apiFenceManifests(e, args[1:])
+	case len(args) > 0 && args[0] == "status":
+		return apiFenceStatus(e, args[1:])
 	}
+	fmt.Fprintln(e.stderr, apiFenceUsage)
+	return exitConfig
+}
+
+// apiFenceManifests prints the objects to kubectl apply.
+func apiFenceManifests(e env, args []string) int {
 	fs := flag.NewFlagSet("api-fence manifests", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	var users multiFlag
 	fs.Var(&users, "supervisor-user", "user of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
-	if err := fs.Parse(args[1:]); err != nil {
+	token := fs.Int64("token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so its units keep writing")
+	if err := fs.Parse(args); err != nil {
 		return exitConfig
 	}
 	if fs.NArg() > 0 {
@@ -46,7 +57,11 @@ func apiFenceCmd(e env, args []string) int {
 			return exitConfig
 		}
 	}
-	y, err := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users}).YAML()
+	if *token < 0 {
+		fmt.Fprintln(e.stderr, "kha-supervisor api-fence manifests: --token must not be negative")
+		return exitConfig
+	}
+	y, err := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users, Token: *token}).YAML()
 	if err != nil {
 		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
 		return exitFailure
@@ -68,12 +83,36 @@ func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	return supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates}
 }
 
-// newAPIFence builds the fence the configuration asks for; nil when off.
-func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
-	a := cfg.APIFence
-	if !a.Enabled() {
-		return nil, nil
+// apiFenceStatus prints the token each apiserver's parameter holds.
+func apiFenceStatus(e env, args []string) int {
+	cfg, code := loadConfig(e, flag.NewFlagSet("api-fence status", flag.ContinueOnError), args)
+	if code != exitOK {
+		return code
 	}
+	fmt.Fprintf(e.stdout, "api_fence.mode = %s\n", cfg.APIFence.Mode)
+	if !cfg.APIFence.Enabled() {
+		return exitOK
+	}
+	ups, err := upstreams(cfg.APIFence)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return exitConfig
+	}
+	code = exitOK
+	for _, u := range ups {
+		tok, err := (&apifence.Publisher{Endpoints: []*rest.Config{u}}).Read(e.ctx)
+		if err != nil {
+			fmt.Fprintf(e.stdout, "%s: cannot read %s/%s: %v\n", u.Host, apifence.Namespace, apifence.ParamName, err)
+			code = exitFailure
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%s: token %d\n", u.Host, tok)
+	}
+	return code
+}
+
+// upstreams is the supervisor's credential, one config per apiserver.
+func upstreams(a config.APIFence) ([]*rest.Config, error) {
 	base, err := clientcmd.BuildConfigFromFlags("", a.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("api_fence.kubeconfig %s: %w", a.Kubeconfig, err)
@@ -81,14 +120,27 @@ func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
 	if base.Impersonate.UserName != "" {
 		return nil, fmt.Errorf("api_fence.kubeconfig %s: must not impersonate (it names %q)", a.Kubeconfig, base.Impersonate.UserName)
 	}
-	ups := []*rest.Config{base}
-	if len(a.APIServers) > 0 {
-		ups = nil
-		for _, h := range a.APIServers {
-			c := rest.CopyConfig(base)
-			c.Host = h
-			ups = append(ups, c)
-		}
+	if len(a.APIServers) == 0 {
+		return []*rest.Config{base}, nil
+	}
+	var ups []*rest.Config
+	for _, h := range a.APIServers {
+		c := rest.CopyConfig(base)
+		c.Host = h
+		ups = append(ups, c)
+	}
+	return ups, nil
+}
+
+// newAPIFence builds the fence the configuration asks for; nil when off.
+func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
+	a := cfg.APIFence
+	if !a.Enabled() {
+		return nil, nil
+	}
+	ups, err := upstreams(a)
+	if err != nil {
+		return nil, err
 	}
 	pem, err := os.ReadFile(a.ClientCA)
 	if err != nil {
