@@ -228,12 +228,21 @@ func (m Manifests) Objects() []any {
 		m.Guard, m.GuardBinding, m.Policy, m.Binding}
 }
 
+// RBAC lists only the supervisors' RBAC objects: what the gates need in
+// gate mode, before the policy is installed.
+func (m Manifests) RBAC() []any {
+	return []any{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind}
+}
+
 // YAML renders every object as one multi-document stream for kubectl apply.
-func (m Manifests) YAML() ([]byte, error) {
+func (m Manifests) YAML() ([]byte, error) { return Render(m.Objects()) }
+
+// Render writes objects as one multi-document YAML stream.
+func Render(objects []any) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# kha-supervisor: the fence at the API server (kha-supervisor api-fence manifests).\n")
 	b.WriteString("# Apply with kubectl apply -f; docs/operations.md, \"Fencing at the API server\".\n")
-	for _, o := range m.Objects() {
+	for _, o := range objects {
 		y, err := yaml.Marshal(o)
 		if err != nil {
 			return nil, fmt.Errorf("render %T: %w", o, err)

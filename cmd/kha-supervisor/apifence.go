@@ -23,7 +23,7 @@ func init() {
 	register("api-fence", "the fence at the API server: api-fence manifests | status", apiFenceCmd)
 }
 
-const apiFenceUsage = "usage: kha-supervisor api-fence manifests [--supervisor-user USER]... [--token N]\n" +
+const apiFenceUsage = "usage: kha-supervisor api-fence manifests [--supervisor-user USER]... [--token N] [--rbac-only]\n" +
 	"       kha-supervisor api-fence status [-c CONFIG]"
 
 func apiFenceCmd(e env, args []string) int {
@@ -43,6 +43,7 @@ func apiFenceManifests(e env, args []string) int {
 	fs.SetOutput(e.stderr)
 	var users multiFlag
 	fs.Var(&users, "supervisor-user", "user of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
+	rbacOnly := fs.Bool("rbac-only", false, "print only the supervisors' RBAC (what gate mode needs)")
 	token := fs.Int64("token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so its units keep writing")
 	if err := fs.Parse(args); err != nil {
 		return exitConfig
@@ -61,7 +62,12 @@ func apiFenceManifests(e env, args []string) int {
 		fmt.Fprintln(e.stderr, "kha-supervisor api-fence manifests: --token must not be negative")
 		return exitConfig
 	}
-	y, err := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users, Token: *token}).YAML()
+	m := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users, Token: *token})
+	objects := m.Objects()
+	if *rbacOnly {
+		objects = m.RBAC()
+	}
+	y, err := apifence.Render(objects)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
 		return exitFailure

@@ -109,6 +109,13 @@ func TestAPIFenceManifestsPrintsThePolicy(t *testing.T) {
 			t.Errorf("manifests lack %q", want)
 		}
 	}
+	_, rbac, _ := runCmd(t, "api-fence", "manifests", "--rbac-only")
+	if !strings.Contains(rbac, "kind: ClusterRole\n") || strings.Contains(rbac, "ValidatingAdmissionPolicy") || strings.Contains(rbac, "kind: ConfigMap") {
+		t.Errorf("--rbac-only printed more or less than the RBAC:\n%s", rbac)
+	}
+	if code, _, _ := runCmd(t, "api-fence", "manifests", "--token", "-1"); code != exitConfig {
+		t.Errorf("--token -1: exit %d, want %d", code, exitConfig)
+	}
 	if code, _, _ := runCmd(t, "api-fence", "nonsense"); code != exitConfig {
 		t.Errorf("api-fence nonsense: exit %d, want %d", code, exitConfig)
 	}
