@@ -87,7 +87,7 @@ func testGate(t *testing.T, p *plane, sup *rest.Config) {
 
 	// A controller's service-account token: authenticated by TokenReview.
 	admin := clientset(t, p.config(t, 0, "admin", "system:masters"))
-	for _, sa := range []struct{ ns, name string }{{"kube-system", "replicaset-controller"}, {"kube-system", "default"}, {"default", "default"}} {
+	for _, sa := range []struct{ ns, name string }{{"kube-system", "replicaset-controller"}} {
 		if _, err := admin.CoreV1().ServiceAccounts(sa.ns).Create(t.Context(),
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa.name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)

@@ -37,6 +37,7 @@ type plane struct {
 	ca    *pki.CA
 	urls  []string
 	admin pki.Pair
+	audit []string // each apiserver's audit log
 
 	mu    sync.Mutex
 	pairs map[string]pki.Pair
@@ -86,6 +87,7 @@ func startPlane(t *testing.T) *plane {
 			files = f
 		}
 		p.urls = append(p.urls, s.URL())
+		p.audit = append(p.audit, f.AuditLog)
 	}
 	p.admin = files.Admin
 	return p
@@ -168,6 +170,12 @@ func event(name string) *corev1.Event {
 	}
 }
 
+func writeEventDry(t *testing.T, c *rest.Config, name string) error {
+	t.Helper()
+	_, err := clientset(t, c).CoreV1().Events("default").Create(t.Context(), event(name), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err
+}
+
 func writeEvent(t *testing.T, c *rest.Config, name string) error {
 	t.Helper()
 	_, err := clientset(t, c).CoreV1().Events("default").Create(t.Context(), event(name), metav1.CreateOptions{})
@@ -203,6 +211,22 @@ func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 	sup := []*rest.Config{p.config(t, 0, apifence.DefaultSupervisorUser), p.config(t, 1, apifence.DefaultSupervisorUser)}
 	pub := &apifence.Publisher{Endpoints: sup}
 
+	// Before any leader published: nothing fenced is admitted, not even a
+	// token of "0" (the parameter holds no token yet). Dry runs: until the
+	// apiserver's informers have the new policy, writes pass, as for any
+	// freshly installed policy, and the audit judgement below must not
+	// count those.
+	for i := range p.urls {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := writeEventDry(t, asScheduler(sup[i], "0"), "zero")
+			if apifence.IsPolicyDenial(err) || time.Now().After(deadline) {
+				wantDenied(t, fmt.Sprintf("apiserver %d: token 0 before the first publish", i), err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	got, err := pub.Publish(ctx, 100)
@@ -241,10 +265,12 @@ func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 
 	// A new term: the old token is refused on the very first request, on
 	// every apiserver (Publish confirmed it before returning).
+	switchStart := time.Now()
 	got, err = pub.Publish(ctx, 101)
 	if err != nil {
 		t.Fatalf("publish 101: %v", err)
 	}
+	switchDone := time.Now()
 	t.Logf("published token 101 (previous %d), confirmed on both in %s", got.Previous, got.Took.Round(time.Millisecond))
 	for i := range p.urls {
 		wantDenied(t, fmt.Sprintf("apiserver %d: first write with the old token 100", i), writeEvent(t, asScheduler(sup[i], "100"), "old"))
@@ -257,7 +283,15 @@ func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 		t.Errorf("publish 100 after 101: %v, want ErrNewerToken", err)
 	}
 
+	// Pods need their namespace's default service account; no
+	// controller-manager runs here to create it.
+	for _, ns := range []string{"default", "kube-system"} {
+		if _, err := admin.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Run("gate", func(t *testing.T) { testGate(t, p, sup[0]) })
 	t.Run("scheduler", func(t *testing.T) { testRealScheduler(t, p, sup[0]) })
 	t.Run("performance", func(t *testing.T) { testPerformance(t, p, sup[0]) })
+	t.Run("audit", func(t *testing.T) { judgeAudit(t, p, switchStart, switchDone) })
 }

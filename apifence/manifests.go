@@ -73,7 +73,7 @@ func ManagedUsers() []string {
 // ManifestOptions choose the supervisors' identity.
 type ManifestOptions struct {
 	SupervisorUsers []string // default [DefaultSupervisorUser]
-	Token           int64    // the parameter's initial token; 0 admits no fenced write until a leader publishes
+	Token           int64    // the parameter's initial token; 0 (none) admits no fenced write until a leader publishes
 }
 
 // Manifests are the objects to install, in apply order.
@@ -120,7 +120,11 @@ func Build(o ManifestOptions) Manifests {
 	m.Param = &kubeapi.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: ParamName, Namespace: Namespace},
-		Data:       map[string]string{"token": strconv.FormatInt(o.Token, 10)},
+	}
+	// Token 0 leaves data.token out: the policy then admits no fenced
+	// write at all (a literal "0" would admit writes carrying "0").
+	if o.Token > 0 {
+		m.Param.Data = map[string]string{"token": strconv.FormatInt(o.Token, 10)}
 	}
 	fail := admv1.Fail
 	deny := admv1.DenyAction
