@@ -52,6 +52,16 @@ _kha_supervisor()
         unfreeze | unban) opts="-c" ;;
         ban) opts="-c --for --reason" ;;
         history) opts="-c --json --limit" ;;
+        install-kubeconfig) opts="-c --kubeconfig --dry-run" ;;
+        api-fence)
+            if ((COMP_CWORD == 2)); then
+                opts="manifests status"
+            elif [[ ${COMP_WORDS[2]} == manifests ]]; then
+                opts="--supervisor-user --token --rbac-only"
+            else
+                opts="-c"
+            fi
+            ;;
         drill)
             if ((COMP_CWORD == 2)); then
                 opts="handoff failover"
