@@ -204,11 +204,11 @@ func (g *Gate) Cut() int {
 	return g.conns.closeAll()
 }
 
-// Close stops listening and cuts every connection.
+// Close stops listening and cuts every connection. The server is closed
+// first, so that Serve returns nil rather than the listener's error.
 func (g *Gate) Close() error {
-	err := g.ln.Close()
+	err := g.srv.Close()
 	g.Cut()
-	_ = g.srv.Close()
 	return err
 }
 
