@@ -8,7 +8,7 @@ import (
 
 // mayCampaign reports whether this standby may try for the election key.
 func (s *Supervisor) mayCampaign(now time.Time) bool {
-	if now.Before(s.cooldown) || s.ctlErr != nil || s.ctl.Freeze != nil || s.ctl.Banned(s.cfg.Node) {
+	if now.Before(s.cooldown) || s.ctlErr != nil || s.ctl.Freeze != nil || s.ctl.Banned(s.cfg.Node) || !s.dropinsAllowCampaign() {
 		return false
 	}
 	if h := s.ctl.Handoff; h != nil && (h.From == s.cfg.Node || (h.To != "" && h.To != s.cfg.Node)) {

@@ -33,12 +33,12 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 		rec, _ := json.Marshal(s.record())
 		key := s.keys.Member(s.cfg.Node)
 		rctx, cancel := s.reqCtx(ctx)
-		resp, err := s.cli.Txn(rctx).
+		resp, err := s.pool.Hedged().Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, string(rec), clientv3.WithLease(g.lease))).
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
-		if err == nil && resp.Succeeded {
+		if err == nil && (resp.Succeeded || ownKey(resp, g.lease) != nil) {
 			g.crashed = crashed
 			return g, nil
 		}

@@ -2,12 +2,12 @@ package main
 
 import (
 	"crypto/x509"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -17,83 +17,84 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-// Registered here rather than in main.go: the CLI moves to cobra on the ops
-// branch; there this becomes one AddCommand line.
-func init() {
-	register("api-fence", "the fence at the API server: api-fence manifests | status", apiFenceCmd)
+func init() { register(apiFenceCommand) }
+
+func apiFenceCommand(e env) *cobra.Command {
+	c := &cobra.Command{
+		Use:     "api-fence",
+		GroupID: groupNode,
+		Short:   "the fence at the API server: api-fence manifests|status",
+		Long: `The fence at the API server (api_fence.mode): the admission policy that refuses the managed components' writes without the current fencing token, and the token the API servers hold.
+See docs/operations.md, "Fencing at the API server".`,
+		RunE: func(c *cobra.Command, args []string) error {
+			_ = c.Help()
+			return exit(exitConfig)
+		},
+	}
+	c.AddCommand(apiFenceManifestsCommand(e), apiFenceStatusCommand(e))
+	return c
 }
 
-const apiFenceUsage = "usage: kha-supervisor api-fence manifests [--supervisor-user USER]... [--token N] [--rbac-only]\n" +
-	"       kha-supervisor api-fence status [-c CONFIG]"
-
-func apiFenceCmd(e env, args []string) int {
-	switch {
-	case len(args) > 0 && args[0] == "manifests":
-		return apiFenceManifests(e, args[1:])
-	case len(args) > 0 && args[0] == "status":
-		return apiFenceStatus(e, args[1:])
+func apiFenceManifestsCommand(e env) *cobra.Command {
+	var users []string
+	var token int64
+	var rbacOnly bool
+	c := &cobra.Command{
+		Use:   "manifests",
+		Short: "print the ValidatingAdmissionPolicy, its binding, the parameter, the guard and the RBAC to kubectl apply",
+		Long:  `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).`,
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return exit(apiFenceManifests(e, users, token, rbacOnly))
+		},
 	}
-	fmt.Fprintln(e.stderr, apiFenceUsage)
-	return exitConfig
+	fs := c.Flags()
+	fs.StringArrayVar(&users, "supervisor-user", nil, "`user` of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
+	fs.Int64Var(&token, "token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so that its units keep writing; none by default")
+	fs.BoolVar(&rbacOnly, "rbac-only", false, "print only the supervisors' RBAC (what api_fence.mode = gate needs)")
+	return c
 }
 
 // apiFenceManifests prints the objects to kubectl apply.
-func apiFenceManifests(e env, args []string) int {
-	fs := flag.NewFlagSet("api-fence manifests", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	var users multiFlag
-	fs.Var(&users, "supervisor-user", "user of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
-	rbacOnly := fs.Bool("rbac-only", false, "print only the supervisors' RBAC (what gate mode needs)")
-	token := fs.Int64("token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so its units keep writing")
-	if err := fs.Parse(args); err != nil {
-		return exitConfig
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "kha-supervisor api-fence manifests: unexpected argument %q\n", fs.Arg(0))
-		return exitConfig
-	}
+func apiFenceManifests(e env, users []string, token int64, rbacOnly bool) int {
 	for _, u := range users {
 		if strings.TrimSpace(u) == "" {
-			fmt.Fprintln(e.stderr, "kha-supervisor api-fence manifests: --supervisor-user must not be empty")
-			return exitConfig
+			return fail(e, exitConfig, "api-fence manifests: --supervisor-user must not be empty")
 		}
 	}
-	if *token < 0 {
-		fmt.Fprintln(e.stderr, "kha-supervisor api-fence manifests: --token must not be negative")
-		return exitConfig
+	if token < 0 {
+		return fail(e, exitConfig, "api-fence manifests: --token must not be negative")
 	}
-	m := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users, Token: *token})
+	m := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users, Token: token})
 	objects := m.Objects()
-	if *rbacOnly {
+	if rbacOnly {
 		objects = m.RBAC()
 	}
 	y, err := apifence.Render(objects)
 	if err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return exitFailure
+		return fail(e, exitFailure, "%v", err)
 	}
 	_, _ = e.stdout.Write(y)
 	return exitOK
 }
 
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
-// apiFence adapts apifence.Fence to the supervisor's APIFence and status.
-type apiFence struct{ *apifence.Fence }
-
-func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
-	st := f.Status()
-	return supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates}
+func apiFenceStatusCommand(e env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "print the mode and the fencing token each API server's parameter holds",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return exit(apiFenceStatus(e, configPath(c)))
+		},
+	}
 }
 
 // apiFenceStatus prints the token each apiserver's parameter holds.
-func apiFenceStatus(e env, args []string) int {
-	cfg, code := loadConfig(e, flag.NewFlagSet("api-fence status", flag.ContinueOnError), args)
-	if code != exitOK {
-		return code
+func apiFenceStatus(e env, configFile string) int {
+	cfg, err := config.Load(configFile)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitConfig
 	}
 	fmt.Fprintf(e.stdout, "api_fence.mode = %s\n", cfg.APIFence.Mode)
 	if !cfg.APIFence.Enabled() {
@@ -101,10 +102,9 @@ func apiFenceStatus(e env, args []string) int {
 	}
 	ups, err := upstreams(cfg.APIFence)
 	if err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return exitConfig
+		return fail(e, exitConfig, "%v", err)
 	}
-	code = exitOK
+	code := exitOK
 	for _, u := range ups {
 		tok, err := (&apifence.Publisher{Endpoints: []*rest.Config{u}}).Read(e.ctx)
 		if err != nil {
@@ -115,6 +115,14 @@ func apiFenceStatus(e env, args []string) int {
 		fmt.Fprintf(e.stdout, "%s: token %d\n", u.Host, tok)
 	}
 	return code
+}
+
+// apiFence adapts apifence.Fence to the supervisor's APIFence and status.
+type apiFence struct{ *apifence.Fence }
+
+func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
+	st := f.Status()
+	return supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates}
 }
 
 // upstreams is the supervisor's credential, one config per apiserver.

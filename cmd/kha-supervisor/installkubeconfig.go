@@ -2,12 +2,12 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -15,9 +15,29 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-// Registered here rather than in main.go (see apifence.go).
-func init() {
-	register("install-kubeconfig", "point a managed unit's kubeconfig at its API gate (install-kubeconfig UNIT [--dry-run])", installKubeconfig)
+func init() { register(installKubeconfigCommand) }
+
+func installKubeconfigCommand(e env) *cobra.Command {
+	var path string
+	var dry bool
+	c := &cobra.Command{
+		Use:     "install-kubeconfig UNIT",
+		GroupID: groupNode,
+		Short:   "point a managed unit's kubeconfig at its API gate (api_fence.gates)",
+		Long: `Rewrite UNIT's kubeconfig so that its current context's cluster is the unit's API gate: the gate's loopback address (api_fence.gates) as server and the node's gate CA (in api_fence.state_dir, created if missing) as certificate authority. The unit's own credential is kept: the gate authenticates it as the API server would.
+Prints each change; the original is kept once as FILE.kha-orig. Restart the unit to use it.`,
+		Args: exactArgs("UNIT"),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return config.Default().Units.Managed, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return exit(installKubeconfig(e, configPath(c), args[0], path, dry))
+		},
+	}
+	c.Flags().StringVar(&path, "kubeconfig", "", "the unit's kubeconfig `file` (default: kubeadm's file for kube-scheduler and kube-controller-manager)")
+	c.Flags().BoolVar(&dry, "dry-run", false, "print the changes and the new kubeconfig; write nothing")
+	_ = c.MarkFlagFilename("kubeconfig")
+	return c
 }
 
 // kubeadmKubeconfigs are where kubeadm writes the components' kubeconfigs.
@@ -26,89 +46,64 @@ var kubeadmKubeconfigs = map[string]string{
 	"kube-controller-manager.service": "/etc/kubernetes/controller-manager.conf",
 }
 
-// installKubeconfig rewrites UNIT's kubeconfig so that its current context's
+// installKubeconfig rewrites unit's kubeconfig so that its current context's
 // cluster is the unit's gate (server and CA); the user's credential is
 // kept, since the gate authenticates it as the apiserver would. The
-// original is kept as PATH.kha-orig (once). --dry-run prints the result
+// original is kept as PATH.kha-orig (once). A dry run prints the result
 // and writes nothing.
-func installKubeconfig(e env, args []string) int {
-	fset := flag.NewFlagSet("install-kubeconfig", flag.ContinueOnError)
-	path := fset.String("kubeconfig", "", "the unit's kubeconfig (default: kubeadm's file for the scheduler and controller-manager)")
-	dry := fset.Bool("dry-run", false, "print the new kubeconfig and what changes; write nothing")
-	unit, rest := splitUnitArg(args)
-	cfg, code := loadConfig(e, fset, rest)
-	if code != exitOK {
-		return code
-	}
-	if unit == "" && fset.NArg() == 1 {
-		unit = fset.Arg(0)
-	} else if fset.NArg() > 0 || unit == "" {
-		fmt.Fprintln(e.stderr, "usage: kha-supervisor install-kubeconfig [-c CONFIG] [--kubeconfig PATH] [--dry-run] UNIT")
+func installKubeconfig(e env, configFile, unit, path string, dry bool) int {
+	cfg, err := config.Load(configFile)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
 		return exitConfig
 	}
 	g, ok := cfg.APIFence.GateFor(unit)
 	if !ok {
-		fmt.Fprintf(e.stderr, "kha-supervisor: %s has no gate in api_fence.gates of %s\n", unit, cfg.Path)
-		return exitConfig
+		return fail(e, exitConfig, "%s has no gate in api_fence.gates of %s", unit, cfg.Path)
 	}
-	if *path == "" {
-		if *path, ok = kubeadmKubeconfigs[unit]; !ok {
-			fmt.Fprintf(e.stderr, "kha-supervisor: %s: give its kubeconfig with --kubeconfig\n", unit)
-			return exitConfig
+	if path == "" {
+		if path, ok = kubeadmKubeconfigs[unit]; !ok {
+			return fail(e, exitConfig, "%s: give its kubeconfig with --kubeconfig", unit)
 		}
 	}
-	kc, err := clientcmd.LoadFromFile(*path)
+	kc, err := clientcmd.LoadFromFile(path)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "kha-supervisor: read %s: %v\n", *path, err)
-		return exitConfig
+		return fail(e, exitConfig, "read %s: %v", path, err)
 	}
-	caPEM, caNote, err := gateCA(cfg, *dry)
+	caPEM, caNote, err := gateCA(cfg, dry)
 	if err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return exitFailure
+		return fail(e, exitFailure, "%v", err)
 	}
 	changes, err := pointAtGate(kc, "https://"+g.Addr, caPEM)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "kha-supervisor: %s: %v\n", *path, err)
-		return exitConfig
+		return fail(e, exitConfig, "%s: %v", path, err)
 	}
 	if len(changes) == 0 {
-		fmt.Fprintf(e.stdout, "%s already points %s at its gate %s; nothing to change\n", *path, unit, g.Addr)
+		fmt.Fprintf(e.stdout, "%s already points %s at its gate %s; nothing to change\n", path, unit, g.Addr)
 		return exitOK
 	}
 	for _, c := range changes {
-		fmt.Fprintf(e.stdout, "%s: %s\n", *path, c)
+		fmt.Fprintf(e.stdout, "%s: %s\n", path, c)
 	}
 	if caNote != "" {
 		fmt.Fprintln(e.stdout, caNote)
 	}
-	if *dry {
+	if dry {
 		out, err := clientcmd.Write(*kc)
 		if err != nil {
-			fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-			return exitFailure
+			return fail(e, exitFailure, "%v", err)
 		}
-		fmt.Fprintf(e.stdout, "--- %s (dry run, not written)\n%s", *path, out)
+		fmt.Fprintf(e.stdout, "--- %s (dry run, not written)\n%s", path, out)
 		return exitOK
 	}
-	if err := backupOnce(*path); err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return exitFailure
+	if err := backupOnce(path); err != nil {
+		return fail(e, exitFailure, "%v", err)
 	}
-	if err := clientcmd.WriteToFile(*kc, *path); err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return exitFailure
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fail(e, exitFailure, "%v", err)
 	}
-	fmt.Fprintf(e.stdout, "wrote %s (original kept as %s); restart %s to use it\n", *path, *path+".kha-orig", unit)
+	fmt.Fprintf(e.stdout, "wrote %s (original kept as %s); restart %s to use it\n", path, path+".kha-orig", unit)
 	return exitOK
-}
-
-// splitUnitArg takes a leading UNIT argument out, so flags may follow it.
-func splitUnitArg(args []string) (string, []string) {
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		return args[0], args[1:]
-	}
-	return "", args
 }
 
 // gateCA is the local CA's certificate. In a dry run it is not created if

@@ -25,6 +25,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // These tests run real supervisors against a real three-member etcd
@@ -36,7 +37,11 @@ import (
 // Units are the managed units every member runs.
 var Units = []string{"kube-controller-manager.service", "kube-scheduler.service"}
 
-// fastConfig is the "fast" profile: TTL 4 s, renew 0.5 s, stop 1 s + 0.5 s.
+// FastConfig is a short test timing: TTL 4 s, renew 0.5 s, stop 1 s + 0.5 s
+// (the shipped "fast" profile's numbers before its TTL became 6 s; see
+// config.Profiles). It suits the fast etcd timing of etcdtest's default;
+// a test about the shipped profile uses config.Profiles, as
+// TestFastProfileSurvivesEtcdLeaderLoss does.
 func FastConfig(node string) config.Config {
 	c := config.Default()
 	c.Node = node
@@ -83,7 +88,13 @@ type World struct {
 }
 
 func NewWorld(t testing.TB, members int) *World {
-	c := etcdtest.NewCluster(t, etcdtest.Options{Members: members})
+	return NewWorldWith(t, etcdtest.Options{Members: members})
+}
+
+// NewWorldWith is NewWorld on a cluster started with opts (for example
+// etcdtest.Stock timing).
+func NewWorldWith(t testing.TB, opts etcdtest.Options) *World {
+	c := etcdtest.NewCluster(t, opts)
 	return &World{t: t, Cluster: c, Admin: c.Client(t)}
 }
 
@@ -122,7 +133,17 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		renew = append(renew, dial(ep))
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts := supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
+	pool, err := etcdconn.NewPool(renew, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vctx, vcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err = pool.Verify(vctx)
+	vcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := supervisor.Options{Config: cfg, Client: cli, Pool: pool, Units: m.Units, Log: log, Version: "test",
 		RenewObserver: func(_ string, _ time.Duration, err error) {
 			if err != nil {
 				m.RenewFailures.Add(1)
@@ -131,7 +152,6 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	if w.Options != nil {
 		w.Options(name, &opts)
 	}
-	var err error
 	m.Sup, err = supervisor.New(opts)
 	if err != nil {
 		t.Fatal(err)

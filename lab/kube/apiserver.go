@@ -174,31 +174,36 @@ func (a APIServer) Running() (proc.ID, bool) {
 
 // waitReady polls /readyz as the admin. A fresh apiserver answers
 // connection refused, then 500 while its post-start hooks run (and 403 to
-// anonymous clients until RBAC is bootstrapped); only 200 is ready. The
-// process dying ends the wait at once.
+// anonymous clients until RBAC is bootstrapped); only 200 is ready.
 func (a APIServer) waitReady(ctx context.Context, f Files) error {
 	timeout := a.ReadyTimeout
 	if timeout == 0 {
 		timeout = 3 * time.Minute
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	c, err := a.Client(f.Admin)
 	if err != nil {
 		return err
 	}
+	return waitHTTP(ctx, f.PIDFile, c, a.URL()+"/readyz", timeout)
+}
+
+// waitHTTP polls url until it answers 200. The process recorded in pidFile
+// dying ends the wait at once.
+func waitHTTP(ctx context.Context, pidFile string, c *http.Client, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	last := "no answer yet"
 	for {
-		if _, ok := proc.Running(f.PIDFile); !ok {
-			return fmt.Errorf("exited before ready (last /readyz: %s)", last)
+		if _, ok := proc.Running(pidFile); !ok {
+			return fmt.Errorf("exited before ready (last %s: %s)", url, last)
 		}
-		last = probe(ctx, c, a.URL()+"/readyz")
+		last = probe(ctx, c, url)
 		if last == "200" {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready after %s (last /readyz: %s)", timeout, last)
+			return fmt.Errorf("not ready after %s (last %s: %s)", timeout, url, last)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

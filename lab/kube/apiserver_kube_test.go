@@ -4,6 +4,7 @@ package kube
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"net"
@@ -55,6 +56,42 @@ func freePort(t *testing.T) int {
 //	go test -tags kube -timeout 20m -run TestAPIServer ./lab/kube
 func TestAPIServerServesAConfigMapAndAuditsIt(t *testing.T) {
 	bins := binaries(t)
+	a, f, ca := startAPIServer(t, bins)
+	id, ok := a.Running()
+	if !ok {
+		t.Fatal("no process recorded after Start")
+	}
+	start := time.Now()
+	cs := adminClient(t, a, f)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kha-lab-probe"}, Data: map[string]string{"written": start.UTC().Format(time.RFC3339)}}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ConfigMap: %v", err)
+	}
+	got, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kha-lab-probe", metav1.GetOptions{})
+	if err != nil || got.Data["written"] != cm.Data["written"] {
+		t.Fatalf("read back %+v, %v", got, err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		t.Errorf("second create: %v, want AlreadyExists (409)", err)
+	}
+
+	assertRefused(t, a, ca)
+	assertAudited(t, f.AuditLog)
+
+	stop := time.Now()
+	if err := a.Stop(t.Context(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver stopped (SIGTERM) in %s", time.Since(stop).Round(time.Millisecond))
+	if proc.Alive(id) {
+		t.Errorf("PID %d still alive after Stop", id.PID)
+	}
+}
+
+// startAPIServer runs a kube-apiserver against a fresh one-member TLS etcd,
+// stopped when the test ends.
+func startAPIServer(t *testing.T, bins build.Binaries) (APIServer, Files, *pki.CA) {
+	t.Helper()
 	ca, err := pki.NewCA(filepath.Join(t.TempDir(), "pki"))
 	if err != nil {
 		t.Fatal(err)
@@ -72,42 +109,22 @@ func TestAPIServerServesAConfigMapAndAuditsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kube-apiserver ready after %s on %s", time.Since(start).Round(time.Millisecond), a.URL())
-	id, ok := a.Running()
 	t.Cleanup(func() {
-		if err := a.Stop(t.Context(), 10*time.Second); err != nil {
+		if err := a.Stop(context.Background(), 30*time.Second); err != nil {
 			t.Error(err)
 		}
 	})
-	if !ok {
-		t.Fatal("no process recorded after Start")
-	}
+	return a, f, ca
+}
 
+func adminClient(t *testing.T, a APIServer, f Files) *kubernetes.Clientset {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: a.URL(), TLSClientConfig: rest.TLSClientConfig{
-		CAFile: ca.CertFile, CertFile: f.Admin.CertFile, KeyFile: f.Admin.KeyFile}})
+		CAFile: a.CA.CertFile, CertFile: f.Admin.CertFile, KeyFile: f.Admin.KeyFile}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kha-lab-probe"}, Data: map[string]string{"written": start.UTC().Format(time.RFC3339)}}
-	if _, err := cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create ConfigMap: %v", err)
-	}
-	got, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kha-lab-probe", metav1.GetOptions{})
-	if err != nil || got.Data["written"] != cm.Data["written"] {
-		t.Fatalf("read back %+v, %v", got, err)
-	}
-	if _, err := cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
-		t.Errorf("second create: %v, want AlreadyExists (409)", err)
-	}
-
-	assertRefused(t, a, ca)
-	assertAudited(t, f.AuditLog)
-
-	if err := a.Stop(t.Context(), 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if proc.Alive(id) {
-		t.Errorf("PID %d still alive after Stop", id.PID)
-	}
+	return cs
 }
 
 // assertRefused: RBAC gives neither an anonymous client (no certificate)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,13 @@ type Source interface {
 	// LastTick is when the reconcile loop last completed a pass; zero before
 	// the first.
 	LastTick() time.Time
+}
+
+// ProblemSource is a Source that can also name configuration problems that
+// make the member unfit to lead (a managed unit's drop-in overridden):
+// /healthz fails while it names any.
+type ProblemSource interface {
+	Problems() []string
 }
 
 // DefaultStaleAfter is how old the last reconcile tick may be before /healthz
@@ -91,7 +99,13 @@ func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
 			age.Round(time.Millisecond), h.staleAfter))
 		return
 	}
-	plain(w, http.StatusOK, fmt.Sprintf("ok: last reconcile %s ago\n", max(age, 0).Round(time.Millisecond)))
+	if ps, ok := h.src.(ProblemSource); ok {
+		if probs := ps.Problems(); len(probs) > 0 {
+			plain(w, http.StatusServiceUnavailable, "unhealthy: "+strings.Join(probs, "\nunhealthy: ")+"\n")
+			return
+		}
+	}
+	plain(w, http.StatusOK, fmt.Sprintf("ok: last reconcile %s ago\n", max(age, 0).Round(time.Millisecond))+warningLines(h.src))
 }
 
 // leader answers 200 only on the active node with a valid lease, so a load
@@ -114,6 +128,10 @@ func (h *handler) standby(w http.ResponseWriter, _ *http.Request) {
 	}
 	if last := h.src.LastTick(); last.IsZero() || h.now().Sub(last) > h.staleAfter {
 		plain(w, http.StatusServiceUnavailable, "standby, but unhealthy: the reconcile loop is stale\n")
+		return
+	}
+	if ps, ok := h.src.(ProblemSource); ok && len(ps.Problems()) > 0 {
+		plain(w, http.StatusServiceUnavailable, "standby, but it will not take over: "+strings.Join(ps.Problems(), "; ")+"\n")
 		return
 	}
 	plain(w, http.StatusOK, "standby\n")

@@ -286,3 +286,31 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("NewMetrics(nil): %v", err)
 	}
 }
+
+type problemSource struct {
+	*fakeSource
+	probs []string
+}
+
+func (p problemSource) Problems() []string { return p.probs }
+
+// A member that names a problem making it unfit to lead (a managed unit's
+// drop-in overridden) fails /healthz with the problem, however fresh its loop.
+func TestHealthzNamesProblems(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	src := problemSource{fakeSource: &fakeSource{tick: now}, probs: []string{"kube-scheduler.service: ExecStartPre has no guard"}}
+	h := New(src, nil, withClock(func() time.Time { return now }))
+	code, body, _ := get(t, h, http.MethodGet, "/healthz")
+	if code != 503 || !strings.Contains(body, "unhealthy: kube-scheduler.service: ExecStartPre") {
+		t.Fatalf("/healthz = %d %q, want 503 naming the problem", code, body)
+	}
+	src.fakeSource.standby = true
+	if code, body, _ := get(t, h, http.MethodGet, "/standby"); code != 503 || !strings.Contains(body, "will not take over: kube-scheduler.service") {
+		t.Fatalf("/standby with a problem = %d %q, want 503 naming it", code, body)
+	}
+	src.probs = nil
+	h = New(src, nil, withClock(func() time.Time { return now }))
+	if code, body, _ := get(t, h, http.MethodGet, "/healthz"); code != 200 {
+		t.Fatalf("/healthz without problems = %d %q", code, body)
+	}
+}
