@@ -21,11 +21,13 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // DefaultStateDir is where the supervisor keeps the CA unless
-// api_fence.state_dir says otherwise.
-const DefaultStateDir = "/var/lib/kha-supervisor"
+// api_fence.state_dir says otherwise (the unit's StateDirectory=).
+const DefaultStateDir = layout.StateDir
 
 const (
 	caValidity      = 10 * 365 * 24 * time.Hour

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // APIFence is the [api_fence] section: the fence at the API server
@@ -52,7 +54,7 @@ func DefaultAPIFence() APIFence {
 	return APIFence{
 		Mode:       APIFenceOff,
 		Kubeconfig: "/etc/kha-supervisor/apiserver.kubeconfig",
-		StateDir:   "/var/lib/kha-supervisor",
+		StateDir:   layout.StateDir,
 		ClientCA:   "/etc/kubernetes/pki/ca.crt",
 		Gates: []string{
 			"kube-controller-manager.service=127.0.0.1:16441",
