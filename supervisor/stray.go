@@ -118,7 +118,8 @@ func (s *Supervisor) strayFound(st *strayScan, sp StrayProcess, now time.Time) {
 	p := sp.Proc
 	s.log.Error("process of a managed component running outside its unit",
 		"pid", p.PID, "ppid", p.PPID, "exe", p.Exe, "cmdline", strings.Join(p.Cmdline, " "),
-		"cgroup", p.Cgroup, "loginuid", p.LoginUID, "session", p.SessionID, "policy", s.cfg.Units.StrayPolicy)
+		"cgroup", p.Cgroup, "loginuid", p.LoginUID, "session", p.SessionID, "policy", s.cfg.Units.StrayPolicy,
+		"exe_from_cmdline", p.ExeFromCmdline)
 	s.mu.Lock()
 	s.snap.StrayProcesses++
 	state := s.snap.State
