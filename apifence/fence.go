@@ -53,6 +53,7 @@ type Fence struct {
 
 	term      atomic.Pointer[gate.TermFunc]
 	published atomic.Int64 // the token the gates may forward with; 0 none
+	cut       atomic.Int64 // the largest token a Cut ended: never published again
 	held      atomic.Int64 // the token the apiservers hold, as last written or read
 
 	closeOnce sync.Once
@@ -104,7 +105,7 @@ func (f *Fence) SetTerm(fn gate.TermFunc) { f.term.Store(&fn) }
 // published (in gate mode: until the promotion got past the barrier).
 func (f *Fence) gateTerm() gate.Term {
 	t := (*f.term.Load())()
-	if t.Open && f.published.Load() != t.Token {
+	if t.Open && (f.published.Load() != t.Token || t.Token <= f.cut.Load()) {
 		return gate.Term{Reason: fmt.Sprintf("the fencing token %d is not published yet", t.Token)}
 	}
 	return t
@@ -144,6 +145,9 @@ func (f *Fence) refreshHeld(ctx context.Context) {
 // start. In token mode it writes and confirms the token (bounded by the
 // confirm timeout); in gate mode it only opens the gates for this term.
 func (f *Fence) Publish(ctx context.Context, token int64) error {
+	if token <= f.cut.Load() {
+		return fmt.Errorf("api fence: term %d was already cut", token)
+	}
 	if f.pub != nil {
 		if f.timeout > 0 {
 			var cancel context.CancelFunc
@@ -159,11 +163,25 @@ func (f *Fence) Publish(ctx context.Context, token int64) error {
 			"apiservers", len(f.pub.Endpoints), "took", p.Took.Round(time.Millisecond))
 	}
 	f.published.Store(token)
+	if token <= f.cut.Load() { // a Cut ran while this Publish did
+		f.published.Store(0)
+		return fmt.Errorf("api fence: term %d was cut while publishing", token)
+	}
 	return nil
 }
 
 // Cut closes the gates for this term and ends every connection at once.
+// The term's token (the published one, or the supervisor's if a Publish is
+// still under way) can never open the gates again: a Publish that returns
+// after the Cut does not reopen them.
 func (f *Fence) Cut() {
+	cut := max(f.published.Load(), (*f.term.Load())().Token)
+	for {
+		old := f.cut.Load()
+		if cut <= old || f.cut.CompareAndSwap(old, cut) {
+			break
+		}
+	}
 	f.published.Store(0)
 	n := 0
 	for _, g := range f.gates {

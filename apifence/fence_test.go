@@ -74,6 +74,14 @@ func TestFenceGateModeOpensOnlyAfterPublishAndCutCloses(t *testing.T) {
 	if got := status(); got != http.StatusServiceUnavailable {
 		t.Errorf("after Cut: %d, want 503", got)
 	}
+	// The same term cannot reopen the gates after its Cut (a promotion's
+	// Publish racing a fence).
+	if err := f.Publish(context.Background(), 5); err == nil {
+		t.Error("Publish of a cut term succeeded")
+	}
+	if got := status(); got != http.StatusServiceUnavailable {
+		t.Errorf("after Cut and a late Publish: %d, want 503", got)
+	}
 	if hits.Load() != 1 {
 		t.Errorf("%d requests reached the apiserver, want 1", hits.Load())
 	}
