@@ -38,6 +38,7 @@ type plane struct {
 	urls  []string
 	admin pki.Pair
 	audit []string // each apiserver's audit log
+	saKey string   // apiserver 0's service-account signing key
 
 	mu    sync.Mutex
 	pairs map[string]pki.Pair
@@ -85,6 +86,7 @@ func startPlane(t *testing.T) *plane {
 		t.Logf("kube-apiserver %d ready on %s after %s", i, s.URL(), time.Since(start).Round(time.Millisecond))
 		if i == 0 {
 			files = f
+			p.saKey = f.ServiceAccount
 		}
 		p.urls = append(p.urls, s.URL())
 		p.audit = append(p.audit, f.AuditLog)
@@ -292,6 +294,7 @@ func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 	}
 	t.Run("gate", func(t *testing.T) { testGate(t, p, sup[0]) })
 	t.Run("scheduler", func(t *testing.T) { testRealScheduler(t, p, sup[0]) })
+	t.Run("controller-manager", func(t *testing.T) { testRealControllerManager(t, p, sup[0]) })
 	t.Run("performance", func(t *testing.T) { testPerformance(t, p, sup[0]) })
 	t.Run("audit", func(t *testing.T) { judgeAudit(t, p, switchStart, switchDone) })
 	t.Run("fence", func(t *testing.T) { testFenceTokenMode(t, p, sup) })
