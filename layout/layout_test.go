@@ -16,6 +16,7 @@ func TestPackagingAgrees(t *testing.T) {
 	for _, want := range []string{
 		"ExecStart=" + layout.Binary + " run -c " + layout.ConfigPath + "\n",
 		"RuntimeDirectory=" + path.Base(layout.RunDir) + "\n",
+		"StateDirectory=" + path.Base(layout.StateDir) + "\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("packaging/systemd/kha-supervisor.service lacks %q", want)

@@ -18,6 +18,7 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 		// promote result arrives while state is Demoting).
 	}
 	s.gate.closeWait(500 * time.Millisecond)
+	s.cutAPI()
 	if cooldown > 0 {
 		s.cooldown = time.Now().Add(cooldown)
 	}

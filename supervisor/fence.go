@@ -26,6 +26,7 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	start := time.Now()
 	hard := start.Add(s.timeout.StopMax())
 	s.fenceNow, s.fenceKind = "", ""
+	s.cutAPI()
 	if s.job != nil {
 		s.job.cancel()
 	}

@@ -71,6 +71,9 @@ func (s *Supervisor) promoteJob(token int64) func(context.Context) (any, error) 
 				s.log.Warn("on_promote hook failed; promoting anyway (abort_on_promote_failure = false)", "err", err)
 			}
 		}
+		if err := s.publishAPIFence(ctx, token); err != nil {
+			return nil, fmt.Errorf("api fence: %w", err)
+		}
 		return nil, s.gate.do(func() error {
 			return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 		})

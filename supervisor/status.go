@@ -27,6 +27,7 @@ type Status struct {
 	LastTick      time.Time           `json:"last_tick"`
 	Frozen        bool                `json:"frozen,omitempty"`
 	Banned        bool                `json:"banned,omitempty"`
+	APIFence      *APIFenceStatus     `json:"api_fence,omitempty"`
 	// Group problems (peers.go): members configured differently, and
 	// configured peers without a member record for longer than a TTL.
 	ConfigMismatch []string `json:"config_mismatch,omitempty"`
@@ -62,6 +63,7 @@ func (s *Supervisor) Status() Status {
 	if st.State == Fencing {
 		st.UnitsAllowed = false
 	}
+	st.APIFence = s.apiFenceStatus()
 	st.ForeignEndpoints = s.pool.Foreign()
 	return st
 }

@@ -54,6 +54,8 @@ type Options struct {
 	// RenewObserver is told of every renewal attempt (metrics). May be nil;
 	// called from the renewal goroutine.
 	RenewObserver func(lease string, took time.Duration, err error)
+	// APIFence is the fence at the API server (apifence.go); nil is off.
+	APIFence APIFence
 }
 
 // Transition is one change of state, with its reason.

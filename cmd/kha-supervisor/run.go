@@ -122,9 +122,15 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
+	fence, err := newAPIFence(cfg, log) // apifence.go; nil when api_fence.mode = off
+	if err != nil {
+		log.Error("cannot set up the fence at the API server", "err", err)
+		return exitFailure
+	}
+	defer fence.close()
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
-		Pool: pool,
+		Pool: pool, APIFence: fence.iface(),
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
 			hookCfg := hooksNow()
 			var argv []string
@@ -186,6 +192,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		defer hs.Close()
 	}
 
+	fence.start(sup)
 	go exportGauges(gctx, sup, metrics, group, cfg.Units.Managed)
 	err = sup.Run(ctx)
 	var fe *supervisor.FenceError

@@ -38,6 +38,8 @@ type Config struct {
 	Hooks   Hooks   `toml:"hooks"`
 	History History `toml:"history"`
 
+	APIFence APIFence `toml:"api_fence"` // apifence.go
+
 	// Path is the file this configuration was read from (not a TOML key).
 	Path string `toml:"-"`
 	// FromProfile lists the dotted keys whose values Load (or UseProfile)
@@ -158,6 +160,8 @@ func Default() Config {
 		HTTP:    HTTP{Listen: "127.0.0.1:9731"},
 		Hooks:   Hooks{Timeout: D(10 * time.Second), AbortOnPromoteErr: true},
 		History: History{Retain: 1000},
+
+		APIFence: DefaultAPIFence(),
 	}
 }
 

@@ -75,6 +75,8 @@ func TestDescribeRoundTrip(t *testing.T) {
 		HTTP:    HTTP{Listen: "[::1]:9999"},
 		Hooks:   Hooks{OnPromote: []string{"/bin/a", "tab\there", "é"}, OnDemote: []string{"/bin/b"}, OnFence: []string{"/bin/c", ""}, Timeout: D(time.Minute)},
 		History: History{Retain: 7},
+		APIFence: APIFence{Mode: "off", Kubeconfig: "/k", APIServers: []string{"https://10.0.0.1:6443"}, StateDir: "/s", ClientCA: "/ca",
+			Gates: []string{"b.service=127.0.0.1:1"}, ConfirmTimeout: D(time.Second)},
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

@@ -43,6 +43,7 @@ var rules = []rule{
 	checkHistory,
 	checkTLSFiles,
 	checkPasswordFile,
+	checkAPIFence,
 }
 
 func (c Config) check(d *document) error {

@@ -1,0 +1,221 @@
+package apifence
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+)
+
+// Modes (config api_fence.mode).
+const (
+	ModeGate  = "gate"
+	ModeToken = "token"
+)
+
+// GateSpec is one unit's gate address.
+type GateSpec struct {
+	Unit string
+	Addr string // loopback host:port
+}
+
+// Options build a Fence.
+type Options struct {
+	Mode string // ModeGate or ModeToken
+	// Upstreams are the supervisor's credential, one per apiserver; the
+	// gates forward to the first, the token is confirmed on all.
+	Upstreams      []*rest.Config
+	Gates          []GateSpec
+	StateDir       string         // the local CA (localca)
+	ClientCAs      *x509.CertPool // the cluster CA, for the components' client certificates
+	ConfirmTimeout time.Duration  // bounds Publish
+	Log            *slog.Logger
+}
+
+// Fence is the supervisor's side of the fence at the API server: the
+// gates, and in token mode the publisher. It implements the supervisor's
+// APIFence (Publish, Cut).
+type Fence struct {
+	mode    string
+	gates   []*gate.Gate
+	pub     *Publisher
+	timeout time.Duration
+	log     *slog.Logger
+
+	term      atomic.Pointer[gate.TermFunc]
+	published atomic.Int64 // the token the gates may forward with; 0 none
+	cut       atomic.Int64 // the largest token a Cut ended: never published again
+	held      atomic.Int64 // the token the apiservers hold, as last written or read
+
+	closeOnce sync.Once
+	stop      context.CancelFunc
+}
+
+// New opens the local CA and binds every gate; Serve starts them. The
+// gates refuse everything until SetTerm is called and a term publishes.
+func New(o Options) (*Fence, error) {
+	if o.Mode != ModeGate && o.Mode != ModeToken {
+		return nil, fmt.Errorf("api fence: mode %q is neither %q nor %q", o.Mode, ModeGate, ModeToken)
+	}
+	if len(o.Upstreams) == 0 {
+		return nil, errors.New("api fence: no apiserver")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	ca, err := localca.Open(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log}
+	if o.Mode == ModeToken {
+		f.pub = &Publisher{Endpoints: o.Upstreams}
+	}
+	closed := gate.TermFunc(func() gate.Term { return gate.Term{Reason: "the supervisor is starting"} })
+	f.term.Store(&closed)
+	for _, spec := range o.Gates {
+		serving, err := ca.Serving(spec.Unit)
+		if err == nil {
+			var g *gate.Gate
+			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
+				Upstream: o.Upstreams[0], Term: f.gateTerm, Log: o.Log})
+			f.gates = append(f.gates, g)
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("api fence: gate for %s: %w", spec.Unit, err)
+		}
+	}
+	return f, nil
+}
+
+// SetTerm gives the gates the supervisor's view.
+func (f *Fence) SetTerm(fn gate.TermFunc) { f.term.Store(&fn) }
+
+// gateTerm is the supervisor's term, closed until this term's token is
+// published (in gate mode: until the promotion got past the barrier).
+func (f *Fence) gateTerm() gate.Term {
+	t := (*f.term.Load())()
+	if t.Open && (f.published.Load() != t.Token || t.Token <= f.cut.Load()) {
+		return gate.Term{Reason: fmt.Sprintf("the fencing token %d is not published yet", t.Token)}
+	}
+	return t
+}
+
+// Serve starts the gates and, in token mode, a reader that keeps the held
+// token fresh for status on a standby.
+func (f *Fence) Serve() {
+	ctx, cancel := context.WithCancel(context.Background())
+	f.stop = cancel
+	for _, g := range f.gates {
+		go func() {
+			if err := g.Serve(); err != nil {
+				f.log.Error("api gate stopped", "addr", g.Addr(), "err", err)
+			}
+		}()
+	}
+	if f.pub != nil {
+		go f.refreshHeld(ctx)
+	}
+}
+
+func (f *Fence) refreshHeld(ctx context.Context) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if tok, err := f.pub.Read(rctx); err == nil {
+			f.held.Store(tok)
+		}
+		cancel()
+		if sleep(ctx, 10*time.Second) != nil {
+			return
+		}
+	}
+}
+
+// Publish is called at promotion after the barrier, before the units
+// start. In token mode it writes and confirms the token (bounded by the
+// confirm timeout); in gate mode it only opens the gates for this term.
+func (f *Fence) Publish(ctx context.Context, token int64) error {
+	if token <= f.cut.Load() {
+		return fmt.Errorf("api fence: term %d was already cut", token)
+	}
+	if f.pub != nil {
+		if f.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, f.timeout)
+			defer cancel()
+		}
+		p, err := f.pub.Publish(ctx, token)
+		if err != nil {
+			return err
+		}
+		f.held.Store(token)
+		f.log.Info("fencing token published and confirmed on every apiserver", "token", token, "previous", p.Previous,
+			"apiservers", len(f.pub.Endpoints), "took", p.Took.Round(time.Millisecond))
+	}
+	f.published.Store(token)
+	if token <= f.cut.Load() { // a Cut ran while this Publish did
+		f.published.Store(0)
+		return fmt.Errorf("api fence: term %d was cut while publishing", token)
+	}
+	return nil
+}
+
+// Cut closes the gates for this term and ends every connection at once.
+// The term's token (the published one, or the supervisor's if a Publish is
+// still under way) can never open the gates again: a Publish that returns
+// after the Cut does not reopen them.
+func (f *Fence) Cut() {
+	cut := max(f.published.Load(), (*f.term.Load())().Token)
+	for {
+		old := f.cut.Load()
+		if cut <= old || f.cut.CompareAndSwap(old, cut) {
+			break
+		}
+	}
+	f.published.Store(0)
+	n := 0
+	for _, g := range f.gates {
+		n += g.Cut()
+	}
+	if n > 0 {
+		f.log.Warn("api gates cut", "connections", n)
+	}
+}
+
+// Close stops the gates.
+func (f *Fence) Close() {
+	f.closeOnce.Do(func() {
+		if f.stop != nil {
+			f.stop()
+		}
+		for _, g := range f.gates {
+			_ = g.Close()
+		}
+	})
+}
+
+// Status is what the supervisor's status shows.
+type Status struct {
+	Mode  string
+	Token int64             // held by the apiservers (token mode), as last written or read
+	Gates map[string]string // unit -> address
+}
+
+// Status reports the mode, the held token and the gates.
+func (f *Fence) Status() Status {
+	st := Status{Mode: f.mode, Token: f.held.Load(), Gates: map[string]string{}}
+	for _, g := range f.gates {
+		st.Gates[g.Unit()] = g.Addr()
+	}
+	return st
+}

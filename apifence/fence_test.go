@@ -1,0 +1,91 @@
+package apifence
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/internal/pki"
+)
+
+// TestFenceGateModeOpensOnlyAfterPublishAndCutCloses: in gate mode the
+// gates forward only once the term's token is published (the promotion is
+// past the barrier), and a Cut closes them until the next Publish, even
+// while the supervisor's term still says open.
+func TestFenceGateModeOpensOnlyAfterPublishAndCutCloses(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer up.Close()
+	dir := t.TempDir()
+	cluster, err := pki.NewCA(filepath.Join(dir, "cluster"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	f, err := New(Options{Mode: ModeGate, StateDir: state, ClientCAs: cluster.Pool(),
+		Upstreams: []*rest.Config{{Host: up.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}},
+		Gates:     []GateSpec{{Unit: "kube-scheduler.service", Addr: "127.0.0.1:0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.SetTerm(func() gate.Term { return gate.Term{Open: true, Token: 5} })
+	f.Serve()
+	local, err := localca.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cluster.KubeClient("system:kube-scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: local.Pool(), Certificates: []tls.Certificate{cert}}}}
+	url := "https://" + f.Status().Gates["kube-scheduler.service"] + "/api/v1/x"
+	status := func() int {
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(); got != http.StatusServiceUnavailable {
+		t.Errorf("before Publish: %d, want 503", got)
+	}
+	if err := f.Publish(context.Background(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != http.StatusOK {
+		t.Errorf("after Publish: %d, want 200", got)
+	}
+	f.Cut()
+	if got := status(); got != http.StatusServiceUnavailable {
+		t.Errorf("after Cut: %d, want 503", got)
+	}
+	// The same term cannot reopen the gates after its Cut (a promotion's
+	// Publish racing a fence).
+	if err := f.Publish(context.Background(), 5); err == nil {
+		t.Error("Publish of a cut term succeeded")
+	}
+	if got := status(); got != http.StatusServiceUnavailable {
+		t.Errorf("after Cut and a late Publish: %d, want 503", got)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("%d requests reached the apiserver, want 1", hits.Load())
+	}
+	if st := f.Status(); st.Mode != ModeGate {
+		t.Errorf("status %+v", st)
+	}
+}

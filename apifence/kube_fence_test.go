@@ -1,0 +1,72 @@
+//go:build kube
+
+package apifence_test
+
+import (
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence"
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+)
+
+// testFenceTokenMode: the composition the daemon runs (apifence.Fence in
+// token mode, as built from [api_fence]) against both apiservers. The gate
+// stays closed through an open term until Publish has written and
+// confirmed the term's token; the component's writes then pass; Cut closes
+// the gate at once, and the next term's Publish makes this term's token
+// stale at the resource.
+func testFenceTokenMode(t *testing.T, p *plane, sup []*rest.Config) {
+	state := filepath.Join(t.TempDir(), "state")
+	f, err := apifence.New(apifence.Options{Mode: apifence.ModeToken, Upstreams: sup, StateDir: state, ClientCAs: p.ca.Pool(),
+		Gates: []apifence.GateSpec{{Unit: "kube-scheduler.service", Addr: "127.0.0.1:0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var token atomic.Int64
+	token.Store(102)
+	f.SetTerm(func() gate.Term { return gate.Term{Open: true, Token: token.Load()} })
+	f.Serve()
+	local, err := localca.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := rest.CopyConfig(p.config(t, 0, "system:kube-scheduler"))
+	sched.Host = "https://" + f.Status().Gates["kube-scheduler.service"]
+	sched.TLSClientConfig.CAFile, sched.TLSClientConfig.CAData = "", local.PEM()
+
+	if err := writeEvent(t, sched, "fence-before-publish"); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("before Publish: %v, want 503 from the closed gate", err)
+	}
+	if err := f.Publish(t.Context(), 102); err != nil {
+		t.Fatalf("Publish(102): %v", err)
+	}
+	if st := f.Status(); st.Token != 102 || st.Mode != apifence.ModeToken {
+		t.Errorf("status %+v, want token 102 in token mode", st)
+	}
+	if err := writeEvent(t, sched, "fence-after-publish"); err != nil {
+		t.Errorf("after Publish: %v, want admitted", err)
+	}
+	f.Cut()
+	if err := writeEvent(t, sched, "fence-after-cut"); !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("after Cut: %v, want 503 from the gate", err)
+	}
+	// Another member's next term.
+	other := &apifence.Publisher{Endpoints: sup}
+	if _, err := other.Publish(t.Context(), 103); err != nil {
+		t.Fatal(err)
+	}
+	for i := range sup {
+		wantDenied(t, "token 102 after 103 was published", writeEvent(t, asScheduler(sup[i], "102"), "fence-stale"))
+	}
+	// This member, resumed, tries to publish its old term again: refused.
+	if err := f.Publish(t.Context(), 102); err == nil {
+		t.Error("an old term re-published its token over a newer one")
+	}
+}

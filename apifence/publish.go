@@ -1,0 +1,235 @@
+package apifence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
+)
+
+// ProbeUser is who the confirmation's dry-run writes are sent as: the
+// scheduler may create events (its RBAC role says so), so RBAC lets the
+// probe through to admission, where the policy decides.
+const ProbeUser = "system:kube-scheduler"
+
+// Publisher moves the token into the parameter and confirms that every
+// apiserver enforces it.
+type Publisher struct {
+	// Endpoints are the supervisor's credential, one config per apiserver
+	// (Host differs). The first that answers takes the write.
+	Endpoints []*rest.Config
+	// Poll is the pause between confirmation attempts; 50 ms if zero.
+	Poll time.Duration
+}
+
+// Published is what a successful Publish did.
+type Published struct {
+	Token    int64
+	Previous int64 // the token the parameter held before
+	Took     time.Duration
+}
+
+// ErrNewerToken means the parameter already holds a later term's token:
+// this node's term is over, whatever its lease says.
+var ErrNewerToken = errors.New("the parameter holds a newer fencing token")
+
+// Publish writes token to the parameter (guarded by resourceVersion;
+// refusing to replace a newer token), then waits until, on every endpoint,
+// a dry-run write carrying token is admitted and one carrying the previous
+// token is refused by the policy. ctx bounds the whole.
+func (p *Publisher) Publish(ctx context.Context, token int64) (Published, error) {
+	start := time.Now()
+	if len(p.Endpoints) == 0 {
+		return Published{}, errors.New("api fence: no apiserver endpoints")
+	}
+	prev, err := p.write(ctx, token)
+	if err != nil {
+		return Published{}, err
+	}
+	stale := prev
+	if stale == token {
+		stale = 0 // re-publishing our own term: any other value must be refused
+	}
+	for _, ep := range p.Endpoints {
+		if err := p.confirm(ctx, ep, token, stale); err != nil {
+			return Published{}, fmt.Errorf("api fence: confirm on %s: %w", ep.Host, err)
+		}
+	}
+	return Published{Token: token, Previous: prev, Took: time.Since(start)}, nil
+}
+
+// write returns the token the parameter held before.
+func (p *Publisher) write(ctx context.Context, token int64) (int64, error) {
+	var last error
+	for ctx.Err() == nil {
+		for _, ep := range p.Endpoints {
+			prev, err := writeOn(ctx, ep, token)
+			if err == nil || errors.Is(err, ErrNewerToken) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				return prev, err
+			}
+			last = err // unreachable, conflict: next endpoint, then again
+		}
+		if sleep(ctx, p.poll()) != nil {
+			break
+		}
+	}
+	return 0, fmt.Errorf("api fence: write token %d: %w", token, errors.Join(ctx.Err(), last))
+}
+
+// paramPath is the parameter ConfigMap's REST path.
+const paramPath = "/api/v1/namespaces/" + Namespace + "/configmaps/" + ParamName
+
+func getParam(ctx context.Context, api *kubeapi.Client) (*kubeapi.ConfigMap, error) {
+	cm := &kubeapi.ConfigMap{}
+	return cm, api.Do(ctx, "GET", paramPath, nil, nil, cm)
+}
+
+func writeOn(ctx context.Context, ep *rest.Config, token int64) (int64, error) {
+	api, err := kubeapi.New(ep)
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cm, err := getParam(rctx, api)
+	if apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("api fence: parameter %s/%s is missing (install `kha-supervisor api-fence manifests`): %w", Namespace, ParamName, err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	prev, err := HeldToken(cm)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case prev > token:
+		return prev, fmt.Errorf("api fence: %w (%d > ours %d); not starting units", ErrNewerToken, prev, token)
+	case prev == token:
+		return prev, nil
+	}
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data["token"] = strconv.FormatInt(token, 10)
+	cm.APIVersion, cm.Kind = "v1", "ConfigMap"
+	// Update carries the Get's resourceVersion: a concurrent writer makes
+	// this a conflict, and the loop reads again.
+	if err := api.Do(rctx, "PUT", paramPath, nil, cm, nil); err != nil {
+		return prev, err
+	}
+	return prev, nil
+}
+
+// HeldToken parses the parameter's data.token; missing is 0.
+func HeldToken(cm *kubeapi.ConfigMap) (int64, error) {
+	s, ok := cm.Data["token"]
+	if !ok || s == "" {
+		return 0, nil
+	}
+	t, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("api fence: parameter %s/%s data.token %q is not a number", Namespace, ParamName, s)
+	}
+	return t, nil
+}
+
+// Read returns the token the parameter holds, from the first endpoint that
+// answers.
+func (p *Publisher) Read(ctx context.Context) (int64, error) {
+	var errs []error
+	for _, ep := range p.Endpoints {
+		api, err := kubeapi.New(ep)
+		if err != nil {
+			return 0, err
+		}
+		cm, err := getParam(ctx, api)
+		if err == nil {
+			return HeldToken(cm)
+		}
+		errs = append(errs, err)
+	}
+	return 0, errors.Join(errs...)
+}
+
+// confirm polls one apiserver until its admission (which reads the
+// parameter from an informer cache) admits the new token and refuses the
+// stale one.
+func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale int64) error {
+	var last string
+	for {
+		okNew, newErr := probe(ctx, ep, token)
+		okOld, oldErr := probe(ctx, ep, stale)
+		if okNew && !okOld && IsPolicyDenial(oldErr) {
+			return nil
+		}
+		last = fmt.Sprintf("token %d: %s; token %d: %s", token, answer(okNew, newErr), stale, answer(okOld, oldErr))
+		if err := sleep(ctx, p.poll()); err != nil {
+			return fmt.Errorf("%w (last: %s)", err, last)
+		}
+	}
+}
+
+func answer(ok bool, err error) string {
+	if ok {
+		return "admitted"
+	}
+	return err.Error()
+}
+
+// probe sends a dry-run event create as ProbeUser with the token extra and
+// reports whether it was admitted.
+func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
+	c := rest.CopyConfig(ep)
+	c.Impersonate = rest.ImpersonationConfig{UserName: ProbeUser, Extra: map[string][]string{gate.TokenExtra: {strconv.FormatInt(token, 10)}}}
+	api, err := kubeapi.New(c)
+	if err != nil {
+		return false, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	now := metav1.NewTime(time.Now())
+	ev := &kubeapi.Event{
+		TypeMeta:       metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "kha-fence-probe-", Namespace: Namespace},
+		InvolvedObject: kubeapi.ObjectReference{Kind: "ConfigMap", Namespace: Namespace, Name: ParamName, APIVersion: "v1"},
+		Reason:         "FencingTokenProbe", Message: "dry run: kha-supervisor confirms the fencing token", Type: "Normal",
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	ev.Source.Component = "kha-supervisor"
+	err = api.Do(rctx, "POST", "/api/v1/namespaces/"+Namespace+"/events", url.Values{"dryRun": {metav1.DryRunAll}}, ev, nil)
+	return err == nil, err
+}
+
+// IsPolicyDenial reports whether err is the token policy's refusal.
+func IsPolicyDenial(err error) bool {
+	return err != nil && apierrors.IsInvalid(err) && strings.Contains(err.Error(), PolicyName)
+}
+
+func (p *Publisher) poll() time.Duration {
+	if p.Poll > 0 {
+		return p.Poll
+	}
+	return 50 * time.Millisecond
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence"
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+func init() { register(apiFenceCommand) }
+
+func apiFenceCommand(e env) *cobra.Command {
+	c := &cobra.Command{
+		Use:     "api-fence",
+		GroupID: groupNode,
+		Short:   "the fence at the API server: api-fence manifests|status",
+		Long: `The fence at the API server (api_fence.mode): the admission policy that refuses the managed components' writes without the current fencing token, and the token the API servers hold.
+See docs/operations.md, "Fencing at the API server".`,
+		RunE: func(c *cobra.Command, args []string) error {
+			_ = c.Help()
+			return exit(exitConfig)
+		},
+	}
+	c.AddCommand(apiFenceManifestsCommand(e), apiFenceStatusCommand(e))
+	return c
+}
+
+func apiFenceManifestsCommand(e env) *cobra.Command {
+	var users []string
+	var token int64
+	var rbacOnly bool
+	c := &cobra.Command{
+		Use:   "manifests",
+		Short: "print the ValidatingAdmissionPolicy, its binding, the parameter, the guard and the RBAC to kubectl apply",
+		Long:  `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).`,
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return exit(apiFenceManifests(e, users, token, rbacOnly))
+		},
+	}
+	fs := c.Flags()
+	fs.StringArrayVar(&users, "supervisor-user", nil, "`user` of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
+	fs.Int64Var(&token, "token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so that its units keep writing; none by default")
+	fs.BoolVar(&rbacOnly, "rbac-only", false, "print only the supervisors' RBAC (what api_fence.mode = gate needs)")
+	return c
+}
+
+// apiFenceManifests prints the objects to kubectl apply.
+func apiFenceManifests(e env, users []string, token int64, rbacOnly bool) int {
+	for _, u := range users {
+		if strings.TrimSpace(u) == "" {
+			return fail(e, exitConfig, "api-fence manifests: --supervisor-user must not be empty")
+		}
+	}
+	if token < 0 {
+		return fail(e, exitConfig, "api-fence manifests: --token must not be negative")
+	}
+	m := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users, Token: token})
+	objects := m.Objects()
+	if rbacOnly {
+		objects = m.RBAC()
+	}
+	y, err := apifence.Render(objects)
+	if err != nil {
+		return fail(e, exitFailure, "%v", err)
+	}
+	_, _ = e.stdout.Write(y)
+	return exitOK
+}
+
+func apiFenceStatusCommand(e env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "print the mode and the fencing token each API server's parameter holds",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return exit(apiFenceStatus(e, configPath(c)))
+		},
+	}
+}
+
+// apiFenceStatus prints the token each apiserver's parameter holds.
+func apiFenceStatus(e env, configFile string) int {
+	cfg, err := config.Load(configFile)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitConfig
+	}
+	fmt.Fprintf(e.stdout, "api_fence.mode = %s\n", cfg.APIFence.Mode)
+	if !cfg.APIFence.Enabled() {
+		return exitOK
+	}
+	ups, err := upstreams(cfg.APIFence)
+	if err != nil {
+		return fail(e, exitConfig, "%v", err)
+	}
+	code := exitOK
+	for _, u := range ups {
+		tok, err := (&apifence.Publisher{Endpoints: []*rest.Config{u}}).Read(e.ctx)
+		if err != nil {
+			fmt.Fprintf(e.stdout, "%s: cannot read %s/%s: %v\n", u.Host, apifence.Namespace, apifence.ParamName, err)
+			code = exitFailure
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%s: token %d\n", u.Host, tok)
+	}
+	return code
+}
+
+// apiFence adapts apifence.Fence to the supervisor's APIFence and status.
+type apiFence struct{ *apifence.Fence }
+
+func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
+	st := f.Status()
+	return supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates}
+}
+
+// upstreams is the supervisor's credential, one config per apiserver.
+func upstreams(a config.APIFence) ([]*rest.Config, error) {
+	base, err := clientcmd.BuildConfigFromFlags("", a.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("api_fence.kubeconfig %s: %w", a.Kubeconfig, err)
+	}
+	if base.Impersonate.UserName != "" {
+		return nil, fmt.Errorf("api_fence.kubeconfig %s: must not impersonate (it names %q)", a.Kubeconfig, base.Impersonate.UserName)
+	}
+	if len(a.APIServers) == 0 {
+		return []*rest.Config{base}, nil
+	}
+	var ups []*rest.Config
+	for _, h := range a.APIServers {
+		c := rest.CopyConfig(base)
+		c.Host = h
+		ups = append(ups, c)
+	}
+	return ups, nil
+}
+
+// newAPIFence builds the fence the configuration asks for; nil when off.
+func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
+	a := cfg.APIFence
+	if !a.Enabled() {
+		return nil, nil
+	}
+	ups, err := upstreams(a)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(a.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("api_fence.client_ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("api_fence.client_ca %s: no PEM certificate", a.ClientCA)
+	}
+	list, err := a.GateList()
+	if err != nil {
+		return nil, fmt.Errorf("api_fence.gates: %w", err)
+	}
+	var specs []apifence.GateSpec
+	for _, g := range list {
+		specs = append(specs, apifence.GateSpec{Unit: g.Unit, Addr: g.Addr})
+	}
+	f, err := apifence.New(apifence.Options{Mode: a.Mode, Upstreams: ups, Gates: specs, StateDir: a.StateDir,
+		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout.D(), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	return &apiFence{f}, nil
+}
+
+// iface is the supervisor's APIFence: a nil *apiFence must become a nil
+// interface, or the supervisor would call through it.
+func (f *apiFence) iface() supervisor.APIFence {
+	if f == nil {
+		return nil
+	}
+	return f
+}
+
+// start points the gates at the supervisor's term and serves them.
+func (f *apiFence) start(sup *supervisor.Supervisor) {
+	if f == nil {
+		return
+	}
+	f.SetTerm(func() gate.Term { return termOf(sup.Status()) })
+	f.Serve()
+}
+
+func (f *apiFence) close() {
+	if f != nil {
+		f.Close()
+	}
+}
+
+// termOf is the gates' question to the supervisor: this node holds the
+// lease, is past the barrier (units allowed), and its fence deadline has
+// not passed. The Fence adds "and this term's token is published".
+func termOf(st supervisor.Status) gate.Term {
+	switch {
+	case st.State != supervisor.Active && st.State != supervisor.Promoting:
+		return gate.Term{Reason: fmt.Sprintf("this node is %s; leader is %s (token %d)", st.State, orNone(st.Leader), st.LeaderToken)}
+	case !st.UnitsAllowed || st.Token == 0:
+		return gate.Term{Reason: fmt.Sprintf("this node is %s and units may not run now", st.State)}
+	case st.FenceIn <= 0:
+		return gate.Term{Reason: "the fence deadline has passed"}
+	}
+	return gate.Term{Open: true, Token: st.Token}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
