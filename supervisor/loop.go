@@ -104,6 +104,7 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		res := r.val.(acquireResult)
 		if !res.won {
 			s.leader = res.leader
+			s.notePrevHolder(res.leader)
 			return nil, false
 		}
 		s.elecLease, s.token = res.lease, res.token
@@ -117,8 +118,9 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 			s.demote(bg, "shutdown", "shutdown requested", 0)
 			return nil, false
 		}
+		s.startsAllowed.Store(false)
 		s.gate.open()
-		s.start(bg, "promote", s.promoteJob(s.token))
+		s.start(bg, "promote", s.promoteJob(s.token, s.barrierHolder()))
 	case "promote":
 		switch {
 		case s.state != Promoting:

@@ -18,6 +18,8 @@ func (s *Supervisor) onLeader(o leaderObs) {
 		return // read before we won: stale
 	}
 	s.leader = o.info
+	s.notePrevHolder(o.info)
+	s.checkOwnRecord(o)
 	if o.ctlErr != nil {
 		// An operator's request we cannot read (a freeze, a ban) must not
 		// be ignored: campaign no more until it is readable.
@@ -37,10 +39,11 @@ func (s *Supervisor) onLeader(o leaderObs) {
 }
 
 type leaderObs struct {
-	info   LeaderInfo
-	ctl    Control
-	ctlErr error
-	err    error
+	info    LeaderInfo
+	ctl     Control
+	ctlErr  error
+	err     error
+	members map[string]Record // every member record at info.Revision
 }
 
 // observeLeader reads the election key and the operator's control records
@@ -91,6 +94,7 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.keys.Leader()),
 		clientv3.OpGet(s.keys.Control(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.Members(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return leaderObs{err: fmt.Errorf("read election key and control records: %w", err)}
@@ -104,5 +108,6 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 		kvs = append(kvs, &mvccKV{Key: kv.Key, Value: kv.Value})
 	}
 	ctl, cerr := parseControl(s.keys, kvs)
-	return leaderObs{info: li, ctl: ctl, ctlErr: cerr}
+	members, _ := decodeMembers(s.keys, resp.Responses[2].GetResponseRange().Kvs)
+	return leaderObs{info: li, ctl: ctl, ctlErr: cerr, members: members}
 }

@@ -39,6 +39,9 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
 		if err == nil && resp.Succeeded {
+			s.pubMu.Lock()
+			s.wrote(resp.Header.Revision, false)
+			s.pubMu.Unlock()
 			g.crashed = crashed
 			return g, nil
 		}

@@ -18,7 +18,7 @@ type Status struct {
 	Leader        string              `json:"leader,omitempty"`
 	LeaderToken   int64               `json:"leader_token,omitempty"`
 	Token         int64               `json:"token,omitempty"` // ours, while holding the key
-	UnitsAllowed  bool                `json:"units_allowed"`   // past the barrier with a verified lease
+	UnitsAllowed  bool                `json:"units_allowed"`   // the promotion would start the units now: past the barrier and takeover_delay, record says running
 	LeaseLeft     time.Duration       `json:"lease_left_ns"`   // guaranteed lease time left on our clock
 	FenceIn       time.Duration       `json:"fence_in_ns"`     // time until fence_at
 	StopMax       time.Duration       `json:"stop_max_ns"`
@@ -44,7 +44,10 @@ func (s *Supervisor) Status() Status {
 		st.FenceIn = st.fenceAt.Sub(now)
 		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Margin()).Sub(now)
 	}
-	if st.State == Fencing {
+	// The guard may let a unit start only once the promotion itself would
+	// start them: record says units may run, barrier and takeover delay
+	// passed (startsAllowed), and never while fencing.
+	if st.State == Fencing || !s.startsAllowed.Load() {
 		st.UnitsAllowed = false
 	}
 	return st

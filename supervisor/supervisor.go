@@ -116,6 +116,17 @@ type Supervisor struct {
 	reason      string
 	since       time.Time
 	unitsMayRun atomic.Bool // true from before the first start until every unit is confirmed stopped
+	// startsAllowed: this leadership's promotion has passed its barrier and
+	// takeover delay and published units_running; the guard answers yes
+	// only then (and only while the gate is open).
+	startsAllowed atomic.Bool
+	prevHolder    holderMark // the last other holder of the election key seen (loop-owned)
+	firstLook     time.Time  // when the election key was first read (loop-owned)
+	// recordRev is the ModRevision of our last successful record write (0:
+	// none, or the record must be created); holdRev is that of the first
+	// write that said units_running while it still says so. Set under pubMu.
+	recordRev atomic.Int64
+	holdRev   atomic.Int64
 
 	pubMu          sync.Mutex // serialises record writes, see writeRecord
 	pub            chan struct{}

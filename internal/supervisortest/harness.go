@@ -121,7 +121,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	for _, ep := range eps {
 		renew = append(renew, dial(ep))
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: logLevel()}))
 	opts := supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
 		RenewObserver: func(_ string, _ time.Duration, err error) {
 			if err != nil {
@@ -357,4 +357,12 @@ func StaysLeader(t *testing.T, leader, standby *Member, d time.Duration, why str
 			check()
 		}
 	}
+}
+
+// logLevel is info, or debug when KHA_TEST_LOG=debug.
+func logLevel() slog.Level {
+	if os.Getenv("KHA_TEST_LOG") == "debug" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }
