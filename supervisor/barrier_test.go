@@ -75,3 +75,21 @@ func barrierCase(t *testing.T, remove func(*world, *member)) {
 	}
 	assertNoOverlap(t, a, b)
 }
+
+// A standby whose record was deleted writes it again (the old code's
+// LeaseValue guard failed forever, and its next promotion with it).
+func TestStandbyRewritesItsVanishedRecord(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	_, others := leaderOf(t, a, b)
+	standby := others[0]
+	key := standby.Sup.Keys().Member(standby.Name)
+	ctx := context.Background()
+	if _, err := w.Admin.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the standby's record to be written again", 10*time.Second, func() bool {
+		resp, err := w.Admin.Get(ctx, key)
+		return err == nil && len(resp.Kvs) == 1
+	})
+}

@@ -80,6 +80,9 @@ type World struct {
 	// Options, when set, adjusts each member's supervisor options before
 	// it starts (for example a Notify that misbehaves).
 	Options func(name string, o *supervisor.Options)
+	// ProxyDelay, when set, slows every member started from then on: each
+	// chunk through its proxies arrives this much later, both ways.
+	ProxyDelay time.Duration
 }
 
 func NewWorld(t *testing.T, members int) *World {
@@ -101,6 +104,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
+		p.SetDelay(w.ProxyDelay)
 		m.Proxies = append(m.Proxies, p)
 		eps = append(eps, "http://"+p.Addr())
 	}
