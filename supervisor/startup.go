@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
 // startupJob reconciles (stops whatever managed unit runs: this process
@@ -24,13 +25,14 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 		}
 	}
 	s.unitsMayRun.Store(false)
-	crashed := false
+	prev := s.loadPredecessor()
+	crashed, warned := false, false
 	for {
 		g, err := s.grant(ctx)
 		if err != nil {
 			return nil, err
 		}
-		rec, _ := json.Marshal(s.record())
+		rec := marshalRecord(s.record())
 		key := s.keys.Member(s.cfg.Node)
 		rctx, cancel := s.reqCtx(ctx)
 		resp, err := s.cli.Txn(rctx).
@@ -39,11 +41,16 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
 		if err == nil && resp.Succeeded {
-			s.pubMu.Lock()
-			s.wrote(resp.Header.Revision, false)
-			s.pubMu.Unlock()
-			g.crashed = crashed
-			return g, nil
+			return s.registered(g, resp.Header.Revision, crashed, prev), nil
+		}
+		if err == nil {
+			// Our previous incarnation's record, on the lease it saved?
+			rev, ok, rerr := s.replacePredecessorRecord(ctx, prev, g.lease, rec)
+			if rerr == nil && ok {
+				s.log.Info("replaced the record our previous incarnation left; giving back its leases", "incarnation", prev.Incarnation)
+				return s.registered(g, rev, true, prev), nil
+			}
+			err = rerr
 		}
 		s.revoke(g.lease)
 		if err != nil {
@@ -52,17 +59,40 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 		// A record under our name is alive: an earlier incarnation of this
 		// process (killed, its lease not yet expired) or, if it never goes
 		// away, another machine configured with the same node name.
-		var other Record
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			_ = json.Unmarshal(kvs[0].Value, &other)
-		}
 		crashed = true
-		s.log.Warn("a live member record already uses this node name; waiting for it to expire",
-			"incarnation", other.Incarnation, "state", other.State, "hint", "if this persists, two machines share the node name")
+		if !warned {
+			s.warnNameInUse(resp)
+			warned = true
+		}
 		if err := sleep(ctx, s.cfg.Units.PollInterval.D()); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// registered finishes a registration at rev: our predecessor's leases go
+// back (our units are confirmed stopped), and the run state is ours.
+func (s *Supervisor) registered(g grantResult, rev int64, crashed bool, prev predecessor) grantResult {
+	s.pubMu.Lock()
+	s.wrote(rev, false)
+	s.pubMu.Unlock()
+	s.givePredecessorLeasesBack(prev)
+	s.saveRunState(func(st *runstate.State) {
+		*st = runstate.State{MemberLease: int64(g.lease)}
+	})
+	g.crashed = crashed
+	return g
+}
+
+// warnNameInUse says once (not every poll) that another record holds our
+// name, and what it says.
+func (s *Supervisor) warnNameInUse(resp *clientv3.TxnResponse) {
+	var other Record
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		_ = json.Unmarshal(kvs[0].Value, &other)
+	}
+	s.log.Warn("a live member record already uses this node name; waiting for it to expire",
+		"incarnation", other.Incarnation, "state", other.State, "hint", "if this persists, two machines share the node name")
 }
 
 // leaveJob ends the membership: the record goes with its lease.

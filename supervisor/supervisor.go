@@ -19,6 +19,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
 // Options are a Supervisor's collaborators, injected so tests can run two
@@ -51,6 +52,10 @@ type Options struct {
 	// RenewObserver is told of every renewal attempt (metrics). May be nil;
 	// called from the renewal goroutine.
 	RenewObserver func(lease string, took time.Duration, err error)
+	// RunStateDir is where this process leaves what a restarted successor
+	// needs to give back its leases at once (runstate.DefaultDir in the
+	// daemon). Empty: nothing is kept, and a successor waits them out.
+	RunStateDir string
 }
 
 // Transition is one change of state, with its reason.
@@ -148,6 +153,10 @@ type Supervisor struct {
 
 	gate gate
 
+	runStore *runstate.Store // nil without Options.RunStateDir
+	rsMu     sync.Mutex      // guards rs and the file
+	rs       runstate.State
+
 	mu   sync.Mutex // guards snap
 	snap Status
 }
@@ -188,6 +197,9 @@ func New(o Options) (*Supervisor, error) {
 		history:   make(chan Event, 64),
 		notes:     make(chan string, 32),
 		since:     time.Now(),
+	}
+	if o.RunStateDir != "" {
+		s.runStore = &runstate.Store{Dir: o.RunStateDir}
 	}
 	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: Starting, StopMax: s.timeout.StopMax()}
 	return s, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/hooks"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
 func init() {
@@ -113,7 +114,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	hookCfg := cfg.Hooks
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
-		RenewClients: renew,
+		RenewClients: renew, RunStateDir: runstate.DefaultDir,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
 			var argv []string
 			switch name {

@@ -71,6 +71,19 @@ func (m *Member) Cut(v bool) {
 	}
 }
 
+// Kill ends m as kill -9 would, as far as etcd and the units can tell: its
+// traffic is cut off for good (nothing it sends arrives, so nothing is
+// released), then its Run is stopped; the stop brings its in-memory units
+// down at once, as BindsTo= does for the real ones. Its run state stays.
+func (m *Member) Kill() {
+	m.Cut(true)
+	m.Cancel()
+}
+
+// StateDir is the run-state directory of the node name: a member started
+// again under the same name finds what its predecessor left.
+func (w *World) StateDir(name string) string { return filepath.Join(w.stateDir, name) }
+
 func (m *Member) State() supervisor.State { return m.Sup.Status().State }
 
 type World struct {
@@ -83,11 +96,13 @@ type World struct {
 	// ProxyDelay, when set, slows every member started from then on: each
 	// chunk through its proxies arrives this much later, both ways.
 	ProxyDelay time.Duration
+
+	stateDir string // one run-state directory per node name, kept across restarts
 }
 
 func NewWorld(t *testing.T, members int) *World {
 	c := etcdtest.NewCluster(t, etcdtest.Options{Members: members})
-	return &World{t: t, Cluster: c, Admin: c.Client(t)}
+	return &World{t: t, Cluster: c, Admin: c.Client(t), stateDir: t.TempDir()}
 }
 
 func (w *World) Start(name string, tweak func(*config.Config)) *Member {
@@ -127,6 +142,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: logLevel()}))
 	opts := supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
+		RunStateDir: w.StateDir(name),
 		RenewObserver: func(_ string, _ time.Duration, err error) {
 			if err != nil {
 				m.RenewFailures.Add(1)
