@@ -20,6 +20,7 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	s.leader = o.info
 	s.notePrevHolder(o.info)
 	s.checkOwnRecord(o)
+	s.members = o.members
 	if o.ctlErr != nil {
 		// An operator's request we cannot read (a freeze, a ban) must not
 		// be ignored: campaign no more until it is readable.

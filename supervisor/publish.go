@@ -35,6 +35,12 @@ func (s *Supervisor) record() Record {
 // that landed after all) is re-read and the current view written over it.
 // A record that vanished is created again, on our member lease.
 func (s *Supervisor) writeRecord(ctx context.Context, released bool) error {
+	return s.putRecord(ctx, func(r *Record) { r.Released = released })
+}
+
+// putRecord writes our record as built now, adjusted by edit (see
+// writeRecord).
+func (s *Supervisor) putRecord(ctx context.Context, edit func(*Record)) error {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
 	lease := clientv3.LeaseID(s.memberLeaseID.Load())
@@ -44,7 +50,7 @@ func (s *Supervisor) writeRecord(ctx context.Context, released bool) error {
 	key := s.keys.Member(s.cfg.Node)
 	for range 3 {
 		r := s.record()
-		r.Released = released
+		edit(&r)
 		b, _ := json.Marshal(r)
 		rctx, cancel := s.reqCtx(ctx)
 		resp, err := s.cli.Txn(rctx).

@@ -95,10 +95,21 @@ func (s *Supervisor) warnNameInUse(resp *clientv3.TxnResponse) {
 		"incarnation", other.Incarnation, "state", other.State, "hint", "if this persists, two machines share the node name")
 }
 
-// leaveJob ends the membership: the record goes with its lease.
+// leaveJob ends the membership. The record is not deleted: it says this
+// member stopped with its units down and lapses with its lease, so that a
+// peer's barrier can read that rather than find no trace at all (which it
+// must wait out); a successor on this machine replaces it at once (see
+// replacePredecessorRecord).
 func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) (any, error) {
 	return func(ctx context.Context) (any, error) {
-		if lease != 0 {
+		if lease == 0 {
+			return nil, nil
+		}
+		err := s.putRecord(ctx, func(r *Record) {
+			r.State, r.UnitsRunning, r.Released, r.Reason = Stopped, false, true, "left the group"
+		})
+		if err != nil {
+			s.log.Warn("could not publish that we left; revoking our record", "err", err)
 			s.revoke(lease)
 		}
 		return nil, nil

@@ -27,6 +27,10 @@ type Status struct {
 	LastTick      time.Time           `json:"last_tick"`
 	Frozen        bool                `json:"frozen,omitempty"`
 	Banned        bool                `json:"banned,omitempty"`
+	// CooldownOverride: in cooldown, but campaigning because no other
+	// member is eligible. Eligible: who could campaign now, as we see it.
+	CooldownOverride bool     `json:"cooldown_override,omitempty"`
+	Eligible         []string `json:"eligible,omitempty"`
 
 	fenceAt time.Time
 }
@@ -72,4 +76,6 @@ func (s *Supervisor) updateSnapshot() {
 	s.snap.CooldownUntil = s.cooldown
 	s.snap.LastTick = time.Now()
 	s.snap.Frozen, s.snap.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
+	s.snap.CooldownOverride = s.overriding && time.Now().Before(s.cooldown)
+	s.snap.Eligible = s.eligible(time.Now())
 }

@@ -125,8 +125,11 @@ type Supervisor struct {
 	// takeover delay and published units_running; the guard answers yes
 	// only then (and only while the gate is open).
 	startsAllowed atomic.Bool
-	prevHolder    holderMark // the last other holder of the election key seen (loop-owned)
-	firstLook     time.Time  // when the election key was first read (loop-owned)
+	prevHolder    holderMark        // the last other holder of the election key seen (loop-owned)
+	firstLook     time.Time         // when the election key was first read (loop-owned)
+	members       map[string]Record // every record as last read (loop-owned)
+	overriding    bool              // the last campaign decision overrode our cooldown
+	overrideNoted time.Time         // the cooldown whose override was reported
 	// recordRev is the ModRevision of our last successful record write (0:
 	// none, or the record must be created); holdRev is that of the first
 	// write that said units_running while it still says so. Set under pubMu.
