@@ -1,8 +1,12 @@
 package supervisor
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // notePrevHolder remembers the last other holder of the election key seen,
@@ -47,4 +51,50 @@ func (s *Supervisor) barrierHolder() holderMark {
 		return s.prevHolder
 	}
 	return holderMark{Unknown: true, Seen: s.firstLook}
+}
+
+// noteControl adopts the operator's requests as read, and reports
+// unreadable ones as an ERROR once per change (they are ignored).
+func (s *Supervisor) noteControl(c Control) {
+	s.ctl = c
+	if p := strings.Join(c.Unreadable, "; "); p != s.ctlProblems {
+		s.ctlProblems = p
+		if p != "" {
+			s.log.Error("unreadable control records are ignored", "records", c.Unreadable)
+		}
+	}
+}
+
+// noteLeaselessKey reports an election key that is on no lease: no member
+// ever writes one (someone put it by hand), and it would never expire, so
+// every member would wait for it forever. Standbys delete it (see step).
+func (s *Supervisor) noteLeaselessKey(li LeaderInfo) {
+	p := ""
+	if li.Present() && li.Lease == 0 {
+		p = fmt.Sprintf("election key %s (value %q, token %d) is on no lease, so it never expires; deleting it (by hand: etcdctl del %s)",
+			s.keys.Leader(), li.Node, li.Token, s.keys.Leader())
+	}
+	if p != s.keyProblem && p != "" {
+		s.log.Error("election key put without a lease", "problem", p)
+	}
+	s.keyProblem = p
+}
+
+// clearLeaselessKey deletes the election key read as li if it is still that
+// key and still on no lease. The next promotion's barrier then waits for
+// whoever li names exactly as for any previous holder whose lease is gone.
+func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		key := s.keys.Leader()
+		rctx, cancel := s.reqCtx(ctx)
+		defer cancel()
+		_, err := s.cli.Txn(rctx).If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", li.Token),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", 0),
+		).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("delete %s: %w", key, err)
+		}
+		return nil, nil
+	}
 }

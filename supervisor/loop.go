@@ -35,6 +35,8 @@ func (s *Supervisor) step(bg context.Context) {
 			s.start(bg, "enforce", func(ctx context.Context) (any, error) {
 				return nil, fencing.StopAll(ctx, s.units, running, s.timeout)
 			})
+		case s.leader.Present() && s.leader.Lease == 0:
+			s.start(bg, "clear_key", s.clearLeaselessKey(s.leader))
 		case !s.leader.Present() && s.mayCampaign(now):
 			s.start(bg, "acquire", s.acquireJob)
 		}
@@ -142,6 +144,10 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 			s.assessUnits(bg, r.units)
 		} else if r.err != nil && s.state == Active {
 			s.failed(time.Now(), r.err.Error())
+		}
+	case "clear_key":
+		if r.err != nil {
+			s.log.Error("could not delete the election key put without a lease", "err", r.err)
 		}
 	case "enforce":
 		if r.err != nil {

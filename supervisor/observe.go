@@ -21,14 +21,13 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	s.notePrevHolder(o.info)
 	s.checkOwnRecord(o)
 	s.members = o.members
-	if o.ctlErr != nil {
-		// An operator's request we cannot read (a freeze, a ban) must not
-		// be ignored: campaign no more until it is readable.
-		s.log.Error("control records unreadable; not campaigning until they are", "err", o.ctlErr)
-	}
-	s.ctl, s.ctlErr = o.ctl, o.ctlErr
+	s.noteControl(o.ctl)
 	if d := o.ctl.Drill; d != nil && d.Token == s.token && s.token != 0 && s.state == Active && o.ctl.Freeze == nil {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
+	}
+	s.noteLeaselessKey(o.info)
+	if s.state.Holding() && o.info.Token == s.token && o.info.Lease != s.elecLease && s.state != Demoting {
+		s.fenceNow, s.fenceKind = fmt.Sprintf("election key (token %d) is no longer on our lease %x but on %x: it was rewritten by hand", s.token, s.elecLease, o.info.Lease), "key_lost"
 	}
 	if (s.state == Promoting || s.state == Active) && o.info.Token != s.token {
 		if o.info.Present() {
@@ -42,7 +41,6 @@ func (s *Supervisor) onLeader(o leaderObs) {
 type leaderObs struct {
 	info    LeaderInfo
 	ctl     Control
-	ctlErr  error
 	err     error
 	members map[string]Record // every member record at info.Revision
 }
@@ -108,7 +106,6 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		kvs = append(kvs, &mvccKV{Key: kv.Key, Value: kv.Value})
 	}
-	ctl, cerr := parseControl(s.keys, kvs)
 	members, _ := decodeMembers(s.keys, resp.Responses[2].GetResponseRange().Kvs)
-	return leaderObs{info: li, ctl: ctl, ctlErr: cerr, members: members}
+	return leaderObs{info: li, ctl: parseControl(s.keys, kvs), members: members}
 }

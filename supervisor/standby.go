@@ -10,9 +10,6 @@ import (
 // (see decideCampaign). A campaign that overrides our cooldown says so
 // once per cooldown: a warning, a history event and a mark in status.
 func (s *Supervisor) mayCampaign(now time.Time) bool {
-	if s.ctlErr != nil {
-		return false
-	}
 	d := decideCampaign(now, s.campaignView())
 	s.overriding = d.Allowed && d.Override
 	if s.overriding && !s.overrideNoted.Equal(s.cooldown) {

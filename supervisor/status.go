@@ -31,6 +31,9 @@ type Status struct {
 	// member is eligible. Eligible: who could campaign now, as we see it.
 	CooldownOverride bool     `json:"cooldown_override,omitempty"`
 	Eligible         []string `json:"eligible,omitempty"`
+	// Problems the group has that an operator must clear: unreadable
+	// control records (ignored), an election key on no lease (deleted).
+	Problems []string `json:"problems,omitempty"`
 
 	fenceAt time.Time
 }
@@ -78,4 +81,8 @@ func (s *Supervisor) updateSnapshot() {
 	s.snap.Frozen, s.snap.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
 	s.snap.CooldownOverride = s.overriding && time.Now().Before(s.cooldown)
 	s.snap.Eligible = s.eligible(time.Now())
+	s.snap.Problems = append([]string(nil), s.ctl.Unreadable...)
+	if s.keyProblem != "" {
+		s.snap.Problems = append(s.snap.Problems, s.keyProblem)
+	}
 }

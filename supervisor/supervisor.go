@@ -142,7 +142,8 @@ type Supervisor struct {
 	ctl            Control              // operator requests, as last read
 	publishedUnits string               // unit states in the last published record
 	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
-	ctlErr         error
+	ctlProblems    string               // the unreadable control records last reported
+	keyProblem     string               // the election key's problem, if any (loop-owned)
 	history        chan Event
 	notes          chan string // sd_notify messages for the notifier goroutine
 	prevState      State
