@@ -99,3 +99,16 @@ func marshalRecord(r Record) []byte {
 	b, _ := json.Marshal(r)
 	return b
 }
+
+// publishPredecessorFence puts the fence our predecessor noted (it may not
+// have reached etcd) into the history, at its original time. The key is the
+// one the fencing process itself would have used (same time, same node), so
+// a fence it did manage to record is overwritten, not doubled.
+func (s *Supervisor) publishPredecessorFence(p predecessor) {
+	if !p.ok || p.Fenced == nil {
+		return
+	}
+	f := p.Fenced
+	s.recordHistory(Event{At: f.At, Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: "fenced", Token: f.Token,
+		Reason: fmt.Sprintf("%s: %s (noted by incarnation %s, published by its successor)", f.Kind, f.Reason, p.Incarnation)})
+}
