@@ -93,3 +93,22 @@ func TestStandbyRewritesItsVanishedRecord(t *testing.T) {
 		return err == nil && len(resp.Kvs) == 1
 	})
 }
+
+// A holder whose record vanished while its units may run fences: the
+// others' barrier relies on that record.
+func TestHolderFencesWhenItsRecordVanishes(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	leader, others := leaderOf(t, a, b)
+	if _, err := w.Admin.Delete(context.Background(), leader.Sup.Keys().Member(leader.Name)); err != nil {
+		t.Fatal(err)
+	}
+	err := leader.WaitExit(t, 10*time.Second, "fence after its record vanished")
+	var fe *supervisor.FenceError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Run returned %v, want FenceError", err)
+	}
+	t.Logf("fenced: %s", fe.Reason)
+	leaderOf(t, others[0])
+	assertNoOverlap(t, a, b)
+}
