@@ -23,6 +23,8 @@ type holderMark struct {
 	Lease clientv3.LeaseID
 	Token int64
 	Seen  time.Time // when a read that showed it holding was answered
+	// DownBy, when set, is when its units are proven down (see leaseProof).
+	DownBy time.Time
 	// Unknown: this member never saw anyone hold the key; Seen is then when
 	// it first looked (zero: not yet). A holder whose key and record were
 	// removed before we looked may still be within its lease.
@@ -139,7 +141,8 @@ func (s *Supervisor) blindWait() time.Duration {
 // barrier blocks the promotion until decideBarrier passes.
 func (s *Supervisor) barrier(ctx context.Context, prev holderMark) error {
 	var last string
-	var goneAt, downBy time.Time
+	var goneAt time.Time
+	downBy := prev.DownBy
 	if prev.Unknown && prev.Seen.IsZero() {
 		prev.Seen = time.Now()
 	}

@@ -20,7 +20,21 @@ func (s *Supervisor) notePrevHolder(li LeaderInfo) {
 	if !li.Present() || li.Node == s.cfg.Node {
 		return
 	}
-	s.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: time.Now()}
+	downBy := time.Time{}
+	if s.prevHolder.Token == li.Token {
+		downBy = s.prevHolder.DownBy
+	}
+	s.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: time.Now(), DownBy: downBy}
+}
+
+// noteProof keeps the earliest proof that the holder's units are down.
+func (s *Supervisor) noteProof(li LeaderInfo, by time.Time) {
+	if by.IsZero() || s.prevHolder.Token != li.Token || li.Token == 0 {
+		return
+	}
+	if s.prevHolder.DownBy.IsZero() || by.Before(s.prevHolder.DownBy) {
+		s.prevHolder.DownBy = by
+	}
 }
 
 // checkOwnRecord reacts to our own member record missing from a read taken
@@ -97,4 +111,39 @@ func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) (any
 		}
 		return nil, nil
 	}
+}
+
+// leaseWatch reads the holder's election lease's remaining TTL, rarely while
+// the holder renews and more often as the lease nears the point where a
+// read of it proves the holder past its fence instant (see leaseProof). It
+// is owned by the observer goroutine.
+type leaseWatch struct {
+	lease clientv3.LeaseID
+	next  time.Time // no read before then
+}
+
+// proofFor returns an instant by which the holder li names has its units
+// down, when a read of its lease proves one.
+func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li LeaderInfo) time.Time {
+	if !li.Present() || li.Lease == 0 || li.Node == s.cfg.Node {
+		return time.Time{}
+	}
+	now := time.Now()
+	if w.lease == li.Lease && now.Before(w.next) {
+		return time.Time{}
+	}
+	w.lease = li.Lease
+	alive, left, at, err := s.leaseLeft(ctx, li.Lease)
+	if err != nil || !alive {
+		w.next = now
+		return time.Time{}
+	}
+	if by, ok := s.leaseProof(left, at); ok {
+		w.next = now
+		return by
+	}
+	// Unrenewed, the lease reaches the provable range after this long.
+	wait := left + time.Second - (s.window.StopMax + s.window.Slack)
+	w.next = now.Add(max(wait-s.cfg.Units.PollInterval.D(), s.cfg.Units.PollInterval.D()))
+	return time.Time{}
 }

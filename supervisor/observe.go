@@ -19,6 +19,7 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	}
 	s.leader = o.info
 	s.notePrevHolder(o.info)
+	s.noteProof(o.info, o.proof)
 	s.checkOwnRecord(o)
 	s.members = o.members
 	s.noteControl(o.ctl)
@@ -43,6 +44,7 @@ type leaderObs struct {
 	ctl     Control
 	err     error
 	members map[string]Record // every member record at info.Revision
+	proof   time.Time         // the holder's units are down by then (see proofFor)
 }
 
 // observeLeader reads the election key and the operator's control records
@@ -62,6 +64,7 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 	}
 	newWatch()
 	defer func() { wcancel() }()
+	var lw leaseWatch
 	lost := func(wr clientv3.WatchResponse, ok bool) bool {
 		if ok && wr.Err() == nil {
 			return false
@@ -82,7 +85,9 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 		case <-t.C:
 		}
 		rctx, cancel := s.reqCtx(bg)
-		offer(s.leaders, s.readLeaderAndControl(rctx))
+		o := s.readLeaderAndControl(rctx)
+		o.proof = s.proofFor(rctx, &lw, o.info)
+		offer(s.leaders, o)
 		cancel()
 	}
 }
