@@ -79,19 +79,24 @@ func (w Window) Validate(renew time.Duration) error {
 
 // Deadline tracks fence_at for one or more leases. Each lease keeps its own
 // last proof of validity; the deadline is the earliest of them, because the
-// node must be down before ANY lease it relies on could lapse. Deadline is a
-// plain value with no clock of its own: callers pass monotonic time.Time
-// values (from time.Now()), which is what makes it a pure, table-testable
-// type.
+// node must be down before ANY lease it relies on could lapse. Callers pass
+// time.Now() instants; the Deadline keeps them on its Clock
+// (CLOCK_MONOTONIC_RAW in production, see Clock), so that NTP slewing of
+// Go's clock cannot stretch the window. With IdentityClock it is a pure,
+// table-testable value.
 type Deadline struct {
 	w      Window
-	proofs map[string]time.Time // lease name -> fence instant from its last renewal
+	clock  Clock
+	proofs map[string]time.Time // lease name -> fence instant from its last renewal, on clock
 }
 
-// NewDeadline returns a Deadline with no proof yet: Expired reports true
-// until the first renewal is recorded.
-func NewDeadline(w Window) *Deadline {
-	return &Deadline{w: w, proofs: map[string]time.Time{}}
+// NewDeadline returns a Deadline on CLOCK_MONOTONIC_RAW with no proof yet:
+// Expired reports true until the first renewal is recorded.
+func NewDeadline(w Window) *Deadline { return NewDeadlineClock(w, RawClock{}) }
+
+// NewDeadlineClock is NewDeadline on the given clock.
+func NewDeadlineClock(w Window, c Clock) *Deadline {
+	return &Deadline{w: w, clock: c, proofs: map[string]time.Time{}}
 }
 
 // Renewed records that a request for lease name, sent at sent, succeeded with
@@ -99,6 +104,7 @@ func NewDeadline(w Window) *Deadline {
 // deadline backwards or forwards incorrectly: the later fence instant wins
 // for that lease.
 func (d *Deadline) Renewed(name string, sent time.Time, ttl time.Duration) {
+	sent = d.clock.Past(sent)
 	at := sent.Add(d.w.Span(ttl))
 	if ttl <= 0 {
 		at = sent // a zero TTL means the lease is gone: fence now
@@ -112,9 +118,17 @@ func (d *Deadline) Renewed(name string, sent time.Time, ttl time.Duration) {
 // Forget drops a lease from the computation (it was released on purpose).
 func (d *Deadline) Forget(name string) { delete(d.proofs, name) }
 
-// At is the fence instant: the earliest over all tracked leases. ok is false
-// when no lease is tracked.
+// At is the fence instant as a time.Now() instant: the earliest over all
+// tracked leases. ok is false when no lease is tracked.
 func (d *Deadline) At() (at time.Time, ok bool) {
+	if at, ok = d.at(); ok {
+		at = d.clock.Out(at)
+	}
+	return at, ok
+}
+
+// at is the fence instant on d's clock.
+func (d *Deadline) at() (at time.Time, ok bool) {
 	for _, t := range d.proofs {
 		if !ok || t.Before(at) {
 			at, ok = t, true
@@ -126,26 +140,26 @@ func (d *Deadline) At() (at time.Time, ok bool) {
 // Left is how long until the fence instant, as seen at now (negative once
 // passed; zero when nothing is tracked).
 func (d *Deadline) Left(now time.Time) time.Duration {
-	at, ok := d.At()
+	at, ok := d.at()
 	if !ok {
 		return 0
 	}
-	return at.Sub(now)
+	return at.Sub(d.clock.Present(now))
 }
 
 // Expired reports whether the node must fence at now.
 func (d *Deadline) Expired(now time.Time) bool {
-	at, ok := d.At()
-	return !ok || !now.Before(at)
+	at, ok := d.at()
+	return !ok || !d.clock.Present(now).Before(at)
 }
 
 // LeaseLeft is how long the lease itself (not the fence instant) is still
 // guaranteed valid on our clock: fence instant + StopMax + Slack - now. The
 // guard uses it to refuse a start that could not be stopped in time.
 func (d *Deadline) LeaseLeft(now time.Time) time.Duration {
-	at, ok := d.At()
+	at, ok := d.at()
 	if !ok {
 		return 0
 	}
-	return at.Add(d.w.StopMax + d.w.Margin()).Sub(now)
+	return at.Add(d.w.StopMax + d.w.Margin()).Sub(d.clock.Present(now))
 }

@@ -65,7 +65,7 @@ func TestDeadline(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	s := time.Second
 
-	d := NewDeadline(defaults)
+	d := NewDeadlineClock(defaults, IdentityClock{})
 	if !d.Expired(t0) {
 		t.Fatal("no proof yet must mean expired")
 	}

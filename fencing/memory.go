@@ -19,6 +19,11 @@ type Memory struct {
 	failing  map[string]bool // start fails
 	sub      map[string]string
 	killed   map[string]chan struct{}
+	hung     chan struct{} // non-nil: the service manager does not answer
+	noDirect bool          // KillDirect cannot confirm
+	direct   int           // KillDirect calls that killed something
+	execs    map[string][]string
+	binds    map[string]Binding
 	Events   []Event
 }
 
@@ -45,8 +50,43 @@ func (m *Memory) record(unit, what string) {
 	m.Events = append(m.Events, Event{At: time.Now(), Unit: unit, What: what})
 }
 
+// SetHung makes the service manager stop answering (PID 1 or its bus
+// hung): Start, Stop, Kill and States block until their ctx ends. The
+// units' processes keep running.
+func (m *Memory) SetHung(v bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case v && m.hung == nil:
+		m.hung = make(chan struct{})
+	case !v && m.hung != nil:
+		close(m.hung)
+		m.hung = nil
+	}
+}
+
+// waitHung blocks while the manager is hung; it returns ctx's error if
+// ctx ends first.
+func (m *Memory) waitHung(ctx context.Context) error {
+	m.mu.Lock()
+	ch := m.hung
+	m.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Start implements Units.
 func (m *Memory) Start(ctx context.Context, unit string) error {
+	if err := m.waitHung(ctx); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -66,6 +106,9 @@ func (m *Memory) Start(ctx context.Context, unit string) error {
 
 // Stop implements Units. A stubborn unit blocks until Kill or ctx expiry.
 func (m *Memory) Stop(ctx context.Context, unit string) error {
+	if err := m.waitHung(ctx); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	if m.stubborn[unit] && m.state[unit] == "active" {
 		ch := m.killed[unit]
@@ -92,6 +135,9 @@ func (m *Memory) Stop(ctx context.Context, unit string) error {
 
 // Kill implements Units.
 func (m *Memory) Kill(ctx context.Context, unit string) error {
+	if err := m.waitHung(ctx); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state[unit] == "active" {
@@ -107,6 +153,9 @@ func (m *Memory) Kill(ctx context.Context, unit string) error {
 
 // States implements Units.
 func (m *Memory) States(ctx context.Context, units []string) ([]UnitState, error) {
+	if err := m.waitHung(ctx); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]UnitState, 0, len(units))
@@ -167,4 +216,81 @@ func (m *Memory) Snapshot() []Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]Event(nil), m.Events...)
+}
+
+// KillDirect stands in for killing a unit's processes from its cgroup,
+// without the service manager: it works while the manager is hung, unless
+// SetDirectFails says the kill cannot be confirmed.
+func (m *Memory) KillDirect(ctx context.Context, unit string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.noDirect {
+		m.mu.Unlock()
+		<-ctx.Done()
+		m.mu.Lock()
+		return fmt.Errorf("memory: %s not confirmed gone: %w", unit, ctx.Err())
+	}
+	if m.state[unit] != "inactive" && m.state[unit] != "failed" && m.state[unit] != "" {
+		m.state[unit] = "inactive"
+		m.direct++
+		m.record(unit, "killed")
+	}
+	return nil
+}
+
+// SetDirectFails makes KillDirect unable to confirm (it waits for ctx).
+func (m *Memory) SetDirectFails(v bool) { m.mu.Lock(); m.noDirect = v; m.mu.Unlock() }
+
+// DirectKills counts units KillDirect took down.
+func (m *Memory) DirectKills() int { m.mu.Lock(); defer m.mu.Unlock(); return m.direct }
+
+// SetExecutables says which executables unit runs (as ExecStart= would).
+func (m *Memory) SetExecutables(unit string, paths ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.execs == nil {
+		m.execs = map[string][]string{}
+	}
+	m.execs[unit] = paths
+}
+
+// Executables implements ExecReader with what SetExecutables said.
+func (m *Memory) Executables(ctx context.Context, units []string) (map[string][]string, error) {
+	if err := m.waitHung(ctx); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for _, u := range units {
+		out[u] = append([]string(nil), m.execs[u]...)
+	}
+	return out, nil
+}
+
+// SetBinding makes Bindings report b for b.Unit (units never set are not
+// reported, so they are not checked).
+func (m *Memory) SetBinding(b Binding) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.binds == nil {
+		m.binds = map[string]Binding{}
+	}
+	m.binds[b.Unit] = b
+}
+
+// Bindings implements BindingReader with what SetBinding said.
+func (m *Memory) Bindings(ctx context.Context, units []string) (map[string]Binding, error) {
+	if err := m.waitHung(ctx); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]Binding{}
+	for _, u := range units {
+		if b, ok := m.binds[u]; ok {
+			out[u] = b
+		}
+	}
+	return out, nil
 }

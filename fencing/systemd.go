@@ -6,15 +6,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing/cgroup"
 )
 
 // Systemd implements Units over systemd's D-Bus API.
@@ -34,10 +40,18 @@ import (
 //     never a state: the supervisor must not mistake "cannot see" for
 //     "stopped".
 type Systemd struct {
-	base    context.Context // lives as long as the Systemd; governs connections
-	address string          // "" = the system bus
-	log     *slog.Logger
-	poll    time.Duration
+	base     context.Context // lives as long as the Systemd; governs connections
+	address  string          // "" = the system bus
+	private  string          // systemd's private socket; "" = the bus only
+	privConn func(ctx context.Context) (net.Conn, error)
+	onBus    atomic.Bool // the current connection is the bus fallback
+	log      *slog.Logger
+	poll     time.Duration
+
+	// cgroups, when set, kills units' processes without systemd (KillDirect).
+	cgroups *cgroup.FS
+	groupMu sync.Mutex
+	groups  map[string]string // unit -> ControlGroup as systemd last reported it
 
 	// sem guards conn and serialises (re)connecting; a channel rather than
 	// a mutex so waiting for it honours the caller's ctx.
@@ -48,7 +62,49 @@ type Systemd struct {
 	closed     bool
 }
 
-var _ Units = (*Systemd)(nil)
+var (
+	_ Units         = (*Systemd)(nil)
+	_ DirectKiller  = (*Systemd)(nil)
+	_ ExecReader    = (*Systemd)(nil)
+	_ BindingReader = (*Systemd)(nil)
+)
+
+// PrivateSocket is systemd's private D-Bus socket, which systemctl itself
+// uses: a direct connection to PID 1 with no dbus-daemon in between, so a
+// stuck or restarting message bus cannot hold up a fence. Only root may use
+// it.
+const PrivateSocket = "/run/systemd/private"
+
+// SystemdOptions say how to reach systemd.
+type SystemdOptions struct {
+	// Private is the path of systemd's private socket (PrivateSocket on
+	// the host); "" uses the bus only. When it cannot be used (not root,
+	// no such socket) the bus is the fallback, with a warning.
+	Private string
+	// PrivateConn, when set, opens the connection to Private instead of a
+	// plain dial. systemd accepts only peers whose PID it can see (root in
+	// its own PID namespace), so a test reaching a container's systemd
+	// must connect from inside the container's PID namespace.
+	PrivateConn func(ctx context.Context) (net.Conn, error)
+	// Bus is a D-Bus address; "" is the host's system bus.
+	Bus string
+	// CgroupRoot is where the cgroup filesystem of this systemd is
+	// mounted, as seen from here (cgroup.DefaultRoot on the host). ""
+	// disables KillDirect, which then reports that it cannot confirm.
+	CgroupRoot string
+	Log        *slog.Logger
+}
+
+// HostSystemd are the options for the host's own systemd, as the daemon
+// runs: the private socket when root, the system bus otherwise, and the
+// host's cgroups for direct kills.
+func HostSystemd(logger *slog.Logger) SystemdOptions {
+	o := SystemdOptions{CgroupRoot: cgroup.DefaultRoot, Log: logger}
+	if os.Geteuid() == 0 {
+		o.Private = PrivateSocket
+	}
+	return o
+}
 
 // NewSystemd connects to systemd. ctx must live as long as the returned
 // value: it governs the bus connection and every reconnection (go-systemd
@@ -59,15 +115,27 @@ var _ Units = (*Systemd)(nil)
 // container's systemd); "" means the host's system bus. logger may be nil
 // (slog.Default()).
 func NewSystemd(ctx context.Context, address string, logger *slog.Logger) (*Systemd, error) {
+	return OpenSystemd(ctx, SystemdOptions{Bus: address, Log: logger})
+}
+
+// OpenSystemd is NewSystemd with every option (see SystemdOptions).
+func OpenSystemd(ctx context.Context, o SystemdOptions) (*Systemd, error) {
+	logger := o.Log
 	if logger == nil {
 		logger = slog.Default()
 	}
 	s := &Systemd{
-		base:    ctx,
-		address: address,
-		log:     logger.With("component", "systemd"),
-		poll:    100 * time.Millisecond,
-		sem:     make(chan struct{}, 1),
+		base:     ctx,
+		address:  o.Bus,
+		private:  o.Private,
+		privConn: o.PrivateConn,
+		log:      logger.With("component", "systemd"),
+		poll:     100 * time.Millisecond,
+		sem:      make(chan struct{}, 1),
+		groups:   map[string]string{},
+	}
+	if o.CgroupRoot != "" {
+		s.cgroups = &cgroup.FS{Root: o.CgroupRoot}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -134,6 +202,9 @@ func (s *Systemd) dropLocked() {
 }
 
 func (s *Systemd) busName() string {
+	if s.private != "" && !s.onBus.Load() {
+		return s.private
+	}
 	if s.address == "" {
 		return "system bus"
 	}
@@ -153,7 +224,10 @@ func (s *Systemd) dial(ctx context.Context) (*sd.Conn, context.CancelFunc, error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		conn, err := sd.NewConnection(func() (*godbus.Conn, error) { return s.dialBus(cctx) })
+		conn, err := s.dialPrivate(cctx)
+		if err != nil {
+			conn, err = sd.NewConnection(func() (*godbus.Conn, error) { return s.dialBus(cctx) })
+		}
 		ch <- result{conn, err}
 	}()
 	select {
@@ -172,6 +246,46 @@ func (s *Systemd) dial(ctx context.Context) (*sd.Conn, context.CancelFunc, error
 		}()
 		return nil, nil, ctx.Err()
 	}
+}
+
+// dialPrivate connects straight to PID 1 over its private socket, as
+// go-systemd's NewSystemdConnectionContext does (authentication, no Hello:
+// there is no bus), but to s.private, which may be a container's. A failure
+// means the bus fallback, said once per switch.
+func (s *Systemd) dialPrivate(ctx context.Context) (*sd.Conn, error) {
+	if s.private == "" {
+		return nil, errors.New("no private socket configured")
+	}
+	conn, err := sd.NewConnection(func() (*godbus.Conn, error) {
+		var c *godbus.Conn
+		var err error
+		if s.privConn != nil {
+			var nc net.Conn
+			if nc, err = s.privConn(ctx); err == nil {
+				c, err = godbus.NewConn(nc, godbus.WithContext(ctx))
+			}
+		} else {
+			c, err = godbus.Dial("unix:path="+s.private, godbus.WithContext(ctx))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+		return c, nil
+	})
+	if err != nil {
+		if !s.onBus.Swap(true) {
+			s.log.Warn("cannot use systemd's private socket; talking to systemd through the D-Bus daemon instead", "socket", s.private, "err", err)
+		}
+		return nil, err
+	}
+	if s.onBus.Swap(false) {
+		s.log.Info("talking to systemd over its private socket again", "socket", s.private)
+	}
+	return conn, nil
 }
 
 func (s *Systemd) dialBus(ctx context.Context) (*godbus.Conn, error) {
@@ -328,6 +442,7 @@ func (s *Systemd) Start(ctx context.Context, unit string) error {
 	if err != nil {
 		return fmt.Errorf("systemd: start %s: %w", unit, err)
 	}
+	s.noteGroup(ctx, unit)
 	s.log.Debug("unit started", "unit", unit, "sub_state", st.SubState, "took", time.Since(start))
 	return nil
 }
@@ -448,6 +563,9 @@ func (s *Systemd) states(ctx context.Context, units []string, restarts bool) ([]
 			return nil, fmt.Errorf("systemd: read unit states: %s missing from ListUnitsByNames answer", name)
 		}
 		st := UnitState{Name: name, ActiveState: u.ActiveState, SubState: u.SubState}
+		if restarts && st.Running() && s.cgroups != nil && s.group(name) == "" {
+			s.noteGroup(ctx, name) // while the bus works: a fence may need it when it does not
+		}
 		if restarts && u.LoadState == "loaded" && strings.HasSuffix(name, ".service") {
 			n, err := s.nRestarts(ctx, name)
 			if err != nil {
@@ -475,4 +593,164 @@ func (s *Systemd) nRestarts(ctx context.Context, unit string) (uint32, error) {
 		return 0, fmt.Errorf("NRestarts has type %s, want uint32", p.Value.Signature())
 	}
 	return n, nil
+}
+
+// noteGroup reads unit's ControlGroup and remembers it for KillDirect. A
+// failure is only logged: the group is a fallback's input, not a state.
+func (s *Systemd) noteGroup(ctx context.Context, unit string) {
+	if s.cgroups == nil {
+		return
+	}
+	typ := unitType(unit)
+	if typ == "" {
+		return
+	}
+	var p *sd.Property
+	err := s.do(ctx, "ControlGroup "+unit, func(c *sd.Conn) error {
+		var err error
+		p, err = c.GetUnitTypePropertyContext(ctx, unit, typ, "ControlGroup")
+		return err
+	})
+	if err != nil {
+		s.log.Debug("cannot read ControlGroup", "unit", unit, "err", err)
+		return
+	}
+	if g, ok := p.Value.Value().(string); ok && g != "" {
+		s.groupMu.Lock()
+		s.groups[unit] = g
+		s.groupMu.Unlock()
+	}
+}
+
+func (s *Systemd) group(unit string) string {
+	s.groupMu.Lock()
+	defer s.groupMu.Unlock()
+	return s.groups[unit]
+}
+
+// unitType is the D-Bus interface suffix of units with a control group.
+func unitType(unit string) string {
+	i := strings.LastIndexByte(unit, '.')
+	if i < 0 {
+		return ""
+	}
+	switch t := unit[i+1:]; t {
+	case "service", "socket", "scope", "slice", "mount", "swap":
+		return strings.ToUpper(t[:1]) + t[1:]
+	}
+	return ""
+}
+
+// KillDirect implements DirectKiller: SIGKILL to every process in the
+// unit's control group, read from the cgroup filesystem, until a read finds
+// none. The group is the one systemd reported while the unit ran (read at
+// start and when first seen running); a unit never seen running gets its
+// default place in system.slice, and then only an existing, empty group
+// counts as confirmation: an absent directory could be a wrong guess.
+func (s *Systemd) KillDirect(ctx context.Context, unit string) error {
+	if s.cgroups == nil {
+		return errors.New("systemd: direct kill not configured (no cgroup root)")
+	}
+	g, known := s.group(unit), true
+	if g == "" {
+		g, known = "/system.slice/"+unit, false
+	}
+	if !known {
+		if _, err := os.Stat(filepath.Join(s.cgroups.Root, "systemd", g)); err != nil {
+			if _, err2 := os.Stat(filepath.Join(s.cgroups.Root, g)); err2 != nil {
+				return fmt.Errorf("systemd: %s: control group never read and %s not found: cannot confirm", unit, g)
+			}
+		}
+	}
+	if err := s.cgroups.Kill(ctx, g); err != nil {
+		return fmt.Errorf("systemd: direct kill of %s: %w", unit, err)
+	}
+	s.log.Warn("unit confirmed without processes from its control group, without systemd (SIGKILL sent to any left)", "unit", unit, "cgroup", g)
+	return nil
+}
+
+// Executables implements ExecReader from each service's ExecStart property
+// (D-Bus type a(sasbttttuii): the first field is the executable's path).
+func (s *Systemd) Executables(ctx context.Context, units []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, unit := range units {
+		var p *sd.Property
+		err := s.do(ctx, "ExecStart "+unit, func(c *sd.Conn) error {
+			var err error
+			p, err = c.GetServicePropertyContext(ctx, unit, "ExecStart")
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("systemd: read ExecStart of %s: %w", unit, err)
+		}
+		paths, err := execPaths(p.Value)
+		if err != nil {
+			return nil, fmt.Errorf("systemd: ExecStart of %s: %w", unit, err)
+		}
+		out[unit] = paths
+	}
+	return out, nil
+}
+
+func execPaths(v godbus.Variant) ([]string, error) {
+	lines, ok := v.Value().([][]any)
+	if !ok {
+		return nil, fmt.Errorf("has type %s, want a(sasbttttuii)", v.Signature())
+	}
+	var out []string
+	for _, l := range lines {
+		if len(l) == 0 {
+			continue
+		}
+		if path, ok := l[0].(string); ok && path != "" {
+			out = append(out, path)
+		}
+	}
+	return out, nil
+}
+
+// Bindings implements BindingReader: BindsTo, After, ExecStartPre,
+// TimeoutStopUSec, KillMode and SendSIGKILL of each unit, as loaded.
+func (s *Systemd) Bindings(ctx context.Context, units []string) (map[string]Binding, error) {
+	out := map[string]Binding{}
+	for _, unit := range units {
+		var up, sp map[string]any
+		err := s.do(ctx, "properties "+unit, func(c *sd.Conn) error {
+			var err error
+			if up, err = c.GetUnitPropertiesContext(ctx, unit); err != nil {
+				return err
+			}
+			sp, err = c.GetUnitTypePropertiesContext(ctx, unit, "Service")
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("systemd: read properties of %s: %w", unit, err)
+		}
+		b := Binding{Unit: unit}
+		b.BindsTo, _ = up["BindsTo"].([]string)
+		b.After, _ = up["After"].([]string)
+		b.KillMode, _ = sp["KillMode"].(string)
+		b.SendSIGKILL, _ = sp["SendSIGKILL"].(bool)
+		if us, ok := sp["TimeoutStopUSec"].(uint64); ok {
+			if us >= uint64(math.MaxInt64/int64(time.Microsecond)) {
+				b.TimeoutStop = time.Duration(math.MaxInt64) // infinity
+			} else {
+				b.TimeoutStop = time.Duration(us) * time.Microsecond
+			}
+		}
+		if lines, ok := sp["ExecStartPre"].([][]any); ok {
+			for _, l := range lines {
+				if len(l) >= 2 {
+					if argv, ok := l[1].([]string); ok {
+						if p, ok := l[0].(string); ok && len(argv) > 0 {
+							argv = append([]string{p}, argv[1:]...)
+						}
+						b.ExecStartPre = append(b.ExecStartPre, argv)
+					}
+				}
+			}
+		}
+		out[unit] = b
+	}
+	return out, nil
 }

@@ -70,8 +70,13 @@ ExecStart=/bin/sleep infinity
 Restart=always
 RestartSec=100ms
 `,
-	"kt-sd-reexec.service": "[Service]\nExecStart=/bin/sleep infinity\n",
-	"kt-sd-dbus.service":   "[Service]\nExecStart=/bin/sleep infinity\n",
+	"kt-sd-reexec.service":    "[Service]\nExecStart=/bin/sleep infinity\n",
+	"kt-sd-dbus.service":      "[Service]\nExecStart=/bin/sleep infinity\n",
+	"kt-sd-frozenbus.service": "[Service]\nExecStart=/bin/sleep infinity\n",
+	// For a frozen PID 1: a main process with a child, and Restart= that
+	// would bring it back once PID 1 runs again if no stop job were queued.
+	"kt-sd-frozen1.service": "[Service]\nExecStart=/bin/sh -c 'sleep infinity & exec sleep infinity'\n",
+	"kt-sd-frozen2.service": "[Unit]\nStartLimitIntervalSec=0\n[Service]\nExecStart=/bin/sleep infinity\nRestart=always\nRestartSec=100ms\n",
 	// The packaging question: B stands for kha-supervisor.service, A for a
 	// managed unit carrying BindsTo=+After= on it.
 	"kt-sd-bindb.service": `[Service]
@@ -127,6 +132,9 @@ func container(t *testing.T) *nspawn.Container {
 }
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(privateDialEnv); path != "" {
+		os.Exit(privateDialHelper(path))
+	}
 	code := m.Run()
 	if ct != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -39,6 +39,26 @@ type Units interface {
 	States(ctx context.Context, units []string) ([]UnitState, error)
 }
 
+// DirectKiller is implemented by Units that can kill a unit's processes
+// without the service manager's help (Systemd does, from the unit's cgroup;
+// see fencing/cgroup). Fence uses it as its last resort, so that a hung PID 1
+// or bus cannot keep the units up past the stop budget.
+type DirectKiller interface {
+	// KillDirect sends SIGKILL to every process of unit and returns nil
+	// once a fresh read finds none left, or an error when ctx ends first
+	// or nothing can be confirmed.
+	KillDirect(ctx context.Context, unit string) error
+}
+
+// ExecReader is implemented by Units that can say which executables each
+// unit runs (systemd's ExecStart), so that copies of them started outside
+// the units can be looked for.
+type ExecReader interface {
+	// Executables returns, per unit, the absolute paths its ExecStart=
+	// lines run.
+	Executables(ctx context.Context, units []string) (map[string][]string, error)
+}
+
 // Timeouts bound unit operations.
 type Timeouts struct {
 	Start     time.Duration // per unit: start job plus confirmation
@@ -98,7 +118,7 @@ func Fence(ctx context.Context, u Units, units []string, t Timeouts) error {
 }
 
 func stopOne(ctx context.Context, u Units, name string, t Timeouts) error {
-	sctx, cancel := context.WithTimeout(ctx, t.Stop)
+	sctx, cancel := context.WithTimeout(ctx, stopBudget(ctx, t))
 	err := u.Stop(sctx, name)
 	cancel()
 	if err == nil {
@@ -111,11 +131,98 @@ func stopOne(ctx context.Context, u Units, name string, t Timeouts) error {
 	// queued, so a unit with Restart= is not brought back by systemd.
 	kctx, kcancel := context.WithTimeout(ctx, t.KillGrace)
 	defer kcancel()
-	if kerr := u.Kill(kctx, name); kerr != nil {
-		return fmt.Errorf("stop %s: %v; SIGKILL: %w", name, err, kerr)
+	d, ok := u.(DirectKiller)
+	if !ok {
+		return killViaManager(kctx, u, name, err, t)
 	}
-	if werr := u.Stop(kctx, name); werr != nil {
+	// The manager may be the reason the stop did not finish (PID 1 or its
+	// bus hung): kill through it and from the cgroup at the same time; the
+	// first confirmation wins.
+	res := make(chan error, 2)
+	go func() { res <- killViaManager(kctx, u, name, err, t) }()
+	go func() {
+		if derr := d.KillDirect(kctx, name); derr != nil {
+			res <- fmt.Errorf("stop %s: direct SIGKILL: %w", name, derr)
+			return
+		}
+		res <- nil
+	}()
+	first := <-res
+	if first == nil {
+		return nil
+	}
+	if second := <-res; second != nil {
+		return errors.Join(first, second)
+	}
+	return nil
+}
+
+// stopBudget is how long the graceful stop may take: t.Stop, but never so
+// long that a squeezed ctx (a second look late in the fence) leaves the
+// SIGKILL no time. Up to t.KillGrace, at most half of what is left, is kept
+// for it.
+func stopBudget(ctx context.Context, t Timeouts) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return t.Stop
+	}
+	left := time.Until(dl)
+	return min(t.Stop, left-min(t.KillGrace, left/2))
+}
+
+func killViaManager(ctx context.Context, u Units, name string, stopErr error, t Timeouts) error {
+	if kerr := u.Kill(ctx, name); kerr != nil {
+		return fmt.Errorf("stop %s: %v; SIGKILL: %w", name, stopErr, kerr)
+	}
+	if werr := u.Stop(ctx, name); werr != nil {
 		return fmt.Errorf("stop %s: not confirmed stopped %s after SIGKILL: %w", name, t.KillGrace, werr)
 	}
 	return nil
+}
+
+// ConfirmDown is Fence's second look: the units are read again and any
+// found running is fenced again. When the manager cannot be read and u can
+// kill directly, every unit is killed (a no-op for an empty cgroup) and
+// confirmed from its cgroup instead: "cannot see" never counts as stopped.
+func ConfirmDown(ctx context.Context, u Units, units []string, t Timeouts) error {
+	// Leave half of the time for the cgroups if the manager does not answer.
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		rctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+	}
+	states, err := u.States(rctx, units)
+	cancel()
+	if err == nil {
+		var running []string
+		for _, st := range states {
+			if st.Running() {
+				running = append(running, st.Name)
+			}
+		}
+		if len(running) == 0 {
+			return nil
+		}
+		if ferr := Fence(ctx, u, running, t); ferr != nil {
+			return ferr
+		}
+		if states, err = u.States(ctx, units); err == nil {
+			for _, st := range states {
+				if st.Running() {
+					return fmt.Errorf("%s still %s after a second fence", st.Name, st.ActiveState)
+				}
+			}
+			return nil
+		}
+	}
+	d, ok := u.(DirectKiller)
+	if !ok {
+		return fmt.Errorf("confirm stopped: %w", err)
+	}
+	var errs []error
+	for _, name := range units {
+		if derr := d.KillDirect(ctx, name); derr != nil {
+			errs = append(errs, fmt.Errorf("confirm %s stopped: state unreadable (%v); cgroup: %w", name, err, derr))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -73,3 +73,21 @@ func TestUnitStateRunning(t *testing.T) {
 		}
 	}
 }
+
+// A fence squeezed for time (a second look late in the budget) still gets
+// to SIGKILL: the graceful stop never takes all of what is left.
+func TestFenceKeepsTimeForTheKill(t *testing.T) {
+	m := NewMemory()
+	m.StartBehindBack("a.service")
+	m.SetHung(true) // the manager answers nothing: only the direct kill helps
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := Fence(ctx, m, []string{"a.service"}, Timeouts{Stop: 2 * time.Second, KillGrace: time.Second})
+	if err != nil || m.Running("a.service") || m.DirectKills() != 1 {
+		t.Fatalf("Fence with 400ms left: %v, running %v, direct kills %d", err, m.Running("a.service"), m.DirectKills())
+	}
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Fatalf("Fence took %s of a 400ms budget", took)
+	}
+}

@@ -1,6 +1,10 @@
 package lab
 
-import "time"
+import (
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
 
 // Profile is the supervisor timing the lab runs with.
 type Profile struct {
@@ -15,32 +19,29 @@ type Profile struct {
 	Cooldown       time.Duration
 }
 
-// Fast is the brief's "fast" profile (TTL 4 s, renew 0.5 s, S_max 1.5 s):
-// it keeps the whole matrix under 15 minutes. The report says so.
-var Fast = Profile{
-	Name:           "fast",
-	TTL:            4 * time.Second,
-	Renew:          500 * time.Millisecond,
-	RequestTimeout: 500 * time.Millisecond,
-	StopTimeout:    1 * time.Second,
-	KillGrace:      500 * time.Millisecond,
-	Slack:          500 * time.Millisecond,
-	Poll:           500 * time.Millisecond,
-	// Short, so that the node demoted in scenario 12 is eligible again for
-	// the next scenario; the default (2 m) would stall the matrix.
-	Cooldown: 10 * time.Second,
+// fromConfig is the shipped profile name (config.Profiles, the one
+// definition) with the lab's own cooldown.
+func fromConfig(name string, cooldown time.Duration) Profile {
+	p := config.Profiles[name]
+	return Profile{
+		Name:           p.Name,
+		TTL:            p.TTL.D(),
+		Renew:          p.RenewInterval.D(),
+		RequestTimeout: p.RequestTimeout.D(),
+		StopTimeout:    p.StopTimeout.D(),
+		KillGrace:      p.KillGrace.D(),
+		Slack:          config.Default().Lease.Slack.D(),
+		Poll:           p.PollInterval.D(),
+		Cooldown:       cooldown,
+	}
 }
+
+// Fast is the shipped "fast" profile: it keeps the whole matrix short. The
+// report says so. Its cooldown is short, so that the node demoted in
+// scenario 12 is eligible again for the next scenario; the default (2 m)
+// would stall the matrix.
+var Fast = fromConfig("fast", 10*time.Second)
 
 // Default is the shipped defaults (TTL 10 s), for a slower, closer-to-
 // production run.
-var Default = Profile{
-	Name:           "default",
-	TTL:            10 * time.Second,
-	Renew:          1 * time.Second,
-	RequestTimeout: 1 * time.Second,
-	StopTimeout:    2 * time.Second,
-	KillGrace:      1 * time.Second,
-	Slack:          500 * time.Millisecond,
-	Poll:           1 * time.Second,
-	Cooldown:       10 * time.Second,
-}
+var Default = fromConfig("default", 10*time.Second)

@@ -121,6 +121,9 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 				return nil, fmt.Errorf("packaging: %w", err)
 			}
 		}
+		if err := stageLicenses(ctx, o, stage, bin, arch); err != nil {
+			return nil, fmt.Errorf("packaging: %w", err)
+		}
 		for _, format := range o.Formats {
 			a, err := pack(o, stage, bin, arch, format)
 			if err != nil {
@@ -193,6 +196,21 @@ func stageCommon(o Options, stage string) error {
 		}
 	}
 	return nil
+}
+
+// ThirdPartyLicensesPath is where the package ships the licences of the
+// modules linked into the binary (see ThirdPartyLicenses).
+const ThirdPartyLicensesPath = "/usr/share/doc/kha-supervisor/third-party-licenses.gz"
+
+func licensesFile(arch string) string { return "third-party-licenses-" + arch + ".gz" }
+
+// stageLicenses writes the licences of the modules linked into bin.
+func stageLicenses(ctx context.Context, o Options, stage, bin, arch string) error {
+	b, err := ThirdPartyLicenses(ctx, o.Go, o.Root, bin)
+	if err != nil {
+		return err
+	}
+	return writeGzip(filepath.Join(stage, licensesFile(arch)), b)
 }
 
 // Maintainer is the package maintainer (deb Maintainer, rpm Packager) and
@@ -282,6 +300,12 @@ func pack(o Options, stage, bin, arch, format string) (Artifact, error) {
 			FileInfo:    &files.ContentFileInfo{Mode: 0o644},
 		})
 	}
+	info.Contents = append(info.Contents, &files.Content{
+		Source:      filepath.Join(stage, licensesFile(arch)),
+		Destination: ThirdPartyLicensesPath,
+		Type:        files.TypeFile,
+		FileInfo:    &files.ContentFileInfo{Mode: 0o644},
+	})
 	if format == "rpm" {
 		// The description is written for dpkg: its first line is the
 		// synopsis (rpm has the Summary tag for that) and a lone "." is its

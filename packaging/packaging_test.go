@@ -132,8 +132,15 @@ var wantFiles = map[string]entry{
 	"/usr/lib/systemd/system/kube-scheduler.service.d/":                                {"drwxr-xr-x", "root/root"},
 	"/usr/lib/systemd/system/kube-scheduler.service.d/50-kha-supervisor.conf":          {"-rw-r--r--", "root/root"},
 	"/usr/share/bash-completion/completions/kha-supervisor":                            {"-rw-r--r--", "root/root"},
+	"/usr/share/fish/vendor_completions.d/kha-supervisor.fish":                         {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/":                                                   {"drwxr-xr-x", "root/root"},
 	"/usr/share/doc/kha-supervisor/copyright":                                          {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/operations.md":                                      {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/third-party-licenses.gz":                            {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/":                                          {"drwxr-xr-x", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/config.example.toml":                       {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/kha-supervisor-alerts.yml":                 {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/kha-supervisor-dashboard.json":             {"-rw-r--r--", "root/root"},
 	"/usr/share/man/man5/kha-supervisor.toml.5.gz":                                     {"-rw-r--r--", "root/root"},
 	"/usr/share/man/man8/kha-supervisor.8.gz":                                          {"-rw-r--r--", "root/root"},
 }
@@ -141,8 +148,9 @@ var wantFiles = map[string]entry{
 // Only in the deb: the Debian changelog, the lintian overrides, and the
 // parent directories dpkg lists.
 var wantDebOnly = map[string]entry{
-	"/usr/share/doc/kha-supervisor/changelog.gz":  {"-rw-r--r--", "root/root"},
-	"/usr/share/lintian/overrides/kha-supervisor": {"-rw-r--r--", "root/root"},
+	"/usr/share/zsh/vendor-completions/_kha-supervisor": {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/changelog.gz":        {"-rw-r--r--", "root/root"},
+	"/usr/share/lintian/overrides/kha-supervisor":       {"-rw-r--r--", "root/root"},
 }
 
 func TestDebContents(t *testing.T) {
@@ -197,6 +205,11 @@ func TestDebContents(t *testing.T) {
 	}
 }
 
+// Only in the rpm: zsh's completion directory on that family.
+var wantRpmOnly = map[string]entry{
+	"/usr/share/zsh/site-functions/_kha-supervisor": {"-rw-r--r--", "root/root"},
+}
+
 func TestRpmContents(t *testing.T) {
 	p := packages(t)
 	got := map[string]string{}
@@ -218,10 +231,17 @@ func TestRpmContents(t *testing.T) {
 			flags[name] = f[3]
 		}
 	}
-	if len(got) != len(wantFiles) {
-		t.Errorf("rpm has %d files, want %d: %v", len(got), len(wantFiles), got)
+	want := map[string]entry{}
+	for k, v := range wantFiles {
+		want[k] = v
 	}
-	for k, w := range wantFiles {
+	for k, v := range wantRpmOnly {
+		want[k] = v
+	}
+	if len(got) != len(want) {
+		t.Errorf("rpm has %d files, want %d: %v", len(got), len(want), got)
+	}
+	for k, w := range want {
 		if got[k] != w.mode+" "+w.owner {
 			t.Errorf("rpm %s: %q, want %q", k, got[k], w.mode+" "+w.owner)
 		}
@@ -532,8 +552,8 @@ func TestDropinsMatchInstallDropins(t *testing.T) {
 		}
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != len(managed) {
-		t.Errorf("install-dropins wrote %d directories, want %d", len(entries), len(managed))
+	if len(entries) != len(managed)+1 { // and kha-supervisor.service.d, the profile's WatchdogSec
+		t.Errorf("install-dropins wrote %d directories, want %d", len(entries), len(managed)+1)
 	}
 	// And the packaged configuration is the example, which loads.
 	ex, err := os.ReadFile(filepath.Join(p.root, "config.example.toml"))
@@ -545,25 +565,40 @@ func TestDropinsMatchInstallDropins(t *testing.T) {
 	}
 }
 
-// commandsOf parses `kha-supervisor help`.
+// commandsOf lists the commands `kha-supervisor --help` shows (cobra's
+// groups: a heading with "Commands" ending in ":", then "  NAME  summary"
+// lines),
+// with the subcommands of those that have any ("drill handoff").
 func commandsOf(t *testing.T, bin string) []string {
 	t.Helper()
-	cmd := exec.Command(bin, "help")
-	out, _ := cmd.Output()
+	cmds := helpCommands(t, bin)
+	if len(cmds) == 0 {
+		t.Fatalf("no commands in `%s --help`", bin)
+	}
+	var out []string
+	for _, c := range cmds {
+		out = append(out, c)
+		for _, s := range helpCommands(t, bin, c) {
+			out = append(out, c+" "+s)
+		}
+	}
+	return out
+}
+
+func helpCommands(t *testing.T, bin string, path ...string) []string {
+	t.Helper()
+	out, _ := exec.Command(bin, append(path, "--help")...).Output()
 	var cmds []string
 	on := false
 	for _, line := range strings.Split(string(out), "\n") {
 		switch {
-		case strings.HasPrefix(line, "commands:"):
+		case !strings.HasPrefix(line, " ") && strings.Contains(line, "Commands") && strings.HasSuffix(line, ":"):
 			on = true
 		case on && line == "":
 			on = false
 		case on && strings.HasPrefix(line, "  "):
 			cmds = append(cmds, strings.Fields(line)[0])
 		}
-	}
-	if len(cmds) == 0 {
-		t.Fatalf("no commands in `%s help`:\n%s", bin, out)
 	}
 	return cmds
 }
@@ -646,14 +681,17 @@ func TestManPages(t *testing.T) {
 	}
 }
 
-// flagsOf lists the flags `kha-supervisor CMD -h` prints (none for a
-// command without flags, or one that prints a usage line instead).
+// flagsOf lists the long flags `kha-supervisor CMD --help` prints under
+// "Flags:" (not the global ones, documented under OPTIONS).
 func flagsOf(t *testing.T, bin, cmd string) []string {
 	t.Helper()
-	out, _ := exec.Command(bin, cmd, "-h").CombinedOutput()
+	out, _ := exec.Command(bin, append(strings.Fields(cmd), "--help")...).CombinedOutput()
+	text, _, _ := strings.Cut(string(out), "Global Flags:")
 	var flags []string
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(string(out), -1) {
-		flags = append(flags, m[1])
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z-]+)`).FindAllStringSubmatch(text, -1) {
+		if m[1] != "help" {
+			flags = append(flags, m[1])
+		}
 	}
 	return flags
 }
@@ -680,20 +718,28 @@ func tomlKeys(typ reflect.Type, prefix string) []string {
 func TestBashCompletion(t *testing.T) {
 	p := packages(t)
 	bin := filepath.Join(p.debX, "usr/bin/kha-supervisor")
+	// cobra's script needs the bash-completion package's helpers, as does
+	// every script in its completions directory.
+	const helpers = "/usr/share/bash-completion/bash_completion"
+	if _, err := os.Stat(helpers); err != nil {
+		t.Fatalf("this test needs the bash-completion package (%v)", err)
+	}
 	complete := func(line string) []string {
 		t.Helper()
-		script := `source "$1"; read -ra COMP_WORDS <<<"$2"; [[ $2 == *" " ]] && COMP_WORDS+=(""); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _kha_supervisor; printf '%s\n' "${COMPREPLY[@]}"`
-		cmd := exec.Command("bash", "--norc", "--noprofile", "-c", script, "bash",
+		script := `source "$1"; source "$2"; read -ra COMP_WORDS <<<"$3"; [[ $3 == *" " ]] && COMP_WORDS+=(""); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMP_LINE=$3; COMP_POINT=${#COMP_LINE}; __start_kha-supervisor kha-supervisor; printf '%s\n' "${COMPREPLY[@]}"`
+		cmd := exec.Command("bash", "--norc", "--noprofile", "-c", script, "bash", helpers,
 			filepath.Join(p.debX, "usr/share/bash-completion/completions/kha-supervisor"), line)
 		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr // compopt complains outside a real completion; harmless
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("completing %q: %v\n%s", line, err, out)
+			t.Fatalf("completing %q: %v\n%s%s", line, err, out, stderr.String())
 		}
 		return strings.Fields(string(out))
 	}
 	got := complete("kha-supervisor ")
-	for _, c := range append(commandsOf(t, bin), "help") {
+	for _, c := range helpCommands(t, bin) {
 		if !contains(got, c) {
 			t.Errorf("completion of commands %v lacks %q", got, c)
 		}
@@ -701,7 +747,7 @@ func TestBashCompletion(t *testing.T) {
 	if got := complete("kha-supervisor install-d"); len(got) != 1 || got[0] != "install-dropins" {
 		t.Errorf("completing install-d: %v", got)
 	}
-	if n := len(flagsOf(t, bin, "install-dropins")); n < 5 {
+	if n := len(flagsOf(t, bin, "install-dropins")); n < 4 {
 		t.Errorf("install-dropins -h lists %d flags; the flag parsing of this test is broken", n)
 	}
 	for _, c := range commandsOf(t, bin) {

@@ -3,7 +3,7 @@
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 need=()
-for p in systemd-container iproute2 dbus systemd lintian rpm; do
+for p in systemd-container iproute2 dbus systemd lintian rpm bash-completion; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

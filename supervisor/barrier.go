@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // etcdElectionAllowance is added to the barrier's blind wait: stock etcd's
@@ -184,7 +187,7 @@ func (s *Supervisor) barrierLook(ctx context.Context, prev holderMark) (barrierV
 	v := barrierView{Self: s.cfg.Node, Prev: prev}
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, s.keys.Members(), clientv3.WithPrefix())
+	resp, err := s.pool.Hedged().Get(rctx, s.keys.Members(), clientv3.WithPrefix())
 	if err != nil {
 		return v, fmt.Errorf("read member records: %w", err)
 	}
@@ -211,13 +214,27 @@ func (s *Supervisor) barrierLook(ctx context.Context, prev holderMark) (barrierV
 	return v, nil
 }
 
+// ourCluster reports whether a response header comes from the etcd cluster
+// the pool verified (any, before it verified one).
+func (s *Supervisor) ourCluster(h *etcdserverpb.ResponseHeader) bool {
+	want := s.pool.ClusterID()
+	return h != nil && (want == 0 || h.ClusterId == want)
+}
+
 // leaseLeft asks etcd for a lease's remaining TTL. Lease 0 (a key put
 // without a lease) does not exist.
 func (s *Supervisor) leaseLeft(ctx context.Context, l clientv3.LeaseID) (alive bool, left time.Duration, at time.Time, err error) {
 	if l == 0 {
 		return false, 0, time.Time{}, nil
 	}
-	resp, err := s.cli.TimeToLive(ctx, l)
+	resp, err := etcdconn.Hedged(ctx, s.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseTimeToLiveResponse, error) {
+		r, err := c.TimeToLive(ctx, l)
+		if err == nil && !s.ourCluster(r.ResponseHeader) {
+			// "Gone" from another etcd cluster would pass the barrier.
+			return nil, fmt.Errorf("lease %x read from another etcd cluster (%x)", l, r.ResponseHeader.GetClusterId())
+		}
+		return r, err
+	}, nil)
 	at = time.Now()
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):

@@ -14,6 +14,7 @@ type campaignView struct {
 	UnitsSeen     bool              // the units were observed since the last job
 	UnitsRunning  []string          // of ours, as last observed
 	Members       map[string]Record // every record as last read (ours included)
+	DropinsOK     bool              // the managed units' drop-ins were checked and are in order
 }
 
 // campaignVerdict: Allowed to campaign; Override when only because nobody
@@ -36,6 +37,8 @@ func decideCampaign(now time.Time, v campaignView) campaignVerdict {
 		return campaignVerdict{Why: "this node is banned"}
 	case handoffExcludes(v.Ctl.Handoff, v.Self):
 		return campaignVerdict{Why: "a switchover to another member is under way"}
+	case !v.DropinsOK:
+		return campaignVerdict{Why: "the managed units' drop-ins are not in order"}
 	case !v.UnitsSeen:
 		return campaignVerdict{Why: "the units were not observed yet"}
 	case len(v.UnitsRunning) > 0:
@@ -74,7 +77,7 @@ func eligibleOthers(now time.Time, v campaignView) []string {
 // campaignView gathers the loop's latest observations.
 func (s *Supervisor) campaignView() campaignView {
 	return campaignView{Self: s.cfg.Node, CooldownUntil: s.cooldown, Ctl: s.ctl, UnitsSeen: !s.unitsSeen.IsZero(),
-		UnitsRunning: runningUnits(s.lastUnits), Members: s.members}
+		UnitsRunning: runningUnits(s.lastUnits), Members: s.members, DropinsOK: s.dropinsAllowCampaign()}
 }
 
 // eligible lists who could campaign now as this member sees it (status).

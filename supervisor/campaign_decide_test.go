@@ -11,7 +11,7 @@ func TestDecideCampaign(t *testing.T) {
 	standby := func(n string) Record { return Record{Node: n, State: Standby} }
 	cooling := Record{Node: "m2", State: Standby, Cooldown: later}
 	base := func() campaignView {
-		return campaignView{Self: "m1", UnitsSeen: true, Members: map[string]Record{"m1": standby("m1"), "m2": standby("m2")}}
+		return campaignView{Self: "m1", UnitsSeen: true, DropinsOK: true, Members: map[string]Record{"m1": standby("m1"), "m2": standby("m2")}}
 	}
 	cases := []struct {
 		name            string
@@ -24,6 +24,7 @@ func TestDecideCampaign(t *testing.T) {
 		{"handoff to another", func(v *campaignView) { v.Ctl.Handoff = &Handoff{To: "m2"} }, false, false},
 		{"handoff from us", func(v *campaignView) { v.Ctl.Handoff = &Handoff{From: "m1"} }, false, false},
 		{"units not seen", func(v *campaignView) { v.UnitsSeen = false }, false, false},
+		{"drop-ins not in order", func(v *campaignView) { v.DropinsOK = false }, false, false},
 		{"a unit runs here", func(v *campaignView) { v.UnitsRunning = []string{"u"} }, false, false},
 		{"cooldown, other standby eligible", func(v *campaignView) { v.CooldownUntil = later }, false, false},
 		{"cooldown, other in cooldown too", func(v *campaignView) { v.CooldownUntil = later; v.Members["m2"] = cooling }, true, true},

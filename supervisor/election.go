@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -28,7 +29,7 @@ func (s *Supervisor) grant(ctx context.Context) (grantResult, error) {
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	sent := time.Now()
-	resp, err := s.cli.Grant(rctx, int64((ttl+time.Second-1)/time.Second))
+	resp, err := s.pool.Grant(rctx, int64((ttl+time.Second-1)/time.Second))
 	if err != nil {
 		return grantResult{}, fmt.Errorf("grant lease: %w", err)
 	}
@@ -55,7 +56,9 @@ func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
 	}
 	key := s.keys.Leader()
 	rctx, cancel := s.reqCtx(ctx)
-	resp, err := s.cli.Txn(rctx).
+	// Hedged: a copy that lands after another won finds the key on our
+	// own lease (ownKey), so a retry never wins twice.
+	resp, err := s.pool.Hedged().Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, s.cfg.Node, clientv3.WithLease(g.lease))).
 		Else(clientv3.OpGet(key)).Commit()
@@ -64,7 +67,10 @@ func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
 		s.revoke(g.lease)
 		return nil, fmt.Errorf("campaign: %w", err)
 	}
-	if !resp.Succeeded {
+	token := resp.Header.Revision
+	if kv := ownKey(resp, g.lease); kv != nil {
+		token = kv.CreateRevision
+	} else if !resp.Succeeded {
 		s.revoke(g.lease)
 		li := LeaderInfo{Revision: resp.Header.Revision}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
@@ -72,9 +78,8 @@ func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
 		}
 		return acquireResult{leader: li}, nil
 	}
-	token := resp.Header.Revision
 	rctx, cancel = s.reqCtx(ctx)
-	li, err := ReadLeader(rctx, s.cli, s.keys)
+	li, err := ReadLeader(rctx, s.pool.Hedged(), s.keys)
 	cancel()
 	if err != nil || li.Token != token || li.Lease != g.lease {
 		s.revoke(g.lease)
@@ -98,7 +103,7 @@ func (s *Supervisor) release(ctx context.Context, token int64, lease clientv3.Le
 	}
 	key := s.keys.Leader()
 	rctx, cancel := s.reqCtx(ctx)
-	_, err := s.cli.Txn(rctx).
+	_, err := s.pool.Hedged().Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
 		Then(clientv3.OpDelete(key)).Commit()
 	cancel()
@@ -113,10 +118,22 @@ func (s *Supervisor) release(ctx context.Context, token int64, lease clientv3.Le
 func (s *Supervisor) revoke(lease clientv3.LeaseID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Etcd.RequestTimeout.D())
 	defer cancel()
-	_, err := s.cli.Revoke(ctx, lease)
-	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := s.pool.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.log.Debug("revoke lease", "lease", fmt.Sprintf("%x", lease), "err", err)
 		return false
 	}
 	return true
+}
+
+// ownKey is the key an Else(OpGet) found when it is on lease: a hedged
+// copy of a CreateRevision == 0 transaction that came after the first one
+// had already put it. Nil otherwise.
+func ownKey(resp *clientv3.TxnResponse, lease clientv3.LeaseID) *mvccpb.KeyValue {
+	if resp.Succeeded || len(resp.Responses) == 0 {
+		return nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && clientv3.LeaseID(kvs[0].Lease) == lease {
+		return kvs[0]
+	}
+	return nil
 }

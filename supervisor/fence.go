@@ -2,17 +2,29 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
 
+// secondLookMin is the least time the fence's second look (did a start land
+// after our stop?) gets when the first pass used up the stop budget.
+const secondLookMin = 200 * time.Millisecond
+
 // fence stops every unit at once with SIGKILL escalation and returns the
 // FenceError Run must return. It never starts anything again.
+//
+// The units must be down within S_max of the fence instant whatever the
+// service manager does (issue 13): the stop, the SIGKILL and the direct kill
+// from the cgroups (fencing.DirectKiller) all run against one hard deadline,
+// the watchdog is fed only until it, and a fence that cannot confirm the
+// units down exits at once so that systemd's BindsTo= takes over. Record,
+// history, lease revocation and on_fence come only after the units are
+// confirmed down, each bounded.
 func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	start := time.Now()
+	hard := start.Add(s.timeout.StopMax())
 	s.fenceNow, s.fenceKind = "", ""
 	if s.job != nil {
 		s.job.cancel()
@@ -24,60 +36,105 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	s.updateSnapshot()
 	s.log.Error("FENCING", "reason", reason, "token", s.token, "lease_left", s.deadline.LeaseLeft(start).Round(time.Millisecond))
 
-	// Keep pinging the watchdog while fencing: the stop jobs are queued,
-	// the work is bounded, and a watchdog kill now would only lose the
-	// record, the history and the hook.
-	pingDone := make(chan struct{})
-	go func() {
-		t := time.NewTicker(tickEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-pingDone:
-				return
-			case <-t.C:
-				s.notify("WATCHDOG=1")
-			}
-		}
-	}()
-	defer close(pingDone)
-	ctx, cancel := context.WithTimeout(bg, s.timeout.StopMax()+time.Second)
+	err := s.fenceUnits(bg, hard)
+	took := time.Since(start)
+	if err != nil {
+		// Not even the cgroups confirm the units gone: exit now, unpinged,
+		// and let BindsTo= stop them. Nothing may delay that, not even the
+		// history flush on the way out.
+		s.log.Error("fenced: units NOT confirmed stopped; exiting so that systemd stops them (BindsTo=)", "reason", reason, "took", took.Round(time.Millisecond), "err", err)
+		s.dropHistory()
+		return &FenceError{Reason: reason, Incomplete: err}
+	}
+	s.unitsMayRun.Store(false)
+	s.log.Error("fenced: units stopped", "reason", reason, "took", took.Round(time.Millisecond), "stop_budget", s.timeout.StopMax())
+	// The units are down: a watchdog kill can no longer do harm, so keep
+	// pinging through the bounded epilogue rather than lose its work.
+	pctx, stopPing := context.WithCancel(bg)
+	go s.pingUntil(pctx, time.Time{})
+	defer stopPing()
+	s.fenceEpilogue(bg, kind, took)
+	return &FenceError{Reason: reason}
+}
+
+// fenceUnits stops, kills and confirms, all before hard (the second look
+// gets at least secondLookMin). The watchdog is fed until hard and no later:
+// a fence stuck on a hung manager must let systemd kill this process.
+func (s *Supervisor) fenceUnits(bg context.Context, hard time.Time) error {
+	pctx, stopPing := context.WithCancel(bg)
+	defer stopPing()
+	go s.pingUntil(pctx, hard)
+
+	ctx, cancel := context.WithDeadline(bg, hard)
 	err := fencing.Fence(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 	cancel()
+	if err != nil {
+		return err
+	}
 	// A second look: something may have started behind our back or the
 	// cancelled start may have landed after the stop.
-	vctx, vcancel := context.WithTimeout(bg, s.timeout.StopMax())
-	states, serr := s.units.States(vctx, s.cfg.Units.Managed)
-	if serr == nil && len(runningUnits(states)) > 0 {
-		err = errors.Join(err, fencing.Fence(vctx, s.units, runningUnits(states), s.timeout))
-		states, serr = s.units.States(vctx, s.cfg.Units.Managed)
+	vctx, vcancel := context.WithDeadline(bg, later(hard, time.Now().Add(secondLookMin)))
+	defer vcancel()
+	return fencing.ConfirmDown(vctx, s.units, s.cfg.Units.Managed, s.timeout)
+}
+
+// fenceEpilogue tells the others, gives back the election lease and runs
+// the hook; the units are down. A failover drill keeps the lease, so that
+// it rehearses the full wait of a node that went silent.
+func (s *Supervisor) fenceEpilogue(bg context.Context, kind string, took time.Duration) {
+	pctx, pcancel := s.reqCtx(bg)
+	if err := s.writeRecord(pctx, false); err != nil {
+		s.log.Warn("fenced: could not publish units stopped", "err", err)
 	}
-	vcancel()
-	if serr != nil {
-		err = errors.Join(err, fmt.Errorf("confirm stopped: %w", serr))
-	} else if r := runningUnits(states); len(r) > 0 {
-		err = errors.Join(err, fmt.Errorf("still running after fence: %v", r))
-	}
-	took := time.Since(start)
-	fe := &FenceError{Reason: reason, Incomplete: err}
-	if err == nil {
-		s.unitsMayRun.Store(false)
-		s.log.Error("fenced: units stopped", "reason", reason, "took", took.Round(time.Millisecond), "stop_budget", s.timeout.StopMax())
-	} else {
-		s.log.Error("fenced: units NOT confirmed stopped", "reason", reason, "took", took.Round(time.Millisecond), "err", err)
-	}
-	// Best effort, after the units are down: tell the others, run the hook,
-	// give back the election lease if etcd still listens.
-	// The lease is not revoked: the others wait it out, exactly as they
-	// would if we had simply gone silent.
-	pctx, pcancel := context.WithTimeout(bg, s.cfg.Etcd.RequestTimeout.D())
-	_ = s.writeRecord(pctx, false)
-	outcome := fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond))
-	if err != nil {
-		outcome = "units NOT confirmed stopped: " + err.Error()
-	}
-	_ = AppendHistory(pctx, s.cli, s.keys, Event{At: time.Now(), Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: kind, Reason: outcome, Token: s.token}, s.cfg.History.Retain)
 	pcancel()
+	if kind != "drill" && s.elecLease != 0 {
+		rctx, rcancel := s.reqCtx(bg)
+		if _, err := s.cli.Revoke(rctx, s.elecLease); err != nil {
+			s.log.Warn("fenced: could not revoke the election lease; the others wait for it to expire", "lease", fmt.Sprintf("%x", s.elecLease), "err", err)
+		} else {
+			s.log.Info("fenced: election lease revoked after the units stopped", "lease", fmt.Sprintf("%x", s.elecLease))
+		}
+		rcancel()
+	}
+	hctx, hcancel := s.reqCtx(bg)
+	_ = AppendHistory(hctx, s.cli, s.keys, Event{At: time.Now(), Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: kind, Reason: fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond)), Token: s.token}, s.cfg.History.Retain)
+	hcancel()
 	s.runHook(bg, "on_fence", s.token)
-	return fe
+}
+
+// pingUntil feeds the watchdog every tick until ctx ends or, when until is
+// set, until that instant.
+func (s *Supervisor) pingUntil(ctx context.Context, until time.Time) {
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if !until.IsZero() && !now.Before(until) {
+				return
+			}
+			s.notify("WATCHDOG=1")
+		}
+	}
+}
+
+// dropHistory discards transitions not yet written, so that Run's final
+// flush cannot hold up an exit that must be immediate.
+func (s *Supervisor) dropHistory() {
+	for {
+		select {
+		case <-s.history:
+		default:
+			return
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

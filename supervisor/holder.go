@@ -102,7 +102,7 @@ func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) (any
 		key := s.keys.Leader()
 		rctx, cancel := s.reqCtx(ctx)
 		defer cancel()
-		_, err := s.cli.Txn(rctx).If(
+		_, err := s.pool.Hedged().Txn(rctx).If(
 			clientv3.Compare(clientv3.CreateRevision(key), "=", li.Token),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", 0),
 		).Then(clientv3.OpDelete(key)).Commit()

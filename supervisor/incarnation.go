@@ -68,7 +68,7 @@ func (s *Supervisor) replacePredecessorRecord(ctx context.Context, p predecessor
 	key := s.keys.Member(s.cfg.Node)
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(rctx).
+	resp, err := s.pool.Serial().Txn(rctx).
 		If(clientv3.Compare(clientv3.LeaseValue(key), "=", p.MemberLease)).
 		Then(clientv3.OpPut(key, string(rec), clientv3.WithLease(lease))).Commit()
 	if err != nil {

@@ -193,6 +193,7 @@ func (s *Supervisor) transition(to State, kind, reason string) {
 	if from == to && reason == s.reason {
 		return
 	}
+	s.checkEdge(from, to)
 	s.prevState = from
 	s.state, s.reason, s.since = to, reason, time.Now()
 	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.token)

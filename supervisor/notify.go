@@ -3,7 +3,36 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 )
+
+// statusEvery is how often STATUS= is refreshed while nothing changes, so
+// that the lease time left `systemctl status` shows is at most this old.
+const statusEvery = 2 * time.Second
+
+// statusNote is what STATUS= last said, as the loop sent it.
+type statusNote struct {
+	key string // the facts behind the line, without the moving lease time
+	at  time.Time
+}
+
+// statusKey is what the status line says apart from the lease time left:
+// when it changes (a new leader seen from a standby, a new token), STATUS=
+// must follow at once.
+func (s *Supervisor) statusKey() string {
+	return fmt.Sprint(s.state, "|", s.token, "|", s.leader.Node, "|", s.leader.Token, "|", s.reason)
+}
+
+// refreshStatus sends STATUS= when the facts behind it changed, and every
+// statusEvery anyway (the lease time left moves). Called by the loop on
+// every pass.
+func (s *Supervisor) refreshStatus(now time.Time) {
+	if s.statusKey() == s.status.key && now.Sub(s.status.at) < statusEvery {
+		return
+	}
+	s.notify("STATUS=" + s.statusLine())
+}
 
 // notify queues an sd_notify message for the notifier goroutine. It never
 // blocks: while systemd does not read its notify socket (daemon-reexec under
@@ -17,6 +46,11 @@ func (s *Supervisor) notify(msg string) {
 	}
 	if msg == "WATCHDOG=1" && len(s.notes) > cap(s.notes)/2 {
 		return
+	}
+	if strings.HasPrefix(msg, "STATUS=") {
+		// Whoever sent it (a transition or the refresh), the next refresh
+		// counts from now.
+		s.status = statusNote{key: s.statusKey(), at: time.Now()}
 	}
 	select {
 	case s.notes <- msg:

@@ -59,8 +59,8 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 	newWatch := func() {
 		wcancel()
 		wctx, wcancel = context.WithCancel(bg)
-		leaderW = s.cli.Watch(clientv3.WithRequireLeader(wctx), s.keys.Leader())
-		ctlW = s.cli.Watch(clientv3.WithRequireLeader(wctx), s.keys.Control(), clientv3.WithPrefix())
+		leaderW = s.pool.Watch(wctx, s.keys.Leader())
+		ctlW = s.pool.Watch(wctx, s.keys.Control(), clientv3.WithPrefix())
 	}
 	newWatch()
 	defer func() { wcancel() }()
@@ -95,7 +95,7 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 // readLeaderAndControl reads both in one transaction (one revision).
 func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	start := time.Now()
-	resp, err := s.cli.Txn(ctx).Then(
+	resp, err := s.pool.Hedged().Txn(ctx).Then(
 		clientv3.OpGet(s.keys.Leader()),
 		clientv3.OpGet(s.keys.Control(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.keys.Members(), clientv3.WithPrefix()),

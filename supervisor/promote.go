@@ -14,7 +14,7 @@ import (
 func (s *Supervisor) clearHandoff(bg context.Context, id string) {
 	ctx, cancel := s.reqCtx(bg)
 	defer cancel()
-	resp, err := s.cli.Get(ctx, s.keys.Handoff())
+	resp, err := s.pool.Hedged().Get(ctx, s.keys.Handoff())
 	if err != nil || len(resp.Kvs) != 1 {
 		return
 	}
@@ -22,7 +22,7 @@ func (s *Supervisor) clearHandoff(bg context.Context, id string) {
 	if json.Unmarshal(resp.Kvs[0].Value, &h) != nil || h.ID != id {
 		return
 	}
-	_, _ = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.keys.Handoff()), "=", resp.Kvs[0].ModRevision)).
+	_, _ = s.pool.Hedged().Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.keys.Handoff()), "=", resp.Kvs[0].ModRevision)).
 		Then(clientv3.OpDelete(s.keys.Handoff())).Commit()
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -15,8 +16,10 @@ func (s *Supervisor) record() Record {
 	r := Record{
 		Node: s.cfg.Node, Incarnation: s.inc, State: st.State, UnitsRunning: s.unitsMayRun.Load(),
 		Token: st.Token, Version: s.opts.Version, Since: st.Since, From: st.From, Reason: st.Reason,
-		Cooldown: st.CooldownUntil,
+		Cooldown: st.CooldownUntil, Host: hostName, Published: time.Now(),
 	}
+	a := s.agreement()
+	r.Agree, r.Fingerprint = &a, a.Fingerprint()
 	if st.State.Holding() {
 		r.LeaseLeftMS = st.LeaseLeft.Milliseconds()
 	}
@@ -53,7 +56,7 @@ func (s *Supervisor) putRecord(ctx context.Context, edit func(*Record)) error {
 		edit(&r)
 		b, _ := json.Marshal(r)
 		rctx, cancel := s.reqCtx(ctx)
-		resp, err := s.cli.Txn(rctx).
+		resp, err := s.pool.Serial().Txn(rctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", s.recordRev.Load())).
 			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lease))).
 			Else(clientv3.OpGet(key)).Commit()

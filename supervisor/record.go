@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // State is a member's lifecycle state.
@@ -75,7 +78,14 @@ type Record struct {
 	Reason       string       `json:"reason,omitempty"`
 	Released     bool         `json:"released,omitempty"` // the last lease was given up on purpose, not lost
 	Cooldown     time.Time    `json:"cooldown_until,omitempty"`
+	Host         string       `json:"host,omitempty"`        // os.Hostname of the member, for status
+	Published    time.Time    `json:"published"`             // wall clock of this write: status shows the record's age
+	Agree        *Agreement   `json:"agree,omitempty"`       // what every member must configure alike (peers.go)
+	Fingerprint  string       `json:"fingerprint,omitempty"` // Agree's digest
 }
+
+// hostName is this process's host name, for its record.
+var hostName, _ = os.Hostname()
 
 // UnitStatus is one unit as the member last saw it.
 type UnitStatus struct {
@@ -84,7 +94,7 @@ type UnitStatus struct {
 }
 
 // ReadMembers returns every live member record, keyed by node.
-func ReadMembers(ctx context.Context, cli *clientv3.Client, k Keys) (map[string]Record, int64, error) {
+func ReadMembers(ctx context.Context, cli etcdconn.KV, k Keys) (map[string]Record, int64, error) {
 	resp, err := cli.Get(ctx, k.Members(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("read member records: %w", err)
@@ -129,7 +139,7 @@ type LeaderInfo struct {
 func (l LeaderInfo) Present() bool { return l.Token != 0 }
 
 // ReadLeader reads the election key.
-func ReadLeader(ctx context.Context, cli *clientv3.Client, k Keys) (LeaderInfo, error) {
+func ReadLeader(ctx context.Context, cli etcdconn.KV, k Keys) (LeaderInfo, error) {
 	start := time.Now()
 	resp, err := cli.Get(ctx, k.Leader())
 	if err != nil {

@@ -108,43 +108,11 @@ func (s *Supervisor) stopRenewer(name string) {
 	}
 }
 
-// keepAliveOnce renews lease once through every renewal client at the same
-// time (one per etcd endpoint; see Options.RenewClients) and returns the
-// first success. gRPC only notices a silently dead connection after its
-// keepalive (10 s at the least), and the client's round robin would keep
-// sending some renewals into it; in parallel, one live member is enough.
-// "Lease not found" from any member is final: members forward renewals to
-// the etcd leader, so it is the leader's answer.
+// keepAliveOnce renews lease once through every member of the pool at the
+// same time and returns the first success (see etcdconn.Pool.KeepAliveOnce):
+// gRPC only notices a silently dead connection after its keepalive (10 s
+// at the least), and a balanced client would keep sending some renewals
+// into it; in parallel, one live member is enough.
 func (s *Supervisor) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
-	clients := s.opts.RenewClients
-	if len(clients) == 0 {
-		clients = []*clientv3.Client{s.cli}
-	}
-	type answer struct {
-		ttl time.Duration
-		err error
-	}
-	answers := make(chan answer, len(clients))
-	for _, c := range clients {
-		go func() {
-			resp, err := c.KeepAliveOnce(ctx, lease)
-			if err != nil {
-				answers <- answer{err: err}
-				return
-			}
-			answers <- answer{ttl: time.Duration(resp.TTL) * time.Second}
-		}()
-	}
-	var errs []error
-	for range clients {
-		a := <-answers
-		switch {
-		case a.err == nil:
-			return a.ttl, nil
-		case errors.Is(a.err, rpctypes.ErrLeaseNotFound):
-			return 0, a.err
-		}
-		errs = append(errs, a.err)
-	}
-	return 0, errors.Join(errs...)
+	return s.pool.KeepAliveOnce(ctx, lease)
 }

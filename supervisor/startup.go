@@ -35,7 +35,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 		rec := marshalRecord(s.record())
 		key := s.keys.Member(s.cfg.Node)
 		rctx, cancel := s.reqCtx(ctx)
-		resp, err := s.cli.Txn(rctx).
+		resp, err := s.pool.Hedged().Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, string(rec), clientv3.WithLease(g.lease))).
 			Else(clientv3.OpGet(key)).Commit()
@@ -44,6 +44,10 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 			return s.registered(g, resp.Header.Revision, crashed, prev), nil
 		}
 		if err == nil {
+			if kv := ownKey(resp, g.lease); kv != nil {
+				// A hedged copy of our own create landed first.
+				return s.registered(g, kv.ModRevision, crashed, prev), nil
+			}
 			// Our previous incarnation's record, on the lease it saved?
 			rev, ok, rerr := s.replacePredecessorRecord(ctx, prev, g.lease, rec)
 			if rerr == nil && ok {

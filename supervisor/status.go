@@ -27,6 +27,21 @@ type Status struct {
 	LastTick      time.Time           `json:"last_tick"`
 	Frozen        bool                `json:"frozen,omitempty"`
 	Banned        bool                `json:"banned,omitempty"`
+	// Group problems (peers.go): members configured differently, and
+	// configured peers without a member record for longer than a TTL.
+	ConfigMismatch []string `json:"config_mismatch,omitempty"`
+	MissingPeers   []string `json:"missing_peers,omitempty"`
+	// Endpoints that answered for another etcd cluster (never counted).
+	ForeignEndpoints []string `json:"foreign_endpoints,omitempty"`
+	// Strays are managed components' processes running outside their
+	// units, as of the last scan; StrayProcesses counts every one found.
+	Strays         []StrayProcess `json:"strays,omitempty"`
+	StrayProcesses int64          `json:"stray_processes,omitempty"`
+	// DropinProblems are managed units not bound to the supervisor as the
+	// packaged drop-in requires (this member does not campaign while any
+	// is listed); DropinMismatches counts the checks that found one.
+	DropinProblems   []string `json:"dropin_problems,omitempty"`
+	DropinMismatches int64    `json:"dropin_mismatches,omitempty"`
 	// CooldownOverride: in cooldown, but campaigning because no other
 	// member is eligible. Eligible: who could campaign now, as we see it.
 	CooldownOverride bool     `json:"cooldown_override,omitempty"`
@@ -57,6 +72,7 @@ func (s *Supervisor) Status() Status {
 	if st.State == Fencing || !s.startsAllowed.Load() {
 		st.UnitsAllowed = false
 	}
+	st.ForeignEndpoints = s.pool.Foreign()
 	return st
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -40,11 +41,13 @@ type Options struct {
 	Hook func(ctx context.Context, name string, env map[string]string) error
 	// Observer is told of every transition (metrics, history). May be nil.
 	Observer func(Transition)
-	// RenewClients, when set, are used for lease renewals instead of
-	// Client: one client per etcd endpoint, all asked at once, so that one
-	// silently unreachable member cannot swallow renewals. Client still
-	// serves everything else.
-	RenewClients []*clientv3.Client
+	// Pool, when set, carries every request that decides or observes
+	// leadership (grants, campaign, renewals, election-key and record
+	// reads and writes, watches): one client per etcd endpoint, so that a
+	// member without a raft leader or a silent one cannot hold them up (see
+	// etcdconn.Pool). Nil means a pool of Client alone. Client still serves
+	// the history.
+	Pool *etcdconn.Pool
 	// Watchdog is systemd's WatchdogSec (from WATCHDOG_USEC) when the unit
 	// kills with WatchdogSignal=SIGKILL; it enters the fence window (see
 	// fencing.Window). Zero without a watchdog.
@@ -89,6 +92,7 @@ func (e *FenceError) Error() string {
 type Supervisor struct {
 	cfg     config.Config
 	cli     *clientv3.Client
+	pool    *etcdconn.Pool
 	units   fencing.Units
 	log     *slog.Logger
 	opts    Options
@@ -146,8 +150,11 @@ type Supervisor struct {
 	keyProblem     string               // the election key's problem, if any (loop-owned)
 	history        chan Event
 	notes          chan string // sd_notify messages for the notifier goroutine
+	status         statusNote  // what STATUS= last said (notify.go)
 	prevState      State
+	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
+	dropins        atomic.Pointer[dropinCheck]
 
 	// Channels into the loop.
 	renewals chan renewal
@@ -179,10 +186,17 @@ func New(o Options) (*Supervisor, error) {
 	if err := w.Validate(c.Lease.RenewInterval.D()); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
+	if o.Pool == nil {
+		p, err := etcdconn.NewPool([]*clientv3.Client{o.Client}, etcdconn.PoolOptions{Log: o.Log})
+		if err != nil {
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+		o.Pool = p
+	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	s := &Supervisor{
-		cfg: c, cli: o.Client, units: o.Units, opts: o,
+		cfg: c, cli: o.Client, pool: o.Pool, units: o.Units, opts: o,
 		log:       o.Log.With("node", c.Node, "cluster", c.Cluster),
 		keys:      NewKeys(c.Etcd.Prefix, c.Cluster),
 		window:    w,
@@ -241,6 +255,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.publisher(bg)
 	go s.notifier(bg)
 	go s.historian(bg)
+	go s.watchPeers(bg)
+	go s.scanStrays(bg)
+	go s.checkDropins(bg)
 
 	done := ctx.Done()
 	for {
@@ -278,6 +295,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		s.step(bg)
 		s.updateSnapshot()
+		s.refreshStatus(time.Now())
 		s.notify("WATCHDOG=1")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -74,17 +75,44 @@ func TestCheckConfigUsage(t *testing.T) {
 		code int
 		err  string
 	}{
-		{"unknown flag", []string{"-x"}, exitConfig, "flag provided but not defined"},
+		{"unknown flag", []string{"-x"}, exitConfig, "unknown shorthand flag: 'x' in -x"},
+		{"unknown long flag", []string{"--confg", "/dev/null"}, exitConfig, "unknown flag: --confg; did you mean --config?"},
 		{"missing flag value", []string{"-c"}, exitConfig, "flag needs an argument"},
 		{"stray argument", []string{"-c", "/dev/null", "extra"}, exitConfig, `unexpected argument "extra"`},
 		{"missing file", []string{"-c", "/nonexistent/kt-config.toml"}, exitConfig, "/nonexistent/kt-config.toml: cannot read"},
-		{"help", []string{"-h"}, exitOK, "usage: kha-supervisor check-config"},
+		{"help", []string{"-h"}, exitOK, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, errs := runCheckConfig(t, tc.args...)
+			code, out, errs := runCheckConfig(t, tc.args...)
 			if code != tc.code || !strings.Contains(errs, tc.err) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, errs, tc.code, tc.err)
 			}
+			if tc.name == "help" && !strings.Contains(out, "Usage:\n  kha-supervisor check-config [flags]") {
+				t.Errorf("check-config -h printed %q", out)
+			}
 		})
+	}
+}
+
+// TestCheckConfigProductOnly: what check-config prints and what
+// docs/configuration.md says name the product's own documents and keys
+// only: no "brief" sections, no key that does not exist (issue 9, item 14).
+func TestCheckConfigProductOnly(t *testing.T) {
+	word := regexp.MustCompile(`(?i)\bbrief\b`)
+	code, out, errs := runCheckConfig(t, "-c", "../../config.example.toml")
+	if code != exitOK || word.MatchString(out+errs) {
+		t.Errorf("check-config: exit %d, mentions a brief:\n%s%s", code, out, errs)
+	}
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := word.FindAllIndex(doc, -1); len(m) > 0 {
+		t.Errorf("docs/configuration.md mentions a brief %d times", len(m))
+	}
+	// There is no watchdog key (systemd's WatchdogSec is read from the
+	// environment), so it is no step of the validation order either.
+	if strings.Contains(string(doc), "history,\nwatchdog,") || strings.Contains(string(doc), "history, watchdog,") {
+		t.Errorf("docs/configuration.md lists a watchdog key among the checks")
 	}
 }

@@ -1,16 +1,62 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
-func init() {
-	register("drill", "rehearse on the live group: drill handoff|failover [--to NODE] [--expect-within D]", drillCmd)
+func init() { register(drillCommand) }
+
+func drillCommand(e env) *cobra.Command {
+	c := &cobra.Command{
+		Use:     "drill",
+		GroupID: groupGroup,
+		Short:   "rehearse a takeover on the live group: drill handoff|failover",
+		Long: `Rehearse a takeover on the live group and check the result from the members' own records.
+Either prints the timeline and PASS when the old leader's units were recorded stopped before the new leader won the lease, or FAIL and exit status 7; with --expect-within it also fails when the new units were not active within that long of the request. Refused when no standby could take over.`,
+		RunE: func(c *cobra.Command, args []string) error {
+			_ = c.Help()
+			return exit(exitConfig)
+		},
+	}
+	c.AddCommand(drillKind(e, "handoff", "request a handoff (optionally --to NODE) and wait for the new leader"),
+		drillKind(e, "failover", "ask the leader to fence as if its renewals had failed; the others must wait out its lease"))
+	return c
+}
+
+func drillKind(e env, kind, short string) *cobra.Command {
+	var to string
+	c := &cobra.Command{Use: kind, Short: short, Long: strings.ToUpper(short[:1]) + short[1:] + "; then check the timeline (see drill)."}
+	cf := addClientFlags(c)
+	expect := durationFlag(c.Flags(), "expect-within", 0, "fail unless the new units are active within this long of the request")
+	timeout := durationFlag(c.Flags(), "timeout", 90*time.Second, "give up waiting for a new leader after this long")
+	if kind == "handoff" {
+		c.Flags().StringVar(&to, "to", "", "`node` that should take over")
+		_ = c.RegisterFlagCompletionFunc("to", completeMembers(e, cf))
+	}
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if to != "" {
+			if code := checkNode(e, "--to", to); code != exitOK {
+				return exit(code)
+			}
+		}
+		if *timeout <= 0 {
+			return exit(fail(e, exitConfig, "--timeout must be positive"))
+		}
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		return exit(s.drill(e, kind, to, *expect, *timeout))
+	}
+	return c
 }
 
 // timeline is what a drill reconstructs from the members' history.
@@ -87,28 +133,11 @@ func (s *session) fill(e env, t *timeline, stoppedTo supervisor.State) {
 	}
 }
 
-func drillCmd(e env, args []string) int {
-	if len(args) == 0 || (args[0] != "handoff" && args[0] != "failover") {
-		return fail(e, exitConfig, "usage: kha-supervisor drill handoff|failover [--to NODE] [--expect-within D] [-c FILE]")
-	}
-	kind := args[0]
-	fs := flag.NewFlagSet("drill "+kind, flag.ContinueOnError)
-	expect := fs.Duration("expect-within", 0, "fail unless the new units are active within this long of the request")
-	timeout := fs.Duration("timeout", 90*time.Second, "give up waiting for a new leader after this long")
-	var to *string
-	if kind == "handoff" {
-		to = fs.String("to", "", "node that should take over")
-	}
-	s, code := connect(e, fs, args[1:])
-	if code != exitOK {
-		return code
-	}
-	defer s.close()
-
+func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) int {
 	var t timeline
 	var stoppedTo supervisor.State
 	if kind == "handoff" {
-		res, code := s.handoff(e, *to, true, *timeout)
+		res, code := s.handoff(e, to, true, timeout)
 		if code != exitOK {
 			return code
 		}
@@ -124,7 +153,7 @@ func drillCmd(e env, args []string) int {
 			return fail(e, exitConfig, "refused: the group is frozen (%s); unfreeze first", cs.Control.Freeze.Reason)
 		case cs.Leader == "":
 			return fail(e, exitFailure, "refused: no member holds the lease right now")
-		case countStandbys(cs) == 0:
+		case len(successors(cs, time.Now())) == 0:
 			return fail(e, exitConfig, "refused: no standby member could take over; the drill would leave the group without units")
 		}
 		d := supervisor.Drill{ID: supervisor.NewID(), Kind: "failover", Token: cs.Token, At: time.Now()}
@@ -136,7 +165,7 @@ func drillCmd(e env, args []string) int {
 		}
 		fmt.Fprintf(e.stdout, "failover drill %s: asked %s (token %d) to fence as if its renewals had failed; the others must wait out its lease (%s)\n",
 			d.ID, cs.Leader, cs.Token, s.cfg.Lease.TTL)
-		ncs, err := s.waitNewLeader(e, cs.Token, "", *timeout)
+		ncs, err := s.waitNewLeader(e, cs.Token, "", timeout)
 		if err != nil {
 			return fail(e, exitDrillFailed, "drill %s: %v", d.ID, err)
 		}
@@ -146,7 +175,7 @@ func drillCmd(e env, args []string) int {
 	s.fill(e, &t, stoppedTo)
 	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)
 	t.print(e.stdout)
-	if bad := t.check(*expect); len(bad) > 0 {
+	if bad := t.check(expect); len(bad) > 0 {
 		for _, b := range bad {
 			fmt.Fprintln(e.stdout, "FAIL:", b)
 		}

@@ -487,7 +487,11 @@ func (n *e2eNode) activeUnits() []string {
 // status runs `kha-supervisor status --json` inside the node.
 func (n *e2eNode) status() supervisor.ClusterStatus {
 	n.t.Helper()
-	out := n.run(e2eBinary, "status", "--json", "-c", e2eConfig)
+	// 8 and 9 (no active member, this node unhealthy) still print the JSON.
+	out, code, err := n.exec(e2eBinary, "status", "--json", "-c", e2eConfig)
+	if err != nil || (code != exitOK && code != exitNoActive && code != exitLocalBad) {
+		n.t.Fatalf("%s: status --json: exit %d, %v: %s", n.name, code, err, out)
+	}
 	var cs supervisor.ClusterStatus
 	if err := json.Unmarshal([]byte(out), &cs); err != nil {
 		n.t.Fatalf("%s: status --json: %v: %s", n.name, err, out)

@@ -3,16 +3,32 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-func init() {
-	register("guard", "ExecStartPre= check: may UNIT start on this node? (exit 0 yes, 5 no, 6 no supervisor)", guardCmd)
+func init() { register(guardCommand) }
+
+func guardCommand(e env) *cobra.Command {
+	return &cobra.Command{
+		Use:     "guard UNIT",
+		GroupID: groupNode,
+		Short:   "ExecStartPre= check: may UNIT start on this node? (exit 0 yes, 5 no, 6 no supervisor)",
+		Long: `Exit 0 only if the local supervisor says that this node is active and its lease is valid for at least S_max more (long enough to stop UNIT again); otherwise print one line naming the current leader and exit 5, or 6 when the supervisor is not running or not reachable.
+It asks the supervisor over its root-only unix socket (guard.socket). The managed units run it as their ExecStartPre=, so that systemctl start of a managed unit on a standby fails loudly.`,
+		Args: exactArgs("UNIT"),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return config.Default().Units.Managed, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			return exit(guardCmd(e, configPath(c), args[0]))
+		},
+	}
 }
 
 // guardFallbackSocket is asked when the configuration cannot be loaded: a
@@ -29,29 +45,8 @@ const guardTimeout = 2 * time.Second
 // managed units' ExecStartPre=. It runs on every start of a managed unit, so
 // it does one thing: one round trip over the local socket. Its message goes
 // to the unit's journal and to the `systemctl start` that failed.
-func guardCmd(e env, args []string) int {
-	fs := flag.NewFlagSet("guard", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	path := fs.String("c", config.DefaultPath, "configuration `file` (for guard.socket)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kha-supervisor guard [-c FILE] UNIT")
-		fmt.Fprintln(fs.Output(), "\nAsks the local supervisor whether UNIT may start on this node: only while this")
-		fmt.Fprintln(fs.Output(), "node holds a valid lease with enough time left to stop UNIT again. Exit 0 when")
-		fmt.Fprintln(fs.Output(), "allowed, 5 when refused, 6 when the supervisor is not reachable.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitConfig
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitConfig
-	}
-	unit := fs.Arg(0)
-
+func guardCmd(e env, configFile, unit string) int {
+	path := &configFile
 	socket := guardFallbackSocket
 	if cfg, err := config.Load(*path); err != nil {
 		fmt.Fprintf(e.stderr, "kha-supervisor guard: cannot load the configuration, asking the default socket %s: %v\n", socket, err)

@@ -104,8 +104,8 @@ func TestGuardCommandUsage(t *testing.T) {
 			t.Errorf("guard %q: exit %d, want %d", args, code, exitConfig)
 		}
 	}
-	if code, _, errs := runGuard(t, "-h"); code != exitOK || !strings.Contains(errs, "usage: kha-supervisor guard") {
-		t.Errorf("guard -h: exit %d, %q", code, errs)
+	if code, out, _ := runGuard(t, "-h"); code != exitOK || !strings.Contains(out, "kha-supervisor guard UNIT [flags]") {
+		t.Errorf("guard -h: exit %d, %q", code, out)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,13 +13,40 @@ import (
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-func init() {
-	register("install-dropins", "write the systemd drop-ins that bind the managed units to the supervisor", installDropins)
+func init() { register(installDropinsCommand) }
+
+// dropinFlags are install-dropins' options.
+type dropinFlags struct {
+	dir, binary      string
+	dryRun, noReload bool
+}
+
+func installDropinsCommand(e env) *cobra.Command {
+	var o dropinFlags
+	c := &cobra.Command{
+		Use:     "install-dropins",
+		GroupID: groupNode,
+		Short:   "write the systemd drop-ins that bind the managed units to the supervisor",
+		Long: `Write the drop-in DIR/UNIT.d/` + dropin.FileName + ` for every unit in units.managed and for kha-supervisor.service itself (the profile's WatchdogSec), remove the ones it wrote earlier for units no longer managed, and reload systemd (daemon-reload over D-Bus) if anything changed.
+A file at that path that it did not write is never overwritten: the command refuses instead. The packages already ship these drop-ins for the default units; run this command when units.managed, units.stop_timeout or the profile differ from the defaults.`,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return exit(installDropins(e, configPath(c), o))
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&o.dir, "dir", "/etc/systemd/system", "systemd unit `directory` to write the drop-ins into (it takes precedence over the packaged ones in /usr/lib/systemd/system)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the files and their paths, and what would be removed; change nothing")
+	fs.BoolVar(&o.noReload, "no-reload", false, "do not run daemon-reload afterwards (image builds, chroots)")
+	fs.StringVar(&o.binary, "binary", dropin.DefaultBinary, "absolute `path` of kha-supervisor for the guard in ExecStartPre=")
+	_ = c.MarkFlagDirname("dir")
+	_ = c.MarkFlagFilename("binary")
+	return c
 }
 
 // reloadSystemd makes systemd re-read unit files (daemon-reload). A variable
@@ -61,32 +87,8 @@ type dropinChange struct {
 	reason string // for removals
 }
 
-func installDropins(e env, args []string) int {
-	fl := flag.NewFlagSet("install-dropins", flag.ContinueOnError)
-	fl.SetOutput(e.stderr)
-	cfgPath := fl.String("c", config.DefaultPath, "configuration `file`")
-	dir := fl.String("dir", "/etc/systemd/system", "systemd unit `directory` to write the drop-ins into")
-	dryRun := fl.Bool("dry-run", false, "print the files and their paths; change nothing")
-	noReload := fl.Bool("no-reload", false, "do not run daemon-reload afterwards (image builds, chroots)")
-	binary := fl.String("binary", dropin.DefaultBinary, "absolute `path` of kha-supervisor for the guard in ExecStartPre=")
-	fl.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: kha-supervisor install-dropins [-c FILE] [--dry-run] [--dir DIR] [--no-reload] [--binary PATH]")
-		fmt.Fprintf(e.stderr, "\nWrites DIR/UNIT.d/%s for every unit in units.managed, removes the\n", dropin.FileName)
-		fmt.Fprintln(e.stderr, "ones it wrote earlier for units no longer managed, then reloads systemd.")
-		fmt.Fprintln(e.stderr)
-		fl.PrintDefaults()
-	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitConfig
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "install-dropins: unexpected argument %q\n", fl.Arg(0))
-		fl.Usage()
-		return exitConfig
-	}
+func installDropins(e env, configFile string, o dropinFlags) int {
+	cfgPath, dir, dryRun, noReload, binary := &configFile, &o.dir, &o.dryRun, &o.noReload, &o.binary
 	if !filepath.IsAbs(*dir) {
 		fmt.Fprintf(e.stderr, "install-dropins: --dir %q must be an absolute path\n", *dir)
 		return exitConfig
@@ -97,7 +99,7 @@ func installDropins(e env, args []string) int {
 		return exitConfig
 	}
 
-	changes, err := planDropins(*dir, cfg.Units.Managed, *binary, cfg.Units.StopTimeout.D())
+	changes, err := planInstall(*dir, cfg, *binary)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "install-dropins: %v\n", err)
 		return exitConfig
@@ -136,6 +138,12 @@ func installDropins(e env, args []string) int {
 		}
 		if wrote {
 			fmt.Fprintf(e.stdout, "wrote %s\n", c.path)
+			if c.unit == dropin.SupervisorUnit {
+				// The running daemon computed its fence window with the
+				// watchdog it started under; only a restart makes the two
+				// agree again (and applies a changed profile at all).
+				fmt.Fprintf(e.stdout, "restart %s for its new settings to take effect\n", dropin.SupervisorUnit)
+			}
 			changed++
 		} else {
 			fmt.Fprintf(e.stdout, "unchanged %s\n", c.path)
@@ -158,6 +166,43 @@ func installDropins(e env, args []string) int {
 		fmt.Fprintln(e.stdout, "systemd reloaded")
 	}
 	return exitOK
+}
+
+// planInstall lists every file install-dropins writes or removes: the
+// managed units' drop-ins (planDropins) and the supervisor unit's own.
+func planInstall(dir string, cfg config.Config, binary string) ([]dropinChange, error) {
+	changes, err := planDropins(dir, cfg.Units.Managed, binary, cfg.Units.StopTimeout.D())
+	if err != nil {
+		return nil, err
+	}
+	sup, err := planSupervisorDropin(dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return append(changes, sup), nil
+}
+
+// planSupervisorDropin is the supervisor unit's drop-in: the values of
+// kha-supervisor.service that the configuration's profile decides (its
+// WatchdogSec, which enters the fence window).
+func planSupervisorDropin(dir string, cfg config.Config) (dropinChange, error) {
+	text, err := dropin.RenderSupervisor(supervisorDropin(cfg))
+	if err != nil {
+		return dropinChange{}, err
+	}
+	p := dropin.SupervisorPath(dir)
+	if old, err := os.ReadFile(p); err == nil && !bytes.HasPrefix(old, []byte(dropin.Marker)) {
+		return dropinChange{}, fmt.Errorf("%s exists and was not written by kha-supervisor: move it away first (settings of your own belong in a 90-*.conf there)", p)
+	}
+	return dropinChange{path: p, unit: dropin.SupervisorUnit, text: text}, nil
+}
+
+// supervisorDropin is what the supervisor unit's drop-in holds for cfg.
+func supervisorDropin(cfg config.Config) dropin.Supervisor {
+	p := cfg.SelectedProfile()
+	// The configuration was validated on load, so the budget is valid.
+	start, _ := dropin.StartTimeout(dropin.StartBudgetOf(cfg))
+	return dropin.Supervisor{Profile: p.Name, Watchdog: p.Watchdog.D(), StartTimeout: start}
 }
 
 // planDropins lists the drop-ins to write for units, and the stale ones
@@ -187,8 +232,8 @@ func planDropins(dir string, units []string, binary string, stop time.Duration) 
 	sort.Strings(found)
 	for _, p := range found {
 		unit := strings.TrimSuffix(filepath.Base(filepath.Dir(p)), ".d")
-		if managed[unit] {
-			continue
+		if managed[unit] || unit == dropin.SupervisorUnit {
+			continue // the supervisor's own is planned by planSupervisorDropin
 		}
 		old, err := os.ReadFile(p)
 		if err != nil || !bytes.HasPrefix(old, []byte(dropin.Marker)) {

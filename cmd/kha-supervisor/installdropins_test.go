@@ -71,8 +71,8 @@ stop_timeout = "1500ms"
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	got := tree(t, dir)
-	if len(got) != 2 {
-		t.Fatalf("files %v, want one drop-in per managed unit", got)
+	if len(got) != 3 {
+		t.Fatalf("files %v, want one drop-in per managed unit and the supervisor's", got)
 	}
 	for _, u := range []string{"etcd-witness.service", "my-sched.service"} {
 		want, err := dropin.Render(dropin.Params{Unit: u, StopTimeout: 1500 * time.Millisecond})
@@ -100,11 +100,51 @@ stop_timeout = "1500ms"
 	if *reloads != 1 {
 		t.Errorf("daemon-reload ran %d times, want 1", *reloads)
 	}
+	sup := "kha-supervisor.service.d/" + dropin.FileName
+	if !strings.HasSuffix(got[sup], "\nWatchdogSec=2s\n") || !strings.Contains(out, "wrote "+filepath.Join(dir, sup)) {
+		t.Errorf("%s (default profile) does not end with WatchdogSec=2s, or was not reported:\n%s", sup, got[sup])
+	}
 
 	// A second run changes nothing and so does not reload.
 	code, out, _ = runCmd(t, "install-dropins", "-c", cfg, "--dir", dir)
 	if code != exitOK || !strings.Contains(out, "unchanged ") || *reloads != 1 {
 		t.Errorf("second run: exit %d, reloads %d, stdout %q; want unchanged files and no reload", code, *reloads, out)
+	}
+}
+
+// The supervisor unit's drop-in carries the profile's WatchdogSec, and
+// follows a change of profile.
+func TestInstallDropinsWritesSupervisorWatchdog(t *testing.T) {
+	fakeReload(t)
+	dir := t.TempDir()
+	sup := dropin.SupervisorPath(dir)
+	for _, tc := range []struct{ profile, want string }{
+		{"fast", "WatchdogSec=1s\n"},
+		{"default", "WatchdogSec=2s\n"},
+	} {
+		cfg := writeConfig(t, "node = \"m1\"\nprofile = \""+tc.profile+"\"\n")
+		code, out, e := runCmd(t, "install-dropins", "-c", cfg, "--dir", dir)
+		if code != exitOK {
+			t.Fatalf("profile %s: exit %d: %s", tc.profile, code, e)
+		}
+		if !strings.Contains(out, "restart kha-supervisor.service for its new settings") {
+			t.Errorf("profile %s: the changed supervisor drop-in does not ask for a restart:\n%s", tc.profile, out)
+		}
+		b, err := os.ReadFile(sup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(string(b), "\n"+tc.want) || !strings.Contains(string(b), "profile ("+tc.profile+")") {
+			t.Errorf("profile %s: %s:\n%s", tc.profile, sup, b)
+		}
+	}
+	// A file of the administrator's at that path is not overwritten.
+	if err := os.WriteFile(sup, []byte("[Service]\nWatchdogSec=5s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, "node = \"m1\"\n")
+	if code, _, e := runCmd(t, "install-dropins", "-c", cfg, "--dir", dir); code != exitConfig || !strings.Contains(e, "not written by kha-supervisor") {
+		t.Errorf("exit %d stderr %q: want a refusal to overwrite %s", code, e, sup)
 	}
 }
 

@@ -1,20 +1,25 @@
 // Command kha-supervisor runs one member of an active/standby group: it wins
 // a lease in etcd, only then starts the managed systemd units, and fences
 // itself before any other member could win. Subcommands: see usage.
+//
+//go:generate go run . gen-docs ../..
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sort"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 // Exit codes. They are part of the interface: systemd units, scripts and the
-// drill read them.
+// drill read them. README.md and kha-supervisor(8) list them from exitCodes.
 const (
 	exitOK           = 0 // success
 	exitFailure      = 1 // runtime failure (etcd unreachable, I/O error)
@@ -24,7 +29,36 @@ const (
 	exitGuardRefused = 5 // guard: this node does not hold a valid lease
 	exitGuardNoSup   = 6 // guard: the local supervisor is not reachable
 	exitDrillFailed  = 7 // drill: the check or the expectation failed
+	exitNoActive     = 8 // status: no member is active with all its units
+	exitLocalBad     = 9 // status: this node's member is missing or unhealthy
 )
+
+// exitCodes documents the codes above, in order, for the generated docs.
+var exitCodes = []struct {
+	code int
+	text string
+}{
+	{exitOK, "success; for `run`, a graceful stop (units stopped, lease released)"},
+	{exitFailure, "runtime failure (etcd or systemd unreachable, I/O error)"},
+	{exitConfig, "bad configuration or usage (unknown command, flag or argument; refused operator request); nothing was changed"},
+	{exitFenced, "`run`: fenced — the lease could not be proven; units stopped; systemd restarts it as standby"},
+	{exitFenceFailed, "`run`: fenced, but a unit could not be confirmed stopped (look at the node)"},
+	{exitGuardRefused, "`guard`: refused — this node does not hold a valid lease"},
+	{exitGuardNoSup, "`guard`: the local supervisor is not running or not reachable"},
+	{exitDrillFailed, "`drill`: the ordering check failed or the expectation was missed"},
+	{exitNoActive, "`status`: no member is active with all its units (no leader, or the leader's units are not all active)"},
+	{exitLocalBad, "`status`: this node (the configuration file's `node`) has no member record, or is fencing, stopped or in cooldown"},
+}
+
+// exitSummary is the exit codes for the help, one short line each.
+func exitSummary() string {
+	var b strings.Builder
+	b.WriteString("Exit codes (kha-supervisor(8) has the details):")
+	for _, x := range exitCodes {
+		fmt.Fprintf(&b, "\n  %d  %s", x.code, strings.ReplaceAll(x.text, "`", ""))
+	}
+	return b.String()
+}
 
 // env is what a command gets from the outside world, injected so that
 // commands are plain functions that tests can call.
@@ -32,22 +66,21 @@ type env struct {
 	ctx    context.Context // cancelled on SIGINT/SIGTERM
 	stdout io.Writer
 	stderr io.Writer
+	getenv func(string) string // os.Getenv; nil: os.Getenv
 }
 
-type command struct {
-	summary string
-	run     func(e env, args []string) int
-}
-
-var commands = map[string]command{}
-
-// register adds a subcommand; each lives in its own file.
-func register(name, summary string, run func(e env, args []string) int) {
-	if _, dup := commands[name]; dup {
-		panic("duplicate command " + name)
+func (e env) env(key string) string {
+	if e.getenv == nil {
+		return os.Getenv(key)
 	}
-	commands[name] = command{summary: summary, run: run}
+	return e.getenv(key)
 }
+
+// builders make the subcommands; each file registers its own.
+var builders []func(e env) *cobra.Command
+
+// register adds a subcommand builder; each command lives in its own file.
+func register(b func(e env) *cobra.Command) { builders = append(builders, b) }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,33 +88,85 @@ func main() {
 	os.Exit(dispatch(env{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:]))
 }
 
+// dispatch runs one command line and returns its exit code.
 func dispatch(e env, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(e.stdout)
-		if len(args) == 0 {
-			return exitConfig
-		}
+	root := newRoot(e)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	var ce codeError
+	switch {
+	case err == nil:
 		return exitOK
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(e.stderr, "kha-supervisor: unknown command %q (try kha-supervisor help)\n", args[0])
+	case errors.As(err, &ce):
+		return int(ce)
+	default:
+		// A usage error from cobra or pflag: name it, point at the help.
+		fmt.Fprintf(e.stderr, "kha-supervisor: %v\n", err)
+		fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return exitConfig
 	}
-	return c.run(e, args[1:])
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: kha-supervisor COMMAND [options]")
-	fmt.Fprintln(w, "\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+// Command groups, as `kha-supervisor --help` and the man page show them.
+const (
+	groupNode  = "node"
+	groupGroup = "group"
+)
+
+func newRoot(e env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kha-supervisor",
+		Short: "lease-fenced active/standby supervisor for systemd units",
+		Long: "kha-supervisor makes sure that at most one node of a group runs a set of systemd units: " +
+			"it wins a lease in etcd, only then starts the managed units, and fences itself before any other node could win.\n\n" +
+			exitSummary(),
+		Version:       version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Without a command: the help, and a usage error for scripts.
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return unknownCommand(c, args[0])
+			}
+			_ = c.Help()
+			return codeError(exitConfig)
+		},
+		Args: cobra.ArbitraryArgs,
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-16s %s\n", n, commands[n].summary)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SuggestionsMinimumDistance = 2
+	root.AddGroup(
+		&cobra.Group{ID: groupNode, Title: "Commands for this node (run as root, read the configuration):"},
+		&cobra.Group{ID: groupGroup, Title: "Commands for the whole group, through etcd (any node, any operator with etcd access):"},
+	)
+	root.PersistentFlags().StringP("config", "c", "", "configuration `file` (default "+defaultConfigPath()+")")
+	root.SetFlagErrorFunc(flagError)
+	for _, b := range builders {
+		c := b(e)
+		if c.Args == nil {
+			c.Args = noArgs
+		}
+		root.AddCommand(c)
 	}
-	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 runtime failure, 2 bad config or usage, 3 fenced,")
-	fmt.Fprintln(w, "  4 fence incomplete, 5 guard refused, 6 supervisor unreachable, 7 drill failed")
+	root.SetHelpCommandGroupID(groupNode)
+	root.SetCompletionCommandGroupID(groupNode)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Short = "show the help of a command"
+			c.Long = "Print the help of a command (the same as COMMAND --help): its arguments, flags and what it does."
+		case "completion":
+			c.Short = "print a shell completion script"
+			c.Long = "Print a shell completion script. The packages install those for bash, zsh and fish."
+			for _, sh := range c.Commands() {
+				sh.Short = "print the " + sh.Name() + " completion script"
+				sh.Long = "Print the " + sh.Name() + " completion script, for example: kha-supervisor completion " + sh.Name() + " > FILE."
+			}
+		}
+	}
+	return root
 }

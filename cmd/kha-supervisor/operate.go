@@ -3,67 +3,27 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/user"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
-	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 func init() {
-	register("handoff", "planned switchover: the leader steps down for NODE (--to) or any other member", handoffCmd)
-	register("freeze", "maintenance mode: no promotion, no handoff; fencing stays armed", freezeCmd)
-	register("unfreeze", "end maintenance mode", unfreezeCmd)
-	register("ban", "keep NODE out of the election (a leader steps down) [--for D]", banCmd)
-	register("unban", "lift a ban", unbanCmd)
-	register("history", "show the transition history [--json] [--limit N]", historyCmd)
-}
-
-// session is a connection to the group for an operator command.
-type session struct {
-	cfg  config.Config
-	cli  *clientv3.Client
-	keys supervisor.Keys
-}
-
-// loadConfig parses the common -c flag (fs already holds the command's own
-// flags) and loads the configuration; a refusal is printed and becomes
-// exitConfig.
-func loadConfig(e env, fs *flag.FlagSet, args []string) (config.Config, int) {
-	path := fs.String("c", config.DefaultPath, "configuration file")
-	fs.SetOutput(e.stderr)
-	if err := fs.Parse(args); err != nil {
-		return config.Config{}, exitConfig
-	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintln(e.stderr, err)
-		return config.Config{}, exitConfig
-	}
-	return cfg, exitOK
-}
-
-// connect loads the configuration (see loadConfig) and dials etcd.
-func connect(e env, fs *flag.FlagSet, args []string) (*session, int) {
-	cfg, code := loadConfig(e, fs, args)
-	if code != exitOK {
-		return nil, code
-	}
-	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout.D()+2*cfg.Etcd.RequestTimeout.D()+time.Second)
-	defer cancel()
-	cli, err := etcdconn.Dial(ctx, cfg.Etcd)
-	if err != nil {
-		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
-		return nil, exitFailure
-	}
-	return &session{cfg: cfg, cli: cli, keys: supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)}, exitOK
+	register(handoffCommand)
+	register(freezeCommand)
+	register(unfreezeCommand)
+	register(banCommand)
+	register(unbanCommand)
+	register(historyCommand)
 }
 
 func (s *session) close() { _ = s.cli.Close() }
@@ -93,24 +53,55 @@ func fail(e env, code int, format string, a ...any) int {
 	return code
 }
 
-func handoffCmd(e env, args []string) int {
-	fs := flag.NewFlagSet("handoff", flag.ContinueOnError)
-	to := fs.String("to", "", "node that should take over (default: any other member)")
-	wait := fs.Bool("wait", false, "wait until the new leader's units are active")
-	timeout := fs.Duration("timeout", 60*time.Second, "how long --wait waits")
-	s, code := connect(e, fs, args)
-	if code != exitOK {
-		return code
+// checkNode applies the configuration's name rule to a node named on the
+// command line, before anything is read or written.
+func checkNode(e env, what, node string) int {
+	if err := config.CheckName(node); err != nil {
+		return fail(e, exitConfig, "%s: %v", what, err)
 	}
-	defer s.close()
-	res, code := s.handoff(e, *to, *wait, *timeout)
-	if code == exitOK && *wait {
-		fmt.Fprintf(e.stdout, "handoff %s: %s -> %s (token %d), target units active %s after the request\n",
-			res.id, res.from, res.to, res.token, res.took.Round(time.Millisecond))
-	} else if code == exitOK {
-		fmt.Fprintf(e.stdout, "handoff %s requested: %s steps down for %s\n", res.id, res.from, orAny(*to))
+	return exitOK
+}
+
+func handoffCommand(e env) *cobra.Command {
+	var to string
+	var wait bool
+	c := &cobra.Command{
+		Use:     "handoff",
+		GroupID: groupGroup,
+		Short:   "planned switchover: the leader steps down for --to NODE or any other member",
+		Long: `Planned switchover: the leader stops its units and releases the lease, and while the request stands only --to NODE (a standby), or without --to any member but the old leader, may campaign.
+Refused while the group is frozen, when no member leads, or when the target is not an eligible standby (banned, in cooldown, not running); NODE must be a valid node name (DNS-1123).
+--wait waits until the new leader's units are active, at most --timeout, and prints how long the switchover took.`,
 	}
-	return code
+	cf := addClientFlags(c)
+	c.Flags().StringVar(&to, "to", "", "`node` that should take over (default: any other member)")
+	_ = c.RegisterFlagCompletionFunc("to", completeMembers(e, cf))
+	c.Flags().BoolVar(&wait, "wait", false, "wait until the new leader's units are active")
+	timeout := durationFlag(c.Flags(), "timeout", 60*time.Second, "how long --wait waits")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if to != "" {
+			if code := checkNode(e, "--to", to); code != exitOK {
+				return exit(code)
+			}
+		}
+		if *timeout <= 0 {
+			return exit(fail(e, exitConfig, "--timeout must be positive"))
+		}
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		res, code := s.handoff(e, to, wait, *timeout)
+		if code == exitOK && wait {
+			fmt.Fprintf(e.stdout, "handoff %s: %s -> %s (token %d), target units active %s after the request\n",
+				res.id, res.from, res.to, res.token, res.took.Round(time.Millisecond))
+		} else if code == exitOK {
+			fmt.Fprintf(e.stdout, "handoff %s requested: %s steps down for %s\n", res.id, res.from, orAny(to))
+		}
+		return exit(code)
+	}
+	return c
 }
 
 type switchover struct {
@@ -143,7 +134,7 @@ func (s *session) handoff(e env, to string, wait bool, timeout time.Duration) (s
 		rec, ok := findMember(cs, to)
 		switch {
 		case !ok:
-			return switchover{}, fail(e, exitConfig, "refused: no live member named %q (see kha-supervisor status)", to)
+			return switchover{}, fail(e, exitConfig, "refused: no live member named %q%s (see kha-supervisor status)", to, didYouMean(cs, to))
 		case cs.Control.Banned(to):
 			return switchover{}, fail(e, exitConfig, "refused: %s is banned; unban it first", to)
 		case rec.State != supervisor.Standby:
@@ -151,8 +142,8 @@ func (s *session) handoff(e env, to string, wait bool, timeout time.Duration) (s
 		case rec.Cooldown.After(time.Now()):
 			return switchover{}, fail(e, exitConfig, "refused: %s is in cooldown after unit failures until %s", to, rec.Cooldown.Format(time.RFC3339))
 		}
-	} else if countStandbys(cs) == 0 {
-		return switchover{}, fail(e, exitConfig, "refused: no standby member could take over")
+	} else if len(successors(cs, time.Now())) == 0 {
+		return switchover{}, fail(e, exitConfig, "refused: no standby member could take over (all banned, in cooldown or not standby)")
 	}
 	h := supervisor.Handoff{ID: supervisor.NewID(), From: cs.Leader, To: to, Token: cs.Token, At: time.Now()}
 	ctx, cancel := s.ctx(e)
@@ -199,6 +190,30 @@ func (s *session) waitNewLeader(e env, oldToken int64, want string, timeout time
 	}
 }
 
+// didYouMean suggests the live members or banned names closest to a
+// mistyped node name: "; did you mean m1?", or "".
+func didYouMean(cs supervisor.ClusterStatus, node string) string {
+	var near []string
+	seen := map[string]bool{}
+	consider := func(n string) {
+		if !seen[n] && (distance(node, n) <= 2 || strings.HasPrefix(n, node)) {
+			near = append(near, n)
+		}
+		seen[n] = true
+	}
+	for _, m := range cs.Members {
+		consider(m.Node)
+	}
+	for n := range cs.Control.Bans {
+		consider(n)
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	sort.Strings(near)
+	return "; did you mean " + names(near) + "?"
+}
+
 func findMember(cs supervisor.ClusterStatus, node string) (supervisor.Record, bool) {
 	for _, m := range cs.Members {
 		if m.Node == node {
@@ -208,67 +223,108 @@ func findMember(cs supervisor.ClusterStatus, node string) (supervisor.Record, bo
 	return supervisor.Record{}, false
 }
 
-func countStandbys(cs supervisor.ClusterStatus) int {
-	n := 0
-	for _, m := range cs.Members {
-		if m.State == supervisor.Standby && !cs.Control.Banned(m.Node) && !m.Cooldown.After(time.Now()) {
-			n++
+func freezeCommand(e env) *cobra.Command {
+	var reason string
+	c := &cobra.Command{
+		Use:     "freeze",
+		GroupID: groupGroup,
+		Short:   "maintenance mode: no promotion, no handoff; fencing stays armed",
+		Long: `Maintenance mode for the group: no promotion and no handoff until unfreeze.
+The leader keeps its units and keeps renewing; fencing stays armed. While frozen, a leader that stops (ban, fence, crash) is not replaced. --reason is shown by status.`,
+	}
+	cf := addClientFlags(c)
+	c.Flags().StringVar(&reason, "reason", "", "`text` saying why, shown by status")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		ctx, cancel := s.ctx(e)
+		defer cancel()
+		if err := supervisor.SetFreeze(ctx, s.cli, s.keys, supervisor.Freeze{Reason: reason, By: operator(), At: time.Now()}); err != nil {
+			return exit(fail(e, exitFailure, "%v", err))
+		}
+		fmt.Fprintln(e.stdout, "frozen: no promotion and no handoff until `kha-supervisor unfreeze`; the leader keeps its units, fencing stays armed")
+		return nil
+	}
+	return c
+}
+
+func unfreezeCommand(e env) *cobra.Command {
+	c := &cobra.Command{Use: "unfreeze", GroupID: groupGroup, Short: "end maintenance mode", Long: "End maintenance mode."}
+	cf := addClientFlags(c)
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		ctx, cancel := s.ctx(e)
+		defer cancel()
+		if err := supervisor.ClearFreeze(ctx, s.cli, s.keys); err != nil {
+			return exit(fail(e, exitFailure, "%v", err))
+		}
+		fmt.Fprintln(e.stdout, "unfrozen")
+		return nil
+	}
+	return c
+}
+
+func banCommand(e env) *cobra.Command {
+	var reason string
+	var force bool
+	c := &cobra.Command{
+		Use:     "ban NODE",
+		GroupID: groupGroup,
+		Short:   "keep NODE out of the election (a leader steps down)",
+		Long: `Keep NODE out of the election (like a Pacemaker ban); if it leads, it steps down. The ban lasts until unban, or for --for.
+Refused, unless --force, when NODE is not a live member, while the group is frozen (nobody could take over), and when the ban would leave no eligible member (every other one banned, in cooldown or not standby); otherwise it says who takes over.`,
+		Args: exactArgs("NODE"),
+	}
+	cf := addClientFlags(c)
+	c.ValidArgsFunction = completeMembers(e, cf)
+	dur := durationFlag(c.Flags(), "for", 0, "ban expires after this long, e.g. 2h (default: until unban)")
+	c.Flags().StringVar(&reason, "reason", "", "`text` saying why, shown by status")
+	c.Flags().BoolVar(&force, "force", false, "ban even an unknown member, while frozen, or when nobody could take over")
+	c.RunE = func(c *cobra.Command, args []string) error {
+		node := args[0]
+		if code := checkNode(e, "ban", node); code != exitOK {
+			return exit(code)
+		}
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		return exit(s.ban(e, node, *dur, reason, force))
+	}
+	return c
+}
+
+// ban checks that banning node leaves the group able to run its units,
+// then writes the ban.
+func (s *session) ban(e env, node string, dur time.Duration, reason string, force bool) int {
+	cs, err := s.cluster(e)
+	if err != nil {
+		return fail(e, exitFailure, "%v", err)
+	}
+	now := time.Now()
+	_, known := findMember(cs, node)
+	left := eligible(cs, now, node)
+	if !force {
+		switch {
+		case !known:
+			return fail(e, exitConfig, "refused: no live member named %q in cluster %q%s (see kha-supervisor status); --force bans it anyway", node, s.cfg.Cluster, didYouMean(cs, node))
+		case cs.Control.Freeze != nil:
+			return fail(e, exitConfig, "refused: the group is frozen (%s): a banned leader steps down and nobody may take over while frozen; unfreeze first, or --force", cs.Control.Freeze.Reason)
+		case len(left) == 0:
+			return fail(e, exitConfig, "refused: banning %s would leave no eligible member (the others are banned, in cooldown or not standby); --force bans it anyway", node)
 		}
 	}
-	return n
-}
-
-func freezeCmd(e env, args []string) int {
-	fs := flag.NewFlagSet("freeze", flag.ContinueOnError)
-	reason := fs.String("reason", "", "why (shown in status)")
-	s, code := connect(e, fs, args)
-	if code != exitOK {
-		return code
-	}
-	defer s.close()
-	ctx, cancel := s.ctx(e)
-	defer cancel()
-	if err := supervisor.SetFreeze(ctx, s.cli, s.keys, supervisor.Freeze{Reason: *reason, By: operator(), At: time.Now()}); err != nil {
-		return fail(e, exitFailure, "%v", err)
-	}
-	fmt.Fprintln(e.stdout, "frozen: no promotion and no handoff until `kha-supervisor unfreeze`; the leader keeps its units, fencing stays armed")
-	return exitOK
-}
-
-func unfreezeCmd(e env, args []string) int {
-	s, code := connect(e, flag.NewFlagSet("unfreeze", flag.ContinueOnError), args)
-	if code != exitOK {
-		return code
-	}
-	defer s.close()
-	ctx, cancel := s.ctx(e)
-	defer cancel()
-	if err := supervisor.ClearFreeze(ctx, s.cli, s.keys); err != nil {
-		return fail(e, exitFailure, "%v", err)
-	}
-	fmt.Fprintln(e.stdout, "unfrozen")
-	return exitOK
-}
-
-func banCmd(e env, args []string) int {
-	fs := flag.NewFlagSet("ban", flag.ContinueOnError)
-	dur := fs.Duration("for", 0, "ban expires after this long (default: until unban)")
-	reason := fs.String("reason", "", "why (shown in status)")
-	node, rest := splitNode(args)
-	s, code := connect(e, fs, rest)
-	if code != exitOK {
-		return code
-	}
-	defer s.close()
-	if node == "" {
-		return fail(e, exitConfig, "usage: kha-supervisor ban NODE [--for D] [--reason TEXT]")
-	}
-	if *dur < 0 {
-		return fail(e, exitConfig, "--for %s: must be positive", *dur)
-	}
-	b := supervisor.Ban{Node: node, Reason: *reason, By: operator(), At: time.Now()}
-	if *dur > 0 {
-		b.Until = b.At.Add(*dur)
+	b := supervisor.Ban{Node: node, Reason: reason, By: operator(), At: now}
+	if dur > 0 {
+		b.Until = b.At.Add(dur)
 	}
 	ctx, cancel := s.ctx(e)
 	defer cancel()
@@ -276,22 +332,61 @@ func banCmd(e env, args []string) int {
 		return fail(e, exitFailure, "%v", err)
 	}
 	until := "until `kha-supervisor unban " + node + "`"
-	if *dur > 0 {
-		until = "until " + b.Until.Format(time.RFC3339)
+	if dur > 0 {
+		until = "until " + stamp(b.Until)
 	}
-	fmt.Fprintf(e.stdout, "banned %s %s; if it leads, it steps down\n", node, until)
+	fmt.Fprintf(e.stdout, "banned %s %s; %s\n", node, until, takeover(cs, node, left))
 	return exitOK
 }
 
-func unbanCmd(e env, args []string) int {
-	node, rest := splitNode(args)
-	s, code := connect(e, flag.NewFlagSet("unban", flag.ContinueOnError), rest)
-	if code != exitOK {
-		return code
+// takeover says what a ban of node does to the leadership.
+func takeover(cs supervisor.ClusterStatus, node string, left []string) string {
+	switch {
+	case len(left) == 0:
+		return "nobody is eligible to take over"
+	case node == cs.Leader:
+		return "it steps down; " + names(left) + " takes over"
+	case cs.Leader != "":
+		return cs.Leader + " keeps leading"
+	default:
+		return names(left) + " may take over"
 	}
-	defer s.close()
-	if node == "" {
-		return fail(e, exitConfig, "usage: kha-supervisor unban NODE")
+}
+
+func unbanCommand(e env) *cobra.Command {
+	var force bool
+	c := &cobra.Command{
+		Use:     "unban NODE",
+		GroupID: groupGroup,
+		Short:   "lift a ban",
+		Long:    "Lift a ban. Refused, unless --force, when NODE is neither a live member nor banned (a mistyped name).",
+		Args:    exactArgs("NODE"),
+	}
+	cf := addClientFlags(c)
+	c.ValidArgsFunction = completeMembers(e, cf)
+	c.Flags().BoolVar(&force, "force", false, "clear a ban for a name that is neither a member nor banned")
+	c.RunE = func(c *cobra.Command, args []string) error {
+		node := args[0]
+		if code := checkNode(e, "unban", node); code != exitOK {
+			return exit(code)
+		}
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		return exit(s.unban(e, node, force))
+	}
+	return c
+}
+
+func (s *session) unban(e env, node string, force bool) int {
+	cs, err := s.cluster(e)
+	if err != nil {
+		return fail(e, exitFailure, "%v", err)
+	}
+	if _, known := findMember(cs, node); !known && !cs.Control.Banned(node) && !force {
+		return fail(e, exitConfig, "refused: %q is neither a live member nor banned in cluster %q%s (see kha-supervisor status); --force clears it anyway", node, s.cfg.Cluster, didYouMean(cs, node))
 	}
 	ctx, cancel := s.ctx(e)
 	defer cancel()
@@ -307,41 +402,41 @@ func unbanCmd(e env, args []string) int {
 	return exitOK
 }
 
-// splitNode takes the first non-flag argument as the node name, so both
-// `ban m1 --for 1h` and `ban --for 1h m1` work.
-func splitNode(args []string) (string, []string) {
-	for i, a := range args {
-		if len(a) > 0 && a[0] != '-' && (i == 0 || !flagTakesValue(args[i-1])) {
-			return a, append(append([]string{}, args[:i]...), args[i+1:]...)
+func historyCommand(e env) *cobra.Command {
+	var asJSON bool
+	var limit int
+	c := &cobra.Command{
+		Use:     "history",
+		GroupID: groupGroup,
+		Short:   "show the transition history",
+		Long: `Print the group's transition history kept in etcd (history.retain entries), newest --limit, or as JSON with --json.
+Times are local (the TZ environment variable applies) and carry their zone.`,
+	}
+	cf := addClientFlags(c)
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().IntVar(&limit, "limit", 50, "newest `n` entries (0: all)")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if limit < 0 {
+			return exit(fail(e, exitConfig, "--limit %d: must be 0 (all) or more", limit))
 		}
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		return exit(s.history(e, limit, asJSON))
 	}
-	return "", args
+	return c
 }
 
-func flagTakesValue(a string) bool {
-	switch a {
-	case "-c", "--c", "-for", "--for", "-reason", "--reason":
-		return true
-	}
-	return false
-}
-
-func historyCmd(e env, args []string) int {
-	fs := flag.NewFlagSet("history", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	limit := fs.Int("limit", 50, "newest N entries (0: all)")
-	s, code := connect(e, fs, args)
-	if code != exitOK {
-		return code
-	}
-	defer s.close()
+func (s *session) history(e env, limit int, asJSON bool) int {
 	ctx, cancel := s.ctx(e)
 	defer cancel()
-	evs, err := supervisor.ReadHistory(ctx, s.cli, s.keys, *limit)
+	evs, err := supervisor.ReadHistory(ctx, s.cli, s.keys, limit)
 	if err != nil {
 		return fail(e, exitFailure, "%v", err)
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(evs)
@@ -354,7 +449,7 @@ func historyCmd(e env, args []string) int {
 		if ev.Token != 0 {
 			token = fmt.Sprint(ev.Token)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.At.Format("2006-01-02 15:04:05.000"), ev.Node, ev.From, ev.To, token, ev.Kind, ev.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.At.Local().Format("2006-01-02 15:04:05.000 MST"), ev.Node, ev.From, ev.To, token, ev.Kind, ev.Reason)
 	}
 	_ = tw.Flush()
 	return exitOK

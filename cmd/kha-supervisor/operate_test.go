@@ -16,7 +16,7 @@ import (
 func cli(t *testing.T, w *supervisortest.World, args ...string) (int, string) {
 	t.Helper()
 	var out bytes.Buffer
-	args = append(args, "-c", w.ConfigFile("operator"))
+	args = append(args, "-c", w.ConfigFile("m1")) // m1 is this node for status
 	code := dispatch(env{ctx: context.Background(), stdout: &out, stderr: &out}, args)
 	t.Logf("$ kha-supervisor %s -> %d\n%s", strings.Join(args[:len(args)-2], " "), code, out.String())
 	return code, out.String()

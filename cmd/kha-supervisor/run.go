@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,52 +23,42 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/hooks"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/timesync"
 )
 
-func init() {
-	register("run", "run the supervisor (the daemon; what kha-supervisor.service starts)", runDaemon)
-}
-
-func runDaemon(e env, args []string) int {
-	cfg, code := loadConfig(e, flag.NewFlagSet("run", flag.ContinueOnError), args)
-	if code != exitOK {
-		return code
+func runDaemon(e env, path string) int {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitConfig
 	}
 	log := newLogger(e, cfg.Log)
 	slog.SetDefault(log)
-	return run(e.ctx, cfg, log, sdNotify)
+	// Before anything slow: SIGHUP's default action would end the daemon.
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
+	rl := newReloader(cfg, log, &logLevel)
+	go rl.watch(e.ctx, hup)
+	return run(e.ctx, cfg, log, sdNotify, rl.Hooks)
 }
 
 // sdNotify sends to systemd's notify socket. unsetEnvironment is false: true
 // would silence every later call.
 func sdNotify(msg string) { _, _ = daemon.SdNotify(false, msg) }
 
-func newLogger(e env, c config.Log) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(c.Level)) // validated by config.Load
-	opts := &slog.HandlerOptions{Level: lvl}
-	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(e.stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(e.stderr, opts))
-}
-
 // run is the daemon with its collaborators built from the configuration.
-func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string)) int {
+// hooksNow returns the hook settings in force (they change on SIGHUP).
+func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string), hooksNow func() config.Hooks) int {
 	wd := systemdWatchdog()
-	if w := cfg.Window(); wd > 0 {
-		w.Watchdog = wd
-		if err := w.Validate(cfg.Lease.RenewInterval.D()); err != nil {
-			log.Error("systemd's watchdog leaves no room for renewals: lower WatchdogSec in a drop-in for kha-supervisor.service, or lengthen lease.ttl",
-				"err", err, "config", cfg.Path)
-			return exitConfig
-		}
-		log.Info("fence window", "span", w.Span(w.TTL), "watchdog", wd)
+	if code := checkUnitsAtStart(ctx, cfg, wd, log); code != exitOK {
+		return code
 	}
+	warnClockSlew(cfg, log)
 
-	// systemd first: if D-Bus is not there nothing can be stopped, so
-	// nothing may be started either.
-	units, err := fencing.NewSystemd(context.Background(), "", log)
+	// systemd first: if it cannot be reached nothing can be stopped, so
+	// nothing may be started either. As root over its private socket, so
+	// that a stuck dbus-daemon cannot hold up a fence.
+	units, err := fencing.OpenSystemd(context.Background(), fencing.HostSystemd(log))
 	if err != nil {
 		log.Error("cannot reach systemd over D-Bus", "err", err)
 		return exitFailure
@@ -82,13 +71,17 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	if err != nil {
 		// Keep the units stopped while etcd is unreachable: a node that
 		// cannot prove a lease must not run them, whatever ran before.
-		log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
-		sctx, scancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Units.Managed))*cfg.Timeouts().StopMax()+time.Second)
-		if serr := fencing.StopAll(sctx, units, cfg.Units.Managed, cfg.Timeouts()); serr != nil {
-			log.Error("stopping managed units", "err", serr)
+		code := exitFailure
+		if errors.Is(err, etcdconn.ErrForeignCluster) {
+			// A configuration error, but the units still stop: nothing
+			// can be proven through endpoints of two clusters.
+			code = exitConfig
+			log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
+		} else {
+			log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
 		}
-		scancel()
-		return exitFailure
+		stopManaged(cfg, units, log)
+		return code
 	}
 	defer cli.Close()
 	warnOldEtcd(ctx, cli, log)
@@ -100,22 +93,40 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 			_ = c.Close()
 		}
 	}()
-	renew := perEndpoint
-	if len(renew) < len(cfg.Etcd.Endpoints) {
-		renew = append(slices.Clip(renew), cli)
+	members := perEndpoint
+	if len(members) < len(cfg.Etcd.Endpoints) {
+		members = append(slices.Clip(members), cli)
+	}
+	pool, err := etcdconn.NewPool(members, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
+	if err != nil {
+		log.Error("cannot build the etcd client pool", "err", err)
+		return exitFailure
+	}
+	vctx, vcancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout.D()+cfg.Etcd.RequestTimeout.D())
+	err = pool.Verify(vctx)
+	vcancel()
+	if err != nil {
+		log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
+		stopManaged(cfg, units, log)
+		return exitConfig
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg)
+	metrics, err := httpapi.NewMetrics(reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version))
 	if err != nil {
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
-	hookCfg := cfg.Hooks
+	group, err := httpapi.NewGroupMetrics(reg)
+	if err != nil {
+		log.Error("cannot register metrics", "err", err)
+		return exitFailure
+	}
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
-		RenewClients: renew, RunStateDir: runstate.DefaultDir,
+		Pool: pool, RunStateDir: runstate.DefaultDir,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
+			hookCfg := hooksNow()
 			var argv []string
 			switch name {
 			case "on_promote":
@@ -144,7 +155,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 				metrics.Fenced(t.Kind)
 			}
 		},
-		RenewObserver: func(_ string, took time.Duration, err error) { metrics.Renewed(took, err) },
+		RenewObserver: func(lease string, took time.Duration, err error) { metrics.Renewed(lease, took, err) },
 	})
 	if err != nil {
 		log.Error("cannot create supervisor", "err", err)
@@ -175,7 +186,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		defer hs.Close()
 	}
 
-	go exportGauges(gctx, sup, metrics)
+	go exportGauges(gctx, sup, metrics, group)
 	err = sup.Run(ctx)
 	var fe *supervisor.FenceError
 	switch {
@@ -190,6 +201,16 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	default:
 		log.Error("supervisor failed", "err", err)
 		return exitFailure
+	}
+}
+
+// stopManaged keeps the units stopped when the daemon exits before its
+// loop: a node that cannot prove a lease must not run them.
+func stopManaged(cfg config.Config, units fencing.Units, log *slog.Logger) {
+	sctx, scancel := context.WithTimeout(context.Background(), time.Duration(len(cfg.Units.Managed))*cfg.Timeouts().StopMax()+time.Second)
+	defer scancel()
+	if err := fencing.StopAll(sctx, units, cfg.Units.Managed, cfg.Timeouts()); err != nil {
+		log.Error("stopping managed units", "err", err)
 	}
 }
 
@@ -218,6 +239,20 @@ func systemdWatchdog() time.Duration {
 	return time.Duration(usec) * time.Microsecond
 }
 
+// warnClockSlew warns when the local time daemon may slew the clock faster
+// than lease.clock_rate_error: etcd times leases on that clock (see
+// supervisor/timesync).
+func warnClockSlew(cfg config.Config, log *slog.Logger) {
+	ds, err := timesync.Find(os.DirFS("/"))
+	if err != nil {
+		log.Warn("cannot read the time daemon's configuration", "err", err)
+		return
+	}
+	for _, w := range timesync.Warnings(ds, cfg.Lease.ClockRate) {
+		log.Warn(w)
+	}
+}
+
 // warnOldEtcd warns when a cluster member runs an etcd with known lease
 // bugs (a stuck old leader could revoke or renew leases wrongly).
 func warnOldEtcd(ctx context.Context, cli etcdconn.Client, log *slog.Logger) {
@@ -239,15 +274,19 @@ type statusSource struct{ sup *supervisor.Supervisor }
 func (s statusSource) Status() any         { return s.sup.Status() }
 func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
+func (s statusSource) Standby() bool       { return s.sup.Status().State == supervisor.Standby }
+func (s statusSource) Warnings() []string  { return s.sup.Status().Warnings() }
+func (s statusSource) Problems() []string  { return s.sup.Status().DropinProblems }
 
 // exportGauges copies the lease and unit figures into the gauges. Only the
 // metrics depend on this ticker; nothing safety-related does.
-func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics) {
+func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics, g *httpapi.GroupMetrics) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		st := sup.Status()
-		m.SetLease(st.LeaseLeft, st.FenceIn)
+		m.SetLease(st.LeaseLeft, st.FenceIn, st.State.Holding())
+		g.Set(len(st.ConfigMismatch), len(st.MissingPeers))
 		for _, u := range st.Units {
 			m.SetUnitActive(u.Name, u.Running())
 		}

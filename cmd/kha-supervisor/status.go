@@ -2,43 +2,165 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
-func init() {
-	register("status", "show the leader and every member, from etcd [--json]", statusCmd)
+func init() { register(statusCommand) }
+
+func statusCommand(e env) *cobra.Command {
+	var asJSON, watch bool
+	var output string
+	c := &cobra.Command{
+		Use:     "status",
+		GroupID: groupGroup,
+		Short:   "show the leader and every member, from etcd",
+		Long: `Print the group as etcd knows it now: the leader, its fencing token and the time left on its lease (read live from etcd), and for every member its host, role, state, units, token, the age of its record, version, and ban or cooldown expiry.
+Units show as "2/2 active"; -o wide lists each unit's state, -o json (or --json) prints JSON. --watch prints the status again every --interval until interrupted.
+Warns when no member is eligible to run the units, and hints at a wrong cluster or etcd.prefix when no member is registered.
+Exit status 8 when no member is active with all its units, 9 when this node (the configuration file's node) has no member record or is fencing, stopped or in cooldown; 0 otherwise.`,
+	}
+	cf := addClientFlags(c)
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (same as -o json)")
+	c.Flags().StringVarP(&output, "output", "o", "", "output `format`: wide (every unit's state) or json")
+	c.Flags().BoolVarP(&watch, "watch", "w", false, "print again every --interval until interrupted")
+	interval := durationFlag(c.Flags(), "interval", 2*time.Second, "how often --watch reads etcd")
+	_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"wide", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		switch {
+		case output != "" && output != "wide" && output != "json":
+			return exit(fail(e, exitConfig, "-o %q: want wide or json", output))
+		case asJSON:
+			output = "json"
+		}
+		if *interval <= 0 {
+			return exit(fail(e, exitConfig, "--interval must be positive"))
+		}
+		s, code := connect(e, c, cf)
+		if code != exitOK {
+			return exit(code)
+		}
+		defer s.close()
+		return exit(s.status(e, output, watch, *interval))
+	}
+	return c
 }
 
-func statusCmd(e env, args []string) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	s, code := connect(e, fs, args)
-	if code != exitOK {
-		return code
+// status prints once, or with watch until interrupted; the exit code is the
+// last verdict's.
+func (s *session) status(e env, output string, watch bool, interval time.Duration) int {
+	local := ""
+	if s.fromFile {
+		local = s.cfg.Node
 	}
-	defer s.close()
-	cs, err := s.cluster(e)
-	if err != nil {
-		return fail(e, exitFailure, "%v", err)
+	for {
+		cs, err := s.cluster(e)
+		if err != nil {
+			if !watch || e.ctx.Err() != nil {
+				return fail(e, exitFailure, "%v", err)
+			}
+			fmt.Fprintf(e.stdout, "%s: %v\n", stamp(time.Now()), err)
+		} else {
+			code := s.printOnce(e, cs, output, local, watch)
+			if !watch {
+				return code
+			}
+		}
+		select {
+		case <-e.ctx.Done():
+			return exitOK
+		case <-time.After(interval):
+		}
 	}
-	if *asJSON {
+}
+
+func (s *session) printOnce(e env, cs supervisor.ClusterStatus, output, local string, watch bool) int {
+	now := time.Now()
+	v := judge(cs, now, local)
+	if output == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(cs)
-		return exitOK
+	} else {
+		if watch {
+			fmt.Fprintf(e.stdout, "--- %s\n", stamp(now))
+		}
+		printStatus(e.stdout, cs, now, output == "wide")
+		if len(cs.Members) == 0 {
+			fmt.Fprintf(e.stdout, "\nno member is registered under %s: wrong cluster (%q) or etcd.prefix (%q)? Is kha-supervisor running?\n",
+				s.keys.Members(), s.cfg.Cluster, s.cfg.Etcd.Prefix)
+		}
 	}
-	printStatus(e.stdout, cs, time.Now())
-	return exitOK
+	// JSON carries the facts; a line on stderr would spoil a combined
+	// output that scripts parse.
+	if v.code != exitOK && output != "json" {
+		fmt.Fprintf(e.stderr, "kha-supervisor: status %d: %s\n", v.code, v.why)
+	}
+	return v.code
 }
 
-func printStatus(w io.Writer, cs supervisor.ClusterStatus, now time.Time) {
+// verdict is status's exit code and its reason.
+type verdict struct {
+	code int
+	why  string
+}
+
+// judge gives status's exit code: no active member first, then this node.
+func judge(cs supervisor.ClusterStatus, now time.Time, local string) verdict {
+	leader, ok := findMember(cs, cs.Leader)
+	switch {
+	case cs.Leader == "":
+		return verdict{exitNoActive, "no member holds the lease"}
+	case !ok:
+		return verdict{exitNoActive, cs.Leader + " holds the lease but has no member record"}
+	case leader.State != supervisor.Active:
+		return verdict{exitNoActive, fmt.Sprintf("the leader %s is %s, not active", cs.Leader, leader.State)}
+	case active(leader) < len(leader.Units):
+		return verdict{exitNoActive, fmt.Sprintf("the leader %s has %s", cs.Leader, unitSummary(leader))}
+	}
+	if local == "" {
+		return verdict{exitOK, ""}
+	}
+	m, ok := findMember(cs, local)
+	switch {
+	case !ok:
+		return verdict{exitLocalBad, "this node " + local + " has no member record (is kha-supervisor running here?)"}
+	case m.State == supervisor.Fencing || m.State == supervisor.Stopped || m.State == supervisor.Fenced:
+		return verdict{exitLocalBad, fmt.Sprintf("this node %s is %s", local, m.State)}
+	case m.Cooldown.After(now):
+		return verdict{exitLocalBad, fmt.Sprintf("this node %s is in cooldown after unit failures until %s", local, stamp(m.Cooldown))}
+	}
+	return verdict{exitOK, ""}
+}
+
+func active(m supervisor.Record) int {
+	n := 0
+	for _, u := range m.Units {
+		if u.State == "active" {
+			n++
+		}
+	}
+	return n
+}
+
+func unitSummary(m supervisor.Record) string {
+	if len(m.Units) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d active", active(m), len(m.Units))
+}
+
+// stamp is a wall-clock time for people: date, time and zone, local (TZ).
+func stamp(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05 MST") }
+
+func printStatus(w io.Writer, cs supervisor.ClusterStatus, now time.Time, wide bool) {
 	leader := "none"
 	if cs.Leader != "" {
 		leader = fmt.Sprintf("%s (token %d, lease %s left in etcd)", cs.Leader, cs.Token, cs.LeaseLeft)
@@ -46,38 +168,74 @@ func printStatus(w io.Writer, cs supervisor.ClusterStatus, now time.Time) {
 	fmt.Fprintf(w, "cluster %s: leader %s\n", cs.Cluster, leader)
 	if f := cs.Control.Freeze; f != nil {
 		fmt.Fprintf(w, "*** FROZEN (maintenance) since %s by %s: %s — no promotion, no handoff; fencing stays armed ***\n",
-			f.At.Format(time.RFC3339), f.By, f.Reason)
+			stamp(f.At), f.By, f.Reason)
 	}
 	if h := cs.Control.Handoff; h != nil {
 		fmt.Fprintf(w, "handoff %s under way: from %s to %s\n", h.ID, h.From, orAny(h.To))
 	}
+	if len(cs.Members) > 0 && len(eligible(cs, now, "")) == 0 {
+		fmt.Fprintln(w, "WARNING: no member is eligible to run the units (every member is banned, in cooldown or not standby, or the group is frozen without an active leader)")
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tUNITS\tLEASE LEFT\tTOKEN\tVERSION\tSINCE\tREASON")
+	fmt.Fprintln(tw, "NODE\tHOST\tROLE\tSTATE\tUNITS\tLEASE LEFT\tTOKEN\tRECORD AGE\tVERSION\tSINCE\tNOTE")
 	for _, m := range cs.Members {
-		role := "standby"
-		if m.Node == cs.Leader {
-			role = "leader"
-		}
-		if b, ok := cs.Control.Bans[m.Node]; ok {
-			role += " BANNED"
-			if !b.Until.IsZero() {
-				role += " until " + b.Until.Format("15:04:05")
-			}
-		}
-		var units []string
-		for _, u := range m.Units {
-			units = append(units, strings.TrimSuffix(u.Name, ".service")+"="+u.State)
-		}
-		lease, token := "-", "-"
-		if m.State.Holding() {
-			lease = (time.Duration(m.LeaseLeftMS) * time.Millisecond).String()
-			token = fmt.Sprint(m.Token)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", m.Node, role, m.State, strings.Join(units, ","),
-			lease, token, m.Version, now.Sub(m.Since).Round(time.Second), m.Reason)
+		fmt.Fprintln(tw, strings.Join(memberRow(cs, m, now, wide), "\t"))
 	}
 	_ = tw.Flush()
+}
+
+func memberRow(cs supervisor.ClusterStatus, m supervisor.Record, now time.Time, wide bool) []string {
+	role := "standby"
+	lease := "-"
+	if m.Node == cs.Leader {
+		role = "leader"
+		lease = cs.LeaseLeft.String() // live, from etcd; the record's figure is as old as the record
+	}
+	var notes []string
+	if b, ok := cs.Control.Bans[m.Node]; ok {
+		role += " BANNED"
+		if !b.Until.IsZero() {
+			notes = append(notes, "banned until "+stamp(b.Until))
+		}
+	}
+	if m.Cooldown.After(now) {
+		notes = append(notes, "cooldown until "+stamp(m.Cooldown))
+	}
+	if m.Reason != "" {
+		notes = append(notes, m.Reason)
+	}
+	units := unitSummary(m)
+	if wide {
+		var us []string
+		for _, u := range m.Units {
+			us = append(us, strings.TrimSuffix(u.Name, ".service")+"="+u.State)
+		}
+		units = strings.Join(us, ",")
+	}
+	return []string{m.Node, orDash(m.Host), role, string(m.State), units, lease, tokenText(m.Token),
+		age(now, m.Published), m.Version, now.Sub(m.Since).Round(time.Second).String() + " ago", strings.Join(notes, "; ")}
+}
+
+func tokenText(t int64) string {
+	if t == 0 {
+		return "-"
+	}
+	return fmt.Sprint(t)
+}
+
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(100 * time.Millisecond).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func orAny(s string) string {

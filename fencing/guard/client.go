@@ -32,7 +32,7 @@ func (e *ServerError) Error() string { return e.Msg }
 // running or did not answer.
 func Ask(ctx context.Context, path, unit string) (Answer, error) {
 	var a Answer
-	if err := Call(ctx, path, "guard", GuardArgs{Unit: unit}, &a); err != nil {
+	if err := Call(ctx, path, "guard", Args{Unit: unit}, &a); err != nil {
 		return Answer{}, err
 	}
 	return a, nil

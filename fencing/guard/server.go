@@ -47,8 +47,8 @@ type response struct {
 	Result json.RawMessage `json:"result,omitempty"`
 }
 
-// GuardArgs are the "guard" op's arguments.
-type GuardArgs struct {
+// Args are the "guard" op's arguments.
+type Args struct {
 	Unit string `json:"unit"`
 }
 
@@ -316,7 +316,7 @@ func (s *Server) answer(ctx context.Context, c *net.UnixConn) response {
 
 // guardOp is the built-in "guard" op.
 func (s *Server) guardOp(_ context.Context, raw json.RawMessage) (any, error) {
-	var args GuardArgs
+	var args Args
 	if err := json.Unmarshal(raw, &args); err != nil {
 		return nil, fmt.Errorf("kha-supervisor: guard: malformed arguments: %w", err)
 	}

@@ -5,7 +5,9 @@
 // Members listen on loopback ports picked at random; their data directories
 // live under t.TempDir(); everything is stopped by t.Cleanup. Election
 // settings are fast (50 ms heartbeat, 500 ms election timeout) so a test that
-// stops and restarts members spends little time waiting for a leader.
+// stops and restarts members spends little time waiting for a leader;
+// Options.Timing = Stock runs etcd's own defaults instead (100 ms, 1 s), for
+// tests whose claim is about a stock etcd.
 package etcdtest
 
 import (
@@ -43,6 +45,25 @@ const (
 	ElectionMs = 500
 )
 
+// Timing is a member's raft heartbeat interval and election timeout in
+// milliseconds (etcd --heartbeat-interval and --election-timeout). The zero
+// value means TickMs and ElectionMs.
+type Timing struct {
+	TickMs, ElectionMs uint
+}
+
+// Stock is etcd's default timing, what an operator's etcd runs unless it was
+// tuned: a leader loss takes the followers 1-2 s (the election timeout,
+// randomised up to twice) to notice.
+var Stock = Timing{TickMs: 100, ElectionMs: 1000}
+
+func (t Timing) orFast() Timing {
+	if t.TickMs == 0 || t.ElectionMs == 0 {
+		return Timing{TickMs: TickMs, ElectionMs: ElectionMs}
+	}
+	return t
+}
+
 // startTimeout bounds how long a cluster (or a restarted member) may take to
 // become ready. Generous: the CI machine is slow and shared.
 const startTimeout = 30 * time.Second
@@ -58,6 +79,15 @@ type Options struct {
 	TLS *pki.CA
 	// LogLevel of the members' zap loggers; "" means "error" (quiet).
 	LogLevel string
+	// Timing of raft; zero means the fast test timing (TickMs, ElectionMs).
+	Timing Timing
+	// StallablePeers routes every member's inbound peer traffic through a
+	// loopback proxy, so that Member.Stall can silence it. Without it a
+	// killed member is not silent at once: its peer listener serves until
+	// Close has drained the client connections (seconds), and meanwhile
+	// answers the lease renewals the others forward to it from its lessor's
+	// memory, although its raft is stopped.
+	StallablePeers bool
 }
 
 // Cluster is a running test cluster. Its methods may be called from any
@@ -77,9 +107,12 @@ type Member struct {
 	index   int
 	name    string
 	dir     string
-	peerURL url.URL
+	peerURL url.URL // advertised; the peer proxy's address with StallablePeers
 	client  url.URL
 	tls     pki.Pair
+
+	peerListen url.URL         // where the member listens for peers
+	peerProxy  *tcpproxy.Proxy // nil without StallablePeers
 
 	// stopping is set while Stop runs, so the errors every listener
 	// reports when it is closed are not logged as failures.
@@ -154,6 +187,13 @@ func (c *Cluster) start() error {
 				return err
 			}
 		}
+		m.peerListen = m.peerURL
+		if c.opts.StallablePeers {
+			if m.peerProxy, err = tcpproxy.New(m.peerListen.Host); err != nil {
+				return err
+			}
+			m.peerURL.Host = m.peerProxy.Addr()
+		}
 		c.members = append(c.members, m)
 		initial = append(initial, m.name+"="+m.peerURL.String())
 	}
@@ -181,6 +221,11 @@ func (c *Cluster) Close() {
 		wg.Go(m.Kill)
 	}
 	wg.Wait()
+	for _, m := range c.members {
+		if m.peerProxy != nil {
+			_ = m.peerProxy.Close()
+		}
+	}
 }
 
 // Size is the number of members.
@@ -342,6 +387,21 @@ func (m *Member) Stop() { m.stop(false) }
 // nothing.
 func (m *Member) Kill() { m.stop(true) }
 
+// Stall makes the member fall silent at once, as a SIGSTOP (or a long fsync
+// or GC pause) would: its raft stops (no heartbeats, no leadership
+// transfer) and every byte its peers send it is held, so that nothing it
+// held in memory (leases) answers them. It needs Options.StallablePeers.
+// Unlike a real stall the member's client connections close; Restart
+// brings it back from its data directory.
+func (m *Member) Stall() error {
+	if m.peerProxy == nil {
+		return fmt.Errorf("etcdtest: member %s: Stall needs Options.StallablePeers", m.name)
+	}
+	m.peerProxy.Blackhole(true)
+	m.Kill()
+	return nil
+}
+
 func (m *Member) stop(hard bool) {
 	m.mu.Lock()
 	e := m.etcd
@@ -375,6 +435,9 @@ func (m *Member) Restart() error {
 	if running {
 		return nil
 	}
+	if m.peerProxy != nil {
+		m.peerProxy.Blackhole(false) // after Stall
+	}
 	var err error
 	// The ports were free when the member first started; something may have
 	// taken one since (for example an outgoing connection's ephemeral port,
@@ -400,7 +463,7 @@ func (m *Member) launch(initialCluster string) error {
 	cfg := embed.NewConfig()
 	cfg.Name = m.name
 	cfg.Dir = m.dir
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
+	cfg.ListenPeerUrls = []url.URL{m.peerListen}
 	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
 	cfg.ListenClientUrls = []url.URL{m.client}
 	cfg.AdvertiseClientUrls = []url.URL{m.client}
@@ -410,8 +473,9 @@ func (m *Member) launch(initialCluster string) error {
 	cfg.InitialCluster = initialCluster
 	cfg.InitialClusterToken = "etcdtest-" + m.c.token
 	cfg.ClusterState = embed.ClusterStateFlagNew
-	cfg.TickMs = TickMs
-	cfg.ElectionMs = ElectionMs
+	timing := m.c.opts.Timing.orFast()
+	cfg.TickMs = timing.TickMs
+	cfg.ElectionMs = timing.ElectionMs
 	lg, err := m.logger()
 	if err != nil {
 		return err
@@ -537,4 +601,50 @@ func randomToken() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Isolate cuts the member's raft traffic to and from every other member,
+// both ways, as a network partition would: it loses (or, if it led, gives
+// up) its leader while clients can still reach it, and answers them like a
+// member of a minority. Heal ends it. Peer HTTP that is not raft (such as a
+// follower forwarding a lease renewal to the leader) still flows, but a
+// member without a leader has nowhere to forward it.
+func (m *Member) Isolate() { m.partition(true) }
+
+// Heal undoes Isolate.
+func (m *Member) Heal() { m.partition(false) }
+
+func (m *Member) partition(cut bool) {
+	e := m.running()
+	if e == nil {
+		return
+	}
+	for _, o := range m.c.members {
+		oe := o.running()
+		if o == m || oe == nil {
+			continue
+		}
+		if cut {
+			e.Server.CutPeer(oe.Server.MemberID())
+			oe.Server.CutPeer(e.Server.MemberID())
+		} else {
+			e.Server.MendPeer(oe.Server.MemberID())
+			oe.Server.MendPeer(e.Server.MemberID())
+		}
+	}
+}
+
+// HasLeader reports whether the member is running and knows a leader.
+func (m *Member) HasLeader() bool {
+	e := m.running()
+	return e != nil && e.Server.Leader() != 0
+}
+
+// ClusterID is the etcd cluster ID the member belongs to (0 while stopped).
+func (m *Member) ClusterID() uint64 {
+	e := m.running()
+	if e == nil {
+		return 0
+	}
+	return uint64(e.Server.Cluster().ID())
 }

@@ -336,8 +336,8 @@ func (c *Container) NetNS() string { return c.netns }
 // host.
 func (c *Container) Leader() int { return c.leader }
 
-// NspawnPID is the PID of the systemd-nspawn process.
-func (c *Container) NspawnPID() int { return c.cmd.Process.Pid }
+// PID is the PID of the systemd-nspawn process.
+func (c *Container) PID() int { return c.cmd.Process.Pid }
 
 // Root is the container's root as seen from the host, for reading and
 // writing files inside (the volatile overlay makes /etc writable there).

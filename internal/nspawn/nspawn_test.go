@@ -45,7 +45,7 @@ func bootE(t *testing.T, suffix string) (*Container, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Logf("booted %s in %s (nspawn pid %d, leader %d)", name, time.Since(start).Round(time.Millisecond), c.NspawnPID(), c.Leader())
+	t.Logf("booted %s in %s (nspawn pid %d, leader %d)", name, time.Since(start).Round(time.Millisecond), c.PID(), c.Leader())
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 		defer scancel()
@@ -146,7 +146,7 @@ func TestBootExecUnitShutdown(t *testing.T) {
 		t.Fatalf("command outlived its ctx inside the container: pids %s", out)
 	}
 
-	nspawnPID, leader := c.NspawnPID(), c.Leader()
+	nspawnPID, leader := c.PID(), c.Leader()
 	start := time.Now()
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
@@ -160,7 +160,7 @@ func TestBootExecUnitShutdown(t *testing.T) {
 func TestCleanupStale(t *testing.T) {
 	requireEnv(t)
 	c := boot(t, "b")
-	nspawnPID, leader := c.NspawnPID(), c.Leader()
+	nspawnPID, leader := c.PID(), c.Leader()
 
 	// A live owner protects the container.
 	cleaned, err := CleanupStale(testPrefix)
@@ -241,7 +241,7 @@ func TestTwoAtOnce(t *testing.T) {
 		}
 	}
 	for _, c := range cs {
-		pids := []int{c.NspawnPID(), c.Leader()}
+		pids := []int{c.PID(), c.Leader()}
 		if err := c.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}

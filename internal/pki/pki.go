@@ -161,6 +161,22 @@ func (ca *CA) Client(user string) (Pair, error) {
 	return ca.issue("client-"+user, tmpl)
 }
 
+// KubeClient issues a client certificate for a Kubernetes API server: the
+// apiserver takes the common name as the user and each organization as a
+// group (system:masters for the lab's admin, system:nodes for a node).
+// Written as Dir/client-<user>.crt and .key, like Client.
+func (ca *CA) KubeClient(user string, groups ...string) (Pair, error) {
+	if user == "" {
+		return Pair{}, errors.New("pki: client certificate needs a user name")
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: user, Organization: groups},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	return ca.issue("client-"+user, tmpl)
+}
+
 // Pool returns a certificate pool holding only this CA.
 func (ca *CA) Pool() *x509.CertPool {
 	p := x509.NewCertPool()

@@ -64,6 +64,27 @@ func TestServerCertificate(t *testing.T) {
 	}
 }
 
+func TestKubeClientCertificateCarriesGroups(t *testing.T) {
+	ca, err := pki.NewCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ca.KubeClient("system:node:w1", "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := loadCert(t, p)
+	if cert.Subject.CommonName != "system:node:w1" || len(cert.Subject.Organization) != 1 || cert.Subject.Organization[0] != "system:nodes" {
+		t.Errorf("subject %v, want CN system:node:w1 O system:nodes", cert.Subject)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("verify for client auth: %v", err)
+	}
+	if _, err := ca.KubeClient(""); err == nil {
+		t.Error("KubeClient(\"\") issued a certificate without a user name")
+	}
+}
+
 func TestClientCertificate(t *testing.T) {
 	ca, err := pki.NewCA(t.TempDir())
 	if err != nil {

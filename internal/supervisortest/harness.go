@@ -25,6 +25,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // These tests run real supervisors against a real three-member etcd
@@ -36,7 +37,11 @@ import (
 // Units are the managed units every member runs.
 var Units = []string{"kube-controller-manager.service", "kube-scheduler.service"}
 
-// fastConfig is the "fast" profile: TTL 4 s, renew 0.5 s, stop 1 s + 0.5 s.
+// FastConfig is a short test timing: TTL 4 s, renew 0.5 s, stop 1 s + 0.5 s
+// (the shipped "fast" profile's numbers before its TTL became 6 s; see
+// config.Profiles). It suits the fast etcd timing of etcdtest's default;
+// a test about the shipped profile uses config.Profiles, as
+// TestFastProfileSurvivesEtcdLeaderLoss does.
 func FastConfig(node string) config.Config {
 	c := config.Default()
 	c.Node = node
@@ -87,7 +92,7 @@ func (w *World) StateDir(name string) string { return filepath.Join(w.stateDir, 
 func (m *Member) State() supervisor.State { return m.Sup.Status().State }
 
 type World struct {
-	t       *testing.T
+	t       testing.TB
 	Cluster *etcdtest.Cluster
 	Admin   *clientv3.Client
 	// Options, when set, adjusts each member's supervisor options before
@@ -100,8 +105,14 @@ type World struct {
 	stateDir string // one run-state directory per node name, kept across restarts
 }
 
-func NewWorld(t *testing.T, members int) *World {
-	c := etcdtest.NewCluster(t, etcdtest.Options{Members: members})
+func NewWorld(t testing.TB, members int) *World {
+	return NewWorldWith(t, etcdtest.Options{Members: members})
+}
+
+// NewWorldWith is NewWorld on a cluster started with opts (for example
+// etcdtest.Stock timing).
+func NewWorldWith(t testing.TB, opts etcdtest.Options) *World {
+	c := etcdtest.NewCluster(t, opts)
 	return &World{t: t, Cluster: c, Admin: c.Client(t), stateDir: t.TempDir()}
 }
 
@@ -141,7 +152,17 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		renew = append(renew, dial(ep))
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: logLevel()}))
-	opts := supervisor.Options{Config: cfg, Client: cli, RenewClients: renew, Units: m.Units, Log: log, Version: "test",
+	pool, err := etcdconn.NewPool(renew, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vctx, vcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err = pool.Verify(vctx)
+	vcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := supervisor.Options{Config: cfg, Client: cli, Pool: pool, Units: m.Units, Log: log, Version: "test",
 		RunStateDir: w.StateDir(name),
 		RenewObserver: func(_ string, _ time.Duration, err error) {
 			if err != nil {
@@ -151,7 +172,6 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	if w.Options != nil {
 		w.Options(name, &opts)
 	}
-	var err error
 	m.Sup, err = supervisor.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +186,15 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		case <-time.After(15 * time.Second):
 			t.Errorf("%s: Run did not return after cancel", name)
 		}
+		if n := m.Sup.BadTransitions(); n != 0 {
+			t.Errorf("%s took %d transition(s) not in the lifecycle table (see its log)", name, n)
+		}
 	})
 	return m
 }
 
 type testWriter struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 }
 
@@ -186,7 +209,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func WaitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	end := time.Now().Add(within)
 	for time.Now().Before(end) {
@@ -200,7 +223,7 @@ func WaitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 
 // leaderOf waits until exactly one of ms is active with all units running
 // and returns it and the others.
-func LeaderOf(t *testing.T, ms ...*Member) (*Member, []*Member) {
+func LeaderOf(t testing.TB, ms ...*Member) (*Member, []*Member) {
 	t.Helper()
 	var leader *Member
 	WaitFor(t, "one active member with its units running", 30*time.Second, func() bool {
@@ -258,7 +281,7 @@ func intervals(m *Member, unit string) []interval {
 // assertNoOverlap checks that no two members ever ran the same unit at the
 // same instant, and returns the smallest gap seen between one member's stop
 // and another's start.
-func AssertNoOverlap(t *testing.T, ms ...*Member) time.Duration {
+func AssertNoOverlap(t testing.TB, ms ...*Member) time.Duration {
 	t.Helper()
 	minGap := time.Duration(-1)
 	for _, u := range Units {

@@ -113,7 +113,7 @@ func Hold(ctx context.Context, o HoldOptions) error {
 		if err != nil {
 			return errors.Join(err, shutdown())
 		}
-		st = append(st, entry{Name: name, Machine: c.Name(), Leader: c.Leader(), LeaderStart: id.Start, NspawnPID: c.NspawnPID()})
+		st = append(st, entry{Name: name, Machine: c.Name(), Leader: c.Leader(), LeaderStart: id.Start, NspawnPID: c.PID()})
 	}
 	if err := writeState(o.StateFile, st); err != nil {
 		return errors.Join(err, shutdown())

@@ -2,7 +2,9 @@
 // kha-supervisor. It is the one source of that text: the packages ship it for
 // the default units (generated at package build time) and
 // `kha-supervisor install-dropins` writes it for whatever units the
-// configuration names, so the two can never drift apart.
+// configuration names, so the two can never drift apart. RenderSupervisor
+// renders the supervisor unit's own drop-in (its profile's WatchdogSec),
+// which install-dropins writes as well.
 package dropin
 
 import (
@@ -50,6 +52,9 @@ type Params struct {
 // else (a slash, "..", whitespace) could escape the drop-in directory or
 // break the file, so it is refused rather than quoted.
 var unitName = regexp.MustCompile(`^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.service$`)
+
+// profileName is what a profile name may be in a drop-in comment.
+var profileName = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
 
 // Validate reports why p cannot be rendered, or nil.
 func (p Params) Validate() error {

@@ -21,6 +21,12 @@ const DefaultPath = "/etc/kha-supervisor/config.toml"
 type Config struct {
 	Node    string `toml:"node"`    // this member's name; default: hostname
 	Cluster string `toml:"cluster"` // election group; also the etcd key prefix component
+	Profile string `toml:"profile"` // timing profile, a key of Profiles; default DefaultProfile
+	// Peers are the node names expected in this group (this node may be
+	// listed too); empty means no expectation. A peer without a member
+	// record for longer than a TTL is reported: it may be configured into
+	// another group.
+	Peers []string `toml:"peers"`
 
 	Etcd    Etcd    `toml:"etcd"`
 	Lease   Lease   `toml:"lease"`
@@ -33,6 +39,10 @@ type Config struct {
 
 	// Path is the file this configuration was read from (not a TOML key).
 	Path string `toml:"-"`
+	// FromProfile lists the dotted keys whose values Load (or UseProfile)
+	// took from the profile because the file left them out; nil for
+	// Default() (not a TOML key).
+	FromProfile []string `toml:"-"`
 }
 
 // Etcd is how to reach the etcd cluster.
@@ -67,7 +77,18 @@ type Units struct {
 	FailureThreshold int      `toml:"failure_threshold"` // failures within FailureWindow that make the leader demote
 	FailureWindow    Duration `toml:"failure_window"`
 	Cooldown         Duration `toml:"cooldown"` // stay out of the election this long after such a demotion
+	// Processes are the managed components' executables (absolute paths)
+	// to look for outside their units; empty: each unit's ExecStart.
+	Processes   []string `toml:"processes"`
+	StrayPolicy string   `toml:"stray_policy"` // "kill" (SIGTERM, SIGKILL after stop_timeout) or "report"
 }
+
+// Stray policies: what a member does with a managed component's process
+// found running outside its unit.
+const (
+	StrayKill   = "kill"
+	StrayReport = "report"
+)
 
 // Guard is the local socket answering the units' ExecStartPre= guard.
 type Guard struct {
@@ -101,30 +122,35 @@ type History struct {
 }
 
 // Default returns the configuration used for every key the file leaves out.
+// The timing keys come from the default profile (Profiles), their one
+// definition.
 func Default() Config {
+	p := Profiles[DefaultProfile]
 	return Config{
 		Cluster: "kube-control-plane",
+		Profile: DefaultProfile,
 		Etcd: Etcd{
 			Endpoints:      []string{"https://127.0.0.1:2379"},
 			Prefix:         "/kha-supervisor",
 			DialTimeout:    D(2 * time.Second),
-			RequestTimeout: D(1 * time.Second),
+			RequestTimeout: p.RequestTimeout,
 		},
 		Lease: Lease{
-			TTL:           D(10 * time.Second),
-			RenewInterval: D(1 * time.Second),
+			TTL:           p.TTL,
+			RenewInterval: p.RenewInterval,
 			ClockRate:     0.01,
 			Slack:         D(500 * time.Millisecond),
 		},
 		Units: Units{
 			Managed:          []string{"kube-controller-manager.service", "kube-scheduler.service"},
 			StartTimeout:     D(10 * time.Second),
-			StopTimeout:      D(2 * time.Second),
-			KillGrace:        D(1 * time.Second),
-			PollInterval:     D(1 * time.Second),
+			StopTimeout:      p.StopTimeout,
+			KillGrace:        p.KillGrace,
+			PollInterval:     p.PollInterval,
 			FailureThreshold: 3,
 			FailureWindow:    D(5 * time.Minute),
 			Cooldown:         D(2 * time.Minute),
+			StrayPolicy:      StrayKill,
 		},
 		Guard:   Guard{Socket: "/run/kha-supervisor/guard.sock"},
 		Log:     Log{Level: "info", Format: "text"},
@@ -143,7 +169,7 @@ func (c Config) Timeouts() fencing.Timeouts {
 	}
 }
 
-// Window is the fence window these settings give (brief section 3).
+// Window is the fence window these settings give (docs/architecture.md).
 func (c Config) Window() fencing.Window {
 	return fencing.Window{
 		TTL:       c.Lease.TTL.D(),

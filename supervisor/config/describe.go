@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"time"
 )
 
 // Describe writes the effective configuration as TOML (every key, in the
@@ -20,9 +19,11 @@ func (c Config) Describe(w io.Writer) error {
 		src = "(built in code)"
 	}
 	fmt.Fprintf(bw, "# kha-supervisor effective configuration, from %s\n", oneLine(src))
-	fmt.Fprintf(bw, "# (keys the file leaves out show their defaults)\n")
+	fmt.Fprintf(bw, "# (keys the file leaves out show their defaults; \"from profile\" marks the values\n")
+	fmt.Fprintf(bw, "# the profile set because the file leaves them out)\n")
+	c.describeProfile(bw)
 	cv := reflect.ValueOf(c)
-	writeTable(bw, cv, schema)
+	writeTable(bw, cv, schema, c.note)
 	c.describeWindow(bw)
 	return bw.Flush()
 }
@@ -33,7 +34,19 @@ var notes = map[string]string{
 	"etcd.password_file": "path only; the password is never printed",
 }
 
-func writeTable(w io.Writer, cv reflect.Value, t *node) {
+// note is the end-of-line comment for key in Describe, "" for none.
+func (c Config) note(key string) string {
+	note := notes[key]
+	if c.FromProfileKey(key) {
+		if note != "" {
+			note += "; "
+		}
+		note += "from profile " + quote(c.Profile)
+	}
+	return note
+}
+
+func writeTable(w io.Writer, cv reflect.Value, t *node, note func(key string) string) {
 	if t.key != "" {
 		fmt.Fprintf(w, "\n[%s]\n", t.key)
 	}
@@ -42,19 +55,27 @@ func writeTable(w io.Writer, cv reflect.Value, t *node) {
 			continue
 		}
 		line := n.name + " = " + renderField(cv.FieldByIndex(n.index))
-		if note := notes[n.key]; note != "" {
-			line += " # " + note
+		if text := note(n.key); text != "" {
+			line += " # " + oneLine(text)
 		}
 		fmt.Fprintln(w, line)
 	}
 	for _, n := range t.children {
 		if n.kind == kindTable {
-			writeTable(w, cv, n)
+			writeTable(w, cv, n, note)
 		}
 	}
 }
 
-// describeWindow prints brief section 3's inequality with this
+// describeProfile names the profile and what it assumes.
+func (c Config) describeProfile(w io.Writer) {
+	p := c.SelectedProfile()
+	fmt.Fprintf(w, "# profile %s: %s\n", quote(p.Name), p.Summary)
+	fmt.Fprintf(w, "#   needs from etcd: %s\n", p.Etcd)
+	fmt.Fprintf(w, "#   supervisor unit WatchdogSec=%s (kha-supervisor install-dropins writes it)\n", p.Watchdog)
+}
+
+// describeWindow prints the fence window inequality (docs/architecture.md) with this
 // configuration's numbers.
 func (c Config) describeWindow(w io.Writer) {
 	win := c.Window()
@@ -63,10 +84,10 @@ func (c Config) describeWindow(w io.Writer) {
 	safe := span + win.StopMax + win.Slack // TTL*(1-rho), rounded exactly as Span rounds it
 	p := func(format string, args ...any) { fmt.Fprintf(w, "# "+format+"\n", args...) }
 	fmt.Fprintln(w)
-	p("Fence window (brief section 3). t_s = when the last successful renewal was SENT;")
+	p("Fence window (docs/architecture.md). t_s = when the last successful renewal was SENT;")
 	p("no other node can win the lease before t_s + lease.ttl, or t_s + TTL*(1-rho) on this clock.")
 	p("  S_max    = units.stop_timeout + units.kill_grace = %s + %s = %s", c.Units.StopTimeout, c.Units.KillGrace, win.StopMax)
-	p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - delta")
+	p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - slack   (rho = lease.clock_rate_error, slack = lease.slack)")
 	p("         X = %s*(1-%g) - %s - %s", win.TTL, win.ClockRate, win.StopMax, win.Slack)
 	p("           = %s - %s - %s = %s", safe, win.StopMax, win.Slack, span)
 	switch {
@@ -80,16 +101,16 @@ func (c Config) describeWindow(w io.Writer) {
 		}
 		p("  renewals: X / lease.renew_interval = %s / %s = %d renew intervals fit (at least 2 required: %s)", span, renew, max(fit, 0), verdict)
 	}
-	// Under systemd's watchdog the margin after S_max is max(delta, W).
-	for _, wd := range []time.Duration{2 * time.Second, time.Second} {
-		ww := win
-		ww.Watchdog = wd
-		verdict := "ok"
-		if ww.Validate(renew) != nil {
-			verdict = "refused at start: lower WatchdogSec or lengthen lease.ttl"
-		}
-		p("  under systemd WatchdogSec=%s: X = TTL*(1-rho) - S_max - max(delta, W) = %s (%s)", wd, ww.Span(ww.TTL), verdict)
+	// Under systemd's watchdog the margin after S_max is max(delta, W); W
+	// is the profile's, which install-dropins writes into the unit.
+	ww := win
+	ww.Watchdog = c.SelectedProfile().Watchdog.D()
+	verdict := "ok"
+	if ww.Validate(renew) != nil {
+		verdict = "refused at start: lower WatchdogSec or lengthen lease.ttl"
 	}
+	p("  under systemd WatchdogSec=%s (profile %s): X = TTL*(1-rho) - S_max - max(delta, W) = %s (%s)",
+		ww.Watchdog, quote(c.Profile), ww.Span(ww.TTL), verdict)
 	if d := c.Lease.TakeoverDelay.D(); d > 0 {
 		p("  takeover: after winning, units start %s later (lease.takeover_delay)", d)
 	}

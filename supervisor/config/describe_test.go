@@ -57,6 +57,7 @@ func TestDescribeRoundTrip(t *testing.T) {
 	c := Config{
 		Node:    "m2.example.com",
 		Cluster: "other-plane",
+		Profile: "fast",
 		Etcd: Etcd{
 			Endpoints: []string{"https://10.0.0.1:2379", "http://[::1]:2379"}, Prefix: "/x/y",
 			CA: p.ca, Cert: p.cert, Key: p.key, Username: "kha \"quoted\" \\ user",
@@ -67,7 +68,8 @@ func TestDescribeRoundTrip(t *testing.T) {
 			Slack: D(700 * time.Millisecond), TakeoverDelay: D(time.Second)},
 		Units: Units{Managed: []string{"b.service", "a@x.service"}, StartTimeout: D(11 * time.Second),
 			StopTimeout: D(3 * time.Second), KillGrace: D(2 * time.Second), PollInterval: D(2 * time.Second),
-			FailureThreshold: 4, FailureWindow: D(time.Hour), Cooldown: D(0)},
+			FailureThreshold: 4, FailureWindow: D(time.Hour), Cooldown: D(0),
+			Processes: []string{"/usr/bin/b"}, StrayPolicy: StrayReport},
 		Guard:   Guard{Socket: "/run/x.sock"},
 		Log:     Log{Level: "debug", Format: "json"},
 		HTTP:    HTTP{Listen: "[::1]:9999"},

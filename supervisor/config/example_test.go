@@ -1,9 +1,9 @@
 package config
 
 import (
-	"bufio"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,71 +23,63 @@ func TestExampleIsDefault(t *testing.T) {
 	if want := hostname(t); got.Node != want {
 		t.Errorf("node = %q, want the host name %q", got.Node, want)
 	}
-	got.Node, got.Path = "", ""
+	// The profile's keys are commented out in the example, so that
+	// changing the profile there changes them.
+	if !reflect.DeepEqual(got.FromProfile, ProfileKeys()) {
+		t.Errorf("keys from the profile = %v, want all of %v", got.FromProfile, ProfileKeys())
+	}
+	got.Node, got.Path, got.FromProfile = "", "", nil
 	if want := Default(); !reflect.DeepEqual(got, want) {
 		t.Errorf("example differs from Default():\n got %+v\nwant %+v", got, want)
 	}
 }
 
 // Every key is written out in the example (a key it left out would still
-// load as its default, so the comparison above cannot see it).
+// load as its default, so the comparison above cannot see it), the
+// profile's keys as comments showing the default profile's value.
 func TestExampleListsEveryKey(t *testing.T) {
 	var m map[string]any
 	md, err := toml.DecodeFile(examplePath, &m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range schema.leaves() {
-		if !md.IsDefined(strings.Split(n.key, ".")...) {
-			t.Errorf("config.example.toml does not set %s", n.key)
-		}
-	}
-}
-
-// fastProfile extracts the documented "fast" profile from the example: the
-// indented comment lines after its heading.
-func fastProfile(t *testing.T) string {
-	t.Helper()
-	f, err := os.Open(examplePath)
+	raw, err := os.ReadFile(examplePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []string
-	in := false
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, `# The "fast" profile`):
-			in = true
-		case in && !strings.HasPrefix(line, "#"):
-			return strings.Join(out, "\n") + "\n"
-		case in && strings.HasPrefix(line, "#   "):
-			out = append(out, strings.TrimPrefix(line, "#   "))
+	def := Default()
+	for _, n := range schema.leaves() {
+		defined := md.IsDefined(strings.Split(n.key, ".")...)
+		if !slices.Contains(ProfileKeys(), n.key) {
+			if !defined {
+				t.Errorf("config.example.toml does not set %s", n.key)
+			}
+			continue
+		}
+		comment := "\n# " + n.name + " = " + fieldText(def, n.key) + "  (profile)\n"
+		if defined || !strings.Contains(string(raw), comment) {
+			t.Errorf("config.example.toml must leave %s to the profile, as the comment %q", n.key, strings.TrimSpace(comment))
 		}
 	}
-	t.Fatal(`config.example.toml has no "fast" profile block`)
-	return ""
 }
 
+// `profile = "fast"` alone gives the fast profile's values, with its window.
 func TestFastProfile(t *testing.T) {
-	text := fastProfile(t)
-	path := writeFile(t, t.TempDir(), "fast.toml", text, 0o600)
+	path := writeFile(t, t.TempDir(), "fast.toml", "profile = \"fast\"\n", 0o600)
 	cfg, err := Load(path)
 	if err != nil {
-		t.Fatalf("the documented fast profile is refused: %v\n%s", err, text)
+		t.Fatalf("the fast profile is refused: %v", err)
 	}
-	if cfg.Lease.TTL.D() != 4*time.Second || cfg.Lease.RenewInterval.D() != 500*time.Millisecond ||
-		cfg.Units.StopTimeout.D() != time.Second || cfg.Units.KillGrace.D() != 500*time.Millisecond {
-		t.Errorf("fast profile is not TTL 4s, renew 500ms, stop 1s + 500ms: %+v %+v", cfg.Lease, cfg.Units)
+	p := Profiles["fast"]
+	if cfg.Lease.TTL != p.TTL || cfg.Lease.RenewInterval != p.RenewInterval || cfg.Etcd.RequestTimeout != p.RequestTimeout ||
+		cfg.Units.StopTimeout != p.StopTimeout || cfg.Units.KillGrace != p.KillGrace || cfg.Units.PollInterval != p.PollInterval {
+		t.Errorf("fast profile not applied: %+v %+v %+v", cfg.Etcd, cfg.Lease, cfg.Units)
 	}
-	if span := cfg.Window().Span(cfg.Lease.TTL.D()); span != 1960*time.Millisecond {
-		t.Errorf("fast fence window = %s, want 1.96s as documented", span)
-	}
-	// Raising the slack to 1.5s leaves 960ms, under two 500ms renewals: the
-	// two-interval rule is applied to this profile too.
-	cfg.Lease.Slack = D(1500 * time.Millisecond)
-	if e := asError(t, cfg.Validate()); e.Key != "lease.ttl" || !strings.Contains(e.Msg, "fence window 960ms") {
-		t.Errorf("fast profile with 1.5s slack: %v", e)
+	// Raising the slack until the window is under two renewals is refused:
+	// the two-interval rule is applied to this profile too.
+	span := cfg.Window().Span(cfg.Lease.TTL.D())
+	cfg.Lease.Slack = D(cfg.Lease.Slack.D() + span - 2*p.RenewInterval.D() + time.Millisecond)
+	if e := asError(t, cfg.Validate()); e.Key != "lease.ttl" || !strings.Contains(e.Msg, "under two renew intervals") {
+		t.Errorf("fast profile with a large slack: %v", e)
 	}
 }

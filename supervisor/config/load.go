@@ -153,6 +153,9 @@ func decode(file string, data []byte) (*document, error) {
 	if u := md2.Undecoded(); len(u) > 0 {
 		return nil, &Error{File: file, Key: u[0].String(), Line: d.line(u[0]), Msg: "unknown key"}
 	}
+	if err := d.resolveProfile(); err != nil {
+		return nil, err
+	}
 	// "key = []" and a missing key mean the same; make them equal values too.
 	cv := reflect.ValueOf(&d.cfg).Elem()
 	for _, n := range schema.leaves() {

@@ -107,6 +107,10 @@ func refusals() []refusal {
 			key: "units.failure_window", value: `"0s"`, line: 2, msg: []string{"positive"}},
 		{name: "zero failure threshold", toml: text("[units]\nfailure_threshold = 0\n"),
 			key: "units.failure_threshold", value: "0", line: 2, msg: []string{"at least 1"}},
+		{name: "stray policy", toml: text("[units]\nstray_policy = \"ignore\"\n"),
+			key: "units.stray_policy", value: `"ignore"`, line: 2, msg: []string{`"kill" or "report"`}},
+		{name: "relative process", toml: text("[units]\nprocesses = [\"kube-scheduler\"]\n"),
+			key: "units.processes", value: `"kube-scheduler"`, line: 2, msg: []string{"absolute path"}},
 		{name: "zero history", toml: text("[history]\nretain = 0\n"),
 			key: "history.retain", value: "0", line: 2, msg: []string{"at least 1"}},
 		{name: "log level", toml: text("[log]\nlevel = \"verbose\"\n"),
@@ -123,6 +127,10 @@ func refusals() []refusal {
 			key: "cluster", value: `"kube control"`, line: 1, msg: []string{"DNS-1123"}},
 		{name: "cluster empty", toml: text("cluster = \"\"\n"),
 			key: "cluster", value: `""`, line: 1, msg: []string{"must not be empty"}},
+		{name: "peer upper case", toml: text("peers = [\"m1\", \"M2\"]\n"),
+			key: "peers", value: `["m1", "M2"]`, line: 1, msg: []string{`peer "M2"`, "DNS-1123"}},
+		{name: "peer twice", toml: text("peers = [\"m1\", \"m2\", \"m1\"]\n"),
+			key: "peers", value: `["m1", "m2", "m1"]`, line: 1, msg: []string{`lists "m1" twice`}},
 
 		// Units.
 		{name: "no units", toml: text("[units]\nmanaged = []\n"),
@@ -356,6 +364,7 @@ func TestLoadEmptyFileIsDefault(t *testing.T) {
 	want := Default()
 	want.Node = hostname(t)
 	want.Path = path
+	want.FromProfile = ProfileKeys() // all of them, from the default profile
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("empty file:\n got %+v\nwant %+v", got, want)
 	}
@@ -388,6 +397,7 @@ listen = ""
 	want.Units.Managed = []string{"witness@a.service"}
 	want.Hooks.OnFence = []string{"/usr/bin/logger", "fenced"}
 	want.HTTP.Listen = ""
+	want.FromProfile = []string{"etcd.request_timeout", "lease.renew_interval", "units.stop_timeout", "units.kill_grace", "units.poll_interval"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("\n got %+v\nwant %+v", got, want)
 	}

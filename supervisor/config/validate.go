@@ -28,6 +28,7 @@ type rule func(c Config) *Error
 // rules run in this order and the first refusal wins: first the values on
 // their own, then the relations between them, then the files they name.
 var rules = []rule{
+	checkProfile,
 	checkNames,
 	checkEtcd,
 	checkLease,
@@ -84,6 +85,16 @@ func checkNames(c Config) *Error {
 	}
 	if msg := nameProblem(c.Cluster); msg != "" {
 		return refuse(c, "cluster", "%s", msg)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Peers {
+		if msg := nameProblem(p); msg != "" {
+			return refuse(c, "peers", "peer %q %s", p, msg)
+		}
+		if seen[p] {
+			return refuse(c, "peers", "lists %q twice", p)
+		}
+		seen[p] = true
 	}
 	return nil
 }
@@ -255,7 +266,23 @@ func checkUnits(c Config) *Error {
 	if u.FailureThreshold < 1 {
 		return refuse(c, "units.failure_threshold", "must be at least 1")
 	}
+	if err := checkStray(c); err != nil {
+		return err
+	}
 	return nonNegative(c, "units.cooldown")
+}
+
+func checkStray(c Config) *Error {
+	u := c.Units
+	if u.StrayPolicy != StrayKill && u.StrayPolicy != StrayReport {
+		return refuse(c, "units.stray_policy", `must be "kill" or "report"`)
+	}
+	for i, p := range u.Processes {
+		if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
+			return &Error{Key: "units.processes", Value: truncate(quote(p)), Msg: fmt.Sprintf("entry %d: must be the absolute path of an executable, e.g. \"/usr/local/bin/kube-scheduler\"", i+1)}
+		}
+	}
+	return nil
 }
 
 // unitTypes are systemd's unit suffixes, to tell "not a service" from "not

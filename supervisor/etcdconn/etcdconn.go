@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -165,6 +166,10 @@ func Dial(ctx context.Context, cfg config.Etcd) (*clientv3.Client, error) {
 		_ = cli.Close()
 		return nil, fmt.Errorf("etcd: no endpoint accepted this client (%s): %w", describeIdentity(cc), errors.Join(failed...))
 	}
+	if err := sameCluster(results); err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
 	for _, err := range failed {
 		slog.Warn("etcd endpoint did not answer at start-up; continuing with the others", "err", err)
 	}
@@ -193,6 +198,28 @@ type endpointStatus struct {
 	endpoint string
 	resp     *clientv3.StatusResponse
 	err      error
+}
+
+// sameCluster refuses endpoints that answer for different etcd clusters:
+// two clusters would make two groups, each with a leader, and a foreign
+// member's "lease not found" would fence a healthy holder.
+func sameCluster(results []endpointStatus) error {
+	ids := map[uint64][]string{}
+	for _, r := range results {
+		if r.err == nil && r.resp != nil && r.resp.Header != nil {
+			ids[r.resp.Header.ClusterId] = append(ids[r.resp.Header.ClusterId], r.endpoint)
+		}
+	}
+	if len(ids) < 2 {
+		return nil
+	}
+	var parts []string
+	for id, eps := range ids {
+		parts = append(parts, fmt.Sprintf("cluster %x: %s", id, strings.Join(eps, ",")))
+	}
+	slices.Sort(parts)
+	return fmt.Errorf("etcd: %w: the endpoints belong to %d different etcd clusters (%s); list only members of one cluster in etcd.endpoints",
+		ErrForeignCluster, len(ids), strings.Join(parts, "; "))
 }
 
 // statusAll asks every endpoint at once, each on its own connection.

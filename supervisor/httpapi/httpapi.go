@@ -1,13 +1,15 @@
 // Package httpapi is the supervisor's local HTTP endpoint: Prometheus
 // metrics, a liveness check for the reconcile loop, a leader check for load
 // balancers (200 only on the node that may run the units, like Patroni's
-// /primary) and the status as JSON.
+// /primary), a standby check (200 only on a healthy standby, like Patroni's
+// /replica) and the status as JSON.
 package httpapi
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,9 +24,19 @@ type Source interface {
 	// Active reports whether this node is active with a valid lease: the one
 	// place where the managed units may run.
 	Active() bool
+	// Standby reports whether this node is registered as a standby: in the
+	// group, holding nothing, ready to take over.
+	Standby() bool
 	// LastTick is when the reconcile loop last completed a pass; zero before
 	// the first.
 	LastTick() time.Time
+}
+
+// ProblemSource is a Source that can also name configuration problems that
+// make the member unfit to lead (a managed unit's drop-in overridden):
+// /healthz fails while it names any.
+type ProblemSource interface {
+	Problems() []string
 }
 
 // DefaultStaleAfter is how old the last reconcile tick may be before /healthz
@@ -54,7 +66,7 @@ type handler struct {
 }
 
 // New returns the endpoint's handler: /metrics from reg, /healthz, /leader,
-// /status. A nil reg serves an empty registry.
+// /standby, /status. A nil reg serves an empty registry.
 func New(src Source, reg *prometheus.Registry, opts ...Option) http.Handler {
 	h := &handler{src: src, staleAfter: DefaultStaleAfter, now: time.Now}
 	for _, o := range opts {
@@ -67,6 +79,7 @@ func New(src Source, reg *prometheus.Registry, opts ...Option) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /leader", h.leader)
+	mux.HandleFunc("GET /standby", h.standby)
 	mux.HandleFunc("GET /status", h.status)
 	return mux
 }
@@ -86,7 +99,13 @@ func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
 			age.Round(time.Millisecond), h.staleAfter))
 		return
 	}
-	plain(w, http.StatusOK, fmt.Sprintf("ok: last reconcile %s ago\n", max(age, 0).Round(time.Millisecond)))
+	if ps, ok := h.src.(ProblemSource); ok {
+		if probs := ps.Problems(); len(probs) > 0 {
+			plain(w, http.StatusServiceUnavailable, "unhealthy: "+strings.Join(probs, "\nunhealthy: ")+"\n")
+			return
+		}
+	}
+	plain(w, http.StatusOK, fmt.Sprintf("ok: last reconcile %s ago\n", max(age, 0).Round(time.Millisecond))+warningLines(h.src))
 }
 
 // leader answers 200 only on the active node with a valid lease, so a load
@@ -97,6 +116,25 @@ func (h *handler) leader(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	plain(w, http.StatusServiceUnavailable, "not leader\n")
+}
+
+// standby answers 200 only on a standby whose loop keeps ticking: a member
+// that could take over. A stale loop, the leader, and a member starting,
+// demoting or fencing all get 503.
+func (h *handler) standby(w http.ResponseWriter, _ *http.Request) {
+	if !h.src.Standby() {
+		plain(w, http.StatusServiceUnavailable, "not standby\n")
+		return
+	}
+	if last := h.src.LastTick(); last.IsZero() || h.now().Sub(last) > h.staleAfter {
+		plain(w, http.StatusServiceUnavailable, "standby, but unhealthy: the reconcile loop is stale\n")
+		return
+	}
+	if ps, ok := h.src.(ProblemSource); ok && len(ps.Problems()) > 0 {
+		plain(w, http.StatusServiceUnavailable, "standby, but it will not take over: "+strings.Join(ps.Problems(), "; ")+"\n")
+		return
+	}
+	plain(w, http.StatusOK, "standby\n")
 }
 
 func (h *handler) status(w http.ResponseWriter, _ *http.Request) {

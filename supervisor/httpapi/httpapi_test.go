@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -39,15 +40,17 @@ type fakeStatus struct {
 }
 
 type fakeSource struct {
-	mu     sync.Mutex
-	status fakeStatus
-	active bool
-	tick   time.Time
+	mu      sync.Mutex
+	status  fakeStatus
+	active  bool
+	standby bool
+	tick    time.Time
 }
 
 func (f *fakeSource) Status() any         { f.mu.Lock(); defer f.mu.Unlock(); return f.status }
 func (f *fakeSource) Active() bool        { f.mu.Lock(); defer f.mu.Unlock(); return f.active }
 func (f *fakeSource) LastTick() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.tick }
+func (f *fakeSource) Standby() bool       { f.mu.Lock(); defer f.mu.Unlock(); return f.standby }
 
 func get(t *testing.T, h http.Handler, method, path string) (int, string, http.Header) {
 	t.Helper()
@@ -87,6 +90,37 @@ func TestLeader(t *testing.T) {
 	}
 	if code, _, _ := get(t, h, http.MethodPost, "/leader"); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /leader: %d, want 405", code)
+	}
+}
+
+// TestStandby: 200 only on a standby whose loop is fresh, for load
+// balancers that want the members ready to take over.
+func TestStandby(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	src := &fakeSource{}
+	h := New(src, nil, WithStaleAfter(3*time.Second), withClock(func() time.Time { return now }))
+	for _, tc := range []struct {
+		name    string
+		standby bool
+		tick    time.Time
+		code    int
+		body    string
+	}{
+		{"leader or starting", false, now, 503, "not standby"},
+		{"healthy standby", true, now.Add(-time.Second), 200, "standby"},
+		{"standby, loop stale", true, now.Add(-4 * time.Second), 503, "unhealthy"},
+		{"standby, never ticked", true, time.Time{}, 503, "unhealthy"},
+	} {
+		src.mu.Lock()
+		src.standby, src.tick = tc.standby, tc.tick
+		src.mu.Unlock()
+		code, body, _ := get(t, h, http.MethodGet, "/standby")
+		if code != tc.code || !strings.Contains(body, tc.body) {
+			t.Errorf("%s: %d %q, want %d containing %q", tc.name, code, body, tc.code, tc.body)
+		}
+	}
+	if code, _, _ := get(t, h, http.MethodHead, "/standby"); code != 503 {
+		t.Errorf("HEAD /standby on a stale standby: %d, want 503", code)
 	}
 }
 
@@ -157,18 +191,19 @@ func TestStatusEncodeError(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := NewMetrics(reg, WithUnits("kube-scheduler.service", "kube-controller-manager.service"), WithVersion("1.2.3"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, fresh, _ := get(t, New(&fakeSource{}, reg), http.MethodGet, "/metrics")
 	m.Transition("standby", "promoting", "won")
 	m.Transition("promoting", "active", "units_started")
-	m.Fenced("renew_deadline")
+	m.Fenced("deadline")
 	m.SetUnitActive("kube-scheduler.service", true)
 	m.SetUnitActive("kube-controller-manager.service", false)
-	m.Renewed(3*time.Millisecond, nil)
-	m.Renewed(0, errors.New("timeout"))
-	m.SetLease(6100*time.Millisecond, 3500*time.Millisecond)
+	m.Renewed("election", 3*time.Millisecond, nil)
+	m.Renewed("member", 0, errors.New("timeout"))
+	m.SetLease(6100*time.Millisecond, 3500*time.Millisecond, true)
 
 	_, body, _ := get(t, New(&fakeSource{}, reg), http.MethodGet, "/metrics")
 	for _, want := range []string{
@@ -180,21 +215,47 @@ func TestMetrics(t *testing.T) {
 		`kha_fence_slack_seconds 3.5`,
 		`kha_transitions_total{from="standby",reason="won",to="promoting"} 1`,
 		`kha_transitions_total{from="promoting",reason="units_started",to="active"} 1`,
-		`kha_fences_total{reason="renew_deadline"} 1`,
+		`kha_fences_total{reason="deadline"} 1`,
 		`kha_unit_active{unit="kube-scheduler.service"} 1`,
 		`kha_unit_active{unit="kube-controller-manager.service"} 0`,
-		`kha_renew_latency_seconds_bucket{le="0.001"} 0`,
-		`kha_renew_latency_seconds_bucket{le="0.005"} 1`,
-		`kha_renew_latency_seconds_bucket{le="2"} 1`,
-		`kha_renew_latency_seconds_count 1`,
-		`kha_renew_failures_total 1`,
+		`kha_renew_duration_seconds_bucket{lease="election",le="0.001"} 0`,
+		`kha_renew_duration_seconds_bucket{lease="election",le="0.005"} 1`,
+		`kha_renew_duration_seconds_bucket{lease="election",le="2"} 1`,
+		`kha_renew_duration_seconds_count{lease="election"} 1`,
+		`kha_renew_failures_total{lease="member"} 1`,
+		`kha_renew_failures_total{lease="election"} 0`,
+		`kha_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+		`go_build_info{`,
 	} {
-		if !strings.Contains(body, want+"\n") {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
+	}
+
+	// Every counter exists at 0 before its first event, so increase() and
+	// rate() see the first fence or failure.
+	for _, want := range []string{
+		`kha_fences_total{reason="deadline"} 0`,
+		`kha_fences_total{reason="key_lost"} 0`,
+		`kha_fences_total{reason="lease_lost"} 0`,
+		`kha_renew_failures_total{lease="member"} 0`,
+		`kha_transitions_total{from="active",reason="deadline",to="fencing"} 0`,
+		`kha_renew_duration_seconds_count{lease="member"} 0`,
+		`kha_dropin_mismatch{unit="kube-scheduler.service"} 0`,
+		`kha_stray_processes{unit="kube-controller-manager.service"} 0`,
+	} {
+		if !strings.Contains(fresh, want+"\n") {
+			t.Errorf("fresh /metrics lacks %q", want)
+		}
+	}
+	// No deadline before the lease is held: the slack is absent, not 0.
+	if strings.Contains(fresh, "kha_fence_slack_seconds ") {
+		t.Errorf("fresh /metrics has a fence slack:\n%s", fresh)
 	}
 
 	// Exactly one role is 1 at a time, including a role outside Roles.
@@ -205,12 +266,17 @@ func TestMetrics(t *testing.T) {
 	if got := value(t, m.Role.WithLabelValues("active")); got != 0 {
 		t.Errorf("previous role = %v after SetRole, want 0", got)
 	}
-	m.SetLease(-time.Second, -200*time.Millisecond)
+	m.SetLease(-time.Second, -200*time.Millisecond, true)
 	if got := value(t, m.LeaseTimeLeft); got != 0 {
 		t.Errorf("lapsed lease time left = %v, want 0", got)
 	}
-	if got := value(t, m.FenceSlack); got != -0.2 {
-		t.Errorf("overrun fence slack = %v, want -0.2", got)
+	if got, ok := m.fenceSlack.get(); !ok || got != -0.2 {
+		t.Errorf("overrun fence slack = %v (present %v), want -0.2", got, ok)
+	}
+	// Back to standby: the slack goes away.
+	m.SetLease(0, 0, false)
+	if _, body, _ := get(t, New(&fakeSource{}, reg), http.MethodGet, "/metrics"); strings.Contains(body, "kha_fence_slack_seconds ") {
+		t.Errorf("a standby exports a fence slack")
 	}
 
 	if _, err := NewMetrics(reg); err == nil {
@@ -218,5 +284,33 @@ func TestMetrics(t *testing.T) {
 	}
 	if m, err := NewMetrics(nil); err != nil || value(t, m.Role.WithLabelValues("standby")) != 0 {
 		t.Errorf("NewMetrics(nil): %v", err)
+	}
+}
+
+type problemSource struct {
+	*fakeSource
+	probs []string
+}
+
+func (p problemSource) Problems() []string { return p.probs }
+
+// A member that names a problem making it unfit to lead (a managed unit's
+// drop-in overridden) fails /healthz with the problem, however fresh its loop.
+func TestHealthzNamesProblems(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	src := problemSource{fakeSource: &fakeSource{tick: now}, probs: []string{"kube-scheduler.service: ExecStartPre has no guard"}}
+	h := New(src, nil, withClock(func() time.Time { return now }))
+	code, body, _ := get(t, h, http.MethodGet, "/healthz")
+	if code != 503 || !strings.Contains(body, "unhealthy: kube-scheduler.service: ExecStartPre") {
+		t.Fatalf("/healthz = %d %q, want 503 naming the problem", code, body)
+	}
+	src.fakeSource.standby = true
+	if code, body, _ := get(t, h, http.MethodGet, "/standby"); code != 503 || !strings.Contains(body, "will not take over: kube-scheduler.service") {
+		t.Fatalf("/standby with a problem = %d %q, want 503 naming it", code, body)
+	}
+	src.probs = nil
+	h = New(src, nil, withClock(func() time.Time { return now }))
+	if code, body, _ := get(t, h, http.MethodGet, "/healthz"); code != 200 {
+		t.Fatalf("/healthz without problems = %d %q", code, body)
 	}
 }

@@ -2,51 +2,137 @@ package httpapi
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Roles are the states kha_role is exported for, so that every one of them
 // has a series (0 or 1) from the start and alerts on absent series are not
 // needed.
-var Roles = []string{"standby", "promoting", "active", "demoting", "fencing"}
+var Roles = []string{"starting", "standby", "promoting", "active", "demoting", "fencing"}
+
+// FenceReasons are the supervisor's fence kinds (supervisor.Transition.Kind
+// on the way into fencing); kha_fences_total has a series for each from
+// the start, so that increase() sees the first fence.
+var FenceReasons = []string{"deadline", "key_lost", "lease_lost", "drill", "demote_failed"}
+
+// Leases are the two leases a member renews: its membership record's and,
+// while it leads, the election key's.
+var Leases = []string{"member", "election"}
+
+// transitions are the (from, to, reason) triples of the lifecycle that
+// kha_transitions_total starts at 0. A triple not listed still counts; it
+// just has no series until it first happens.
+var transitions = func() [][3]string {
+	t := [][3]string{
+		{"starting", "standby", "registered"},
+		{"standby", "promoting", "elected"},
+		{"promoting", "active", "units_started"},
+		{"demoting", "standby", "released"},
+		{"demoting", "stopped", "shutdown"},
+		{"standby", "stopped", "shutdown"},
+		{"standby", "starting", "member_lease_lost"},
+	}
+	for _, from := range []string{"promoting", "active"} {
+		for _, r := range []string{"shutdown", "handoff", "banned", "failure_threshold", "promotion_failed"} {
+			t = append(t, [3]string{from, "demoting", r})
+		}
+	}
+	for _, from := range []string{"promoting", "active", "demoting"} {
+		for _, r := range FenceReasons {
+			t = append(t, [3]string{from, "fencing", r})
+		}
+	}
+	return t
+}()
 
 // Metrics are the collectors the core updates. Label values must come from
 // small fixed sets (states, reason codes, unit names): each distinct value
 // is a series forever.
 type Metrics struct {
-	Role          *prometheus.GaugeVec   // kha_role{role}: 1 for the current role, 0 for the others
-	LeaseTimeLeft prometheus.Gauge       // kha_lease_time_left_seconds
-	FenceSlack    prometheus.Gauge       // kha_fence_slack_seconds: time until the fence deadline
-	Transitions   *prometheus.CounterVec // kha_transitions_total{from,to,reason}
-	Fences        *prometheus.CounterVec // kha_fences_total{reason}
-	UnitActive    *prometheus.GaugeVec   // kha_unit_active{unit}
-	RenewLatency  prometheus.Histogram   // kha_renew_latency_seconds
-	RenewFailures prometheus.Counter     // kha_renew_failures_total
+	Role           *prometheus.GaugeVec     // kha_role{role}: 1 for the current role, 0 for the others
+	LeaseTimeLeft  prometheus.Gauge         // kha_lease_time_left_seconds
+	Transitions    *prometheus.CounterVec   // kha_transitions_total{from,to,reason}
+	Fences         *prometheus.CounterVec   // kha_fences_total{reason}
+	UnitActive     *prometheus.GaugeVec     // kha_unit_active{unit}
+	RenewDuration  *prometheus.HistogramVec // kha_renew_duration_seconds{lease}
+	RenewFailures  *prometheus.CounterVec   // kha_renew_failures_total{lease}
+	DropinMismatch *prometheus.GaugeVec     // kha_dropin_mismatch{unit}
+	StrayProcesses *prometheus.GaugeVec     // kha_stray_processes{unit}
+	BuildInfo      *prometheus.GaugeVec     // kha_build_info{version,goversion}
+
+	fenceSlack *optionalGauge // kha_fence_slack_seconds, only while holding the lease
 
 	mu    sync.Mutex
 	roles map[string]bool
 }
 
+// MetricsOption adjusts NewMetrics.
+type MetricsOption func(*metricsSetup)
+
+type metricsSetup struct {
+	units   []string
+	version string
+	runtime bool
+}
+
+// WithUnits starts the per-unit series of units (the managed units) at 0.
+func WithUnits(units ...string) MetricsOption {
+	return func(s *metricsSetup) { s.units = append(s.units, units...) }
+}
+
+// WithVersion sets kha_build_info's version label.
+func WithVersion(v string) MetricsOption { return func(s *metricsSetup) { s.version = v } }
+
+// WithoutRuntime leaves out the Go, process and Go build-info collectors
+// (tests that register twice in one process).
+func WithoutRuntime() MetricsOption { return func(s *metricsSetup) { s.runtime = false } }
+
 // RenewBuckets span a loopback etcd (about 1 ms) to the 1-2 s request
 // timeout, where a renewal counts as failed.
 var RenewBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2}
 
-// NewMetrics creates the collectors and registers them with reg (none when
-// reg is nil).
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
+// NewMetrics creates the collectors, starts every series whose label values
+// are known up front, and registers them with reg (none when reg is nil)
+// together with the Go runtime, process and build-info collectors.
+func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
+	setup := metricsSetup{version: "unknown", runtime: true}
+	for _, o := range opts {
+		o(&setup)
+	}
+	m := newCollectors()
+	m.preset(setup)
+	if reg == nil {
+		return m, nil
+	}
+	cs := []prometheus.Collector{m.Role, m.LeaseTimeLeft, m.fenceSlack, m.Transitions, m.Fences, m.UnitActive,
+		m.RenewDuration, m.RenewFailures, m.DropinMismatch, m.StrayProcesses, m.BuildInfo}
+	if setup.runtime {
+		cs = append(cs, collectors.NewGoCollector(), collectors.NewBuildInfoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("httpapi: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func newCollectors() *Metrics {
+	return &Metrics{
 		Role: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kha_role", Help: "1 for this node's current role, 0 for the others.",
 		}, []string{"role"}),
 		LeaseTimeLeft: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kha_lease_time_left_seconds", Help: "How long the held election lease is still guaranteed valid on this node's clock; 0 when none is held.",
 		}),
-		FenceSlack: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kha_fence_slack_seconds", Help: "Time left until the fence deadline (fence_at - now) while active; low values mean renewals are late.",
-		}),
+		fenceSlack: newOptionalGauge(prometheus.NewDesc("kha_fence_slack_seconds",
+			"Time left until the fence deadline (fence_at - now) while this node holds the election lease; absent otherwise. Low values mean renewals are late.", nil, nil)),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kha_transitions_total", Help: "State transitions of this node, by from, to and reason.",
 		}, []string{"from", "to", "reason"}),
@@ -56,29 +142,48 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		UnitActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kha_unit_active", Help: "1 while the managed unit may have live processes on this node, else 0.",
 		}, []string{"unit"}),
-		RenewLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "kha_renew_latency_seconds", Help: "Round trip of successful lease renewals, from send to answer.",
+		RenewDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kha_renew_duration_seconds", Help: "Round trip of successful lease renewals, from send to the first answer, by lease (member, election).",
 			Buckets: RenewBuckets,
-		}),
-		RenewFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kha_renew_failures_total", Help: "Lease renewals that failed or timed out.",
-		}),
+		}, []string{"lease"}),
+		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kha_renew_failures_total", Help: "Lease renewals that failed or timed out, by lease (member, election).",
+		}, []string{"lease"}),
+		DropinMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kha_dropin_mismatch", Help: "1 while a managed unit's drop-in differs from what `kha-supervisor install-dropins` writes (the unit may start unguarded), else 0.",
+		}, []string{"unit"}),
+		StrayProcesses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kha_stray_processes", Help: "Processes of a managed unit's program found running where this node may not run them (a standby, or outside the unit), by unit.",
+		}, []string{"unit"}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kha_build_info", Help: "Always 1; the labels say which kha-supervisor build runs.",
+		}, []string{"version", "goversion"}),
 		roles: map[string]bool{},
 	}
+}
+
+// preset starts every series whose label values are known.
+func (m *Metrics) preset(s metricsSetup) {
 	for _, r := range Roles {
 		m.roles[r] = true
 		m.Role.WithLabelValues(r).Set(0)
 	}
-	if reg == nil {
-		return m, nil
+	for _, r := range FenceReasons {
+		m.Fences.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.Role, m.LeaseTimeLeft, m.FenceSlack, m.Transitions,
-		m.Fences, m.UnitActive, m.RenewLatency, m.RenewFailures} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("httpapi: register metrics: %w", err)
-		}
+	for _, t := range transitions {
+		m.Transitions.WithLabelValues(t[0], t[1], t[2])
 	}
-	return m, nil
+	for _, l := range Leases {
+		m.RenewDuration.WithLabelValues(l)
+		m.RenewFailures.WithLabelValues(l)
+	}
+	for _, u := range s.units {
+		m.UnitActive.WithLabelValues(u).Set(0)
+		m.DropinMismatch.WithLabelValues(u).Set(0)
+		m.StrayProcesses.WithLabelValues(u).Set(0)
+	}
+	m.BuildInfo.WithLabelValues(s.version, runtime.Version()).Set(1)
 }
 
 // SetRole sets kha_role to 1 for role and 0 for every other role seen.
@@ -106,27 +211,73 @@ func (m *Metrics) Fenced(reason string) { m.Fences.WithLabelValues(reason).Inc()
 
 // SetUnitActive records whether unit may have live processes.
 func (m *Metrics) SetUnitActive(unit string, active bool) {
-	v := 0.0
-	if active {
-		v = 1
-	}
-	m.UnitActive.WithLabelValues(unit).Set(v)
+	m.UnitActive.WithLabelValues(unit).Set(b2f(active))
 }
 
-// Renewed records one renewal attempt: its latency when it succeeded, a
-// failure otherwise.
-func (m *Metrics) Renewed(latency time.Duration, err error) {
+// SetDropinMismatch records whether unit's drop-in is not the one
+// install-dropins writes.
+func (m *Metrics) SetDropinMismatch(unit string, mismatch bool) {
+	m.DropinMismatch.WithLabelValues(unit).Set(b2f(mismatch))
+}
+
+// SetStrayProcesses records how many stray processes of unit were found.
+func (m *Metrics) SetStrayProcesses(unit string, n int) {
+	m.StrayProcesses.WithLabelValues(unit).Set(float64(n))
+}
+
+// Renewed records one renewal attempt of lease ("member" or "election"):
+// its duration when it succeeded, a failure otherwise.
+func (m *Metrics) Renewed(lease string, took time.Duration, err error) {
 	if err != nil {
-		m.RenewFailures.Inc()
+		m.RenewFailures.WithLabelValues(lease).Inc()
 		return
 	}
-	m.RenewLatency.Observe(latency.Seconds())
+	m.RenewDuration.WithLabelValues(lease).Observe(took.Seconds())
 }
 
 // SetLease records the lease time left (clamped at 0: a lapsed lease has
-// none) and the fence slack (kept negative when the deadline was overrun,
-// which is worth seeing).
-func (m *Metrics) SetLease(leaseLeft, fenceSlack time.Duration) {
+// none) and, while holding the election lease, the fence slack (kept
+// negative when the deadline was overrun, which is worth seeing). Off the
+// lease the slack is not 0 but absent: a standby has no deadline, and a 0
+// would look like one about to fence.
+func (m *Metrics) SetLease(leaseLeft, fenceSlack time.Duration, holding bool) {
 	m.LeaseTimeLeft.Set(max(leaseLeft, 0).Seconds())
-	m.FenceSlack.Set(fenceSlack.Seconds())
+	m.fenceSlack.set(fenceSlack.Seconds(), holding)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// optionalGauge is a gauge that has no sample while it means nothing.
+type optionalGauge struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	v    float64
+	ok   bool
+}
+
+func newOptionalGauge(d *prometheus.Desc) *optionalGauge { return &optionalGauge{desc: d} }
+
+func (g *optionalGauge) set(v float64, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.v, g.ok = v, ok
+}
+
+func (g *optionalGauge) get() (float64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.v, g.ok
+}
+
+func (g *optionalGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *optionalGauge) Collect(ch chan<- prometheus.Metric) {
+	if v, ok := g.get(); ok {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+	}
 }

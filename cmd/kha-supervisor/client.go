@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+)
+
+// clientFlags are the etcd connection flags of the operator commands, named
+// as etcdctl names them, each also read from a KHA_* environment variable.
+// They override the configuration file, which is then optional: a non-root
+// operator usually cannot read /etc/kha-supervisor/config.toml.
+type clientFlags struct {
+	endpoints    []string
+	cacert       string
+	cert, key    string
+	user         string
+	passwordFile string
+	cluster      string
+	prefix       string
+}
+
+// clientEnv maps each flag to its environment variable.
+var clientEnv = []struct{ flag, env, usage string }{
+	{"endpoints", "KHA_ENDPOINTS", "etcd endpoint `urls`, comma-separated (etcd.endpoints)"},
+	{"cacert", "KHA_CACERT", "CA bundle `file` for the etcd servers (etcd.ca)"},
+	{"cert", "KHA_CERT", "client certificate `file` (etcd.cert)"},
+	{"key", "KHA_KEY", "client key `file` (etcd.key)"},
+	{"user", "KHA_USER", "etcd user `name` (etcd.username); the password comes from --password-file"},
+	{"password-file", "KHA_PASSWORD_FILE", "`file` holding the etcd password (etcd.password_file)"},
+	{"cluster", "KHA_CLUSTER", "group `name` (cluster)"},
+	{"prefix", "KHA_PREFIX", "etcd key `prefix` (etcd.prefix)"},
+}
+
+// addClientFlags adds the connection flags to an operator command.
+func addClientFlags(c *cobra.Command) *clientFlags {
+	f := &clientFlags{}
+	fs := c.Flags()
+	for _, x := range clientEnv {
+		usage := x.usage + "; env " + x.env
+		switch x.flag {
+		case "endpoints":
+			fs.StringSliceVar(&f.endpoints, x.flag, nil, usage)
+		default:
+			fs.StringVar(f.field(x.flag), x.flag, "", usage)
+		}
+	}
+	for _, n := range []string{"cacert", "cert", "key", "password-file"} {
+		_ = c.MarkFlagFilename(n)
+	}
+	c.Annotations = map[string]string{"client": "true"}
+	return f
+}
+
+func (f *clientFlags) field(name string) *string {
+	switch name {
+	case "cacert":
+		return &f.cacert
+	case "cert":
+		return &f.cert
+	case "key":
+		return &f.key
+	case "user":
+		return &f.user
+	case "password-file":
+		return &f.passwordFile
+	case "cluster":
+		return &f.cluster
+	case "prefix":
+		return &f.prefix
+	}
+	panic("no client flag " + name)
+}
+
+// fromEnv fills every flag not given on the command line from its
+// environment variable.
+func (f *clientFlags) fromEnv(e env, fs *pflag.FlagSet) {
+	for _, x := range clientEnv {
+		v := e.env(x.env)
+		if v == "" || fs.Changed(x.flag) {
+			continue
+		}
+		if x.flag == "endpoints" {
+			f.endpoints = strings.Split(v, ",")
+			continue
+		}
+		*f.field(x.flag) = v
+	}
+}
+
+func (f *clientFlags) any() bool {
+	return len(f.endpoints) > 0 || f.cacert != "" || f.cert != "" || f.key != "" || f.user != "" ||
+		f.passwordFile != "" || f.cluster != "" || f.prefix != ""
+}
+
+// clientDefaultPath is the file a client command reads without -c; a
+// variable so that tests do not depend on this machine's /etc.
+var clientDefaultPath = config.DefaultPath
+
+// clientConfig is the configuration an operator command connects with, and
+// whether it came from a file (only then does it name this node).
+type clientConfig struct {
+	config.Config
+	fromFile bool
+}
+
+// loadClientConfig reads -c FILE (or the default file) with the client-only
+// checks and applies the flags. Without -c, a default file that does not
+// exist or cannot be read is no error when --endpoints (or KHA_ENDPOINTS)
+// says where etcd is.
+func loadClientConfig(e env, c *cobra.Command, f *clientFlags) (clientConfig, error) {
+	f.fromEnv(e, c.Flags())
+	path, _ := c.Flags().GetString("config")
+	explicit := path != ""
+	if !explicit {
+		path = e.env("KHA_CONFIG")
+		explicit = path != ""
+	}
+	if !explicit {
+		path = clientDefaultPath
+	}
+	cfg, err := config.LoadClient(path)
+	fromFile := err == nil
+	var ce *config.Error
+	unreadable := errors.As(err, &ce) && isUnreadable(ce)
+	switch {
+	case err == nil:
+	case !explicit && unreadable && len(f.endpoints) > 0:
+		cfg = config.Default()
+		h, _ := os.Hostname()
+		cfg.Node = strings.ToLower(h)
+	case !explicit && unreadable:
+		return clientConfig{}, fmt.Errorf("%w; without access to it, pass --endpoints (and --cacert, --cert, --key as needed) or set KHA_ENDPOINTS", err)
+	default:
+		return clientConfig{}, err
+	}
+	if f.any() {
+		if strings.Contains(f.user, ":") {
+			return clientConfig{}, fmt.Errorf("--user %q: the password is only read from a file: --user NAME --password-file FILE", strings.SplitN(f.user, ":", 2)[0]+":...")
+		}
+		f.apply(&cfg.Etcd, &cfg.Cluster)
+		// A refusal names where the values came from.
+		v := cfg
+		v.Path = "(command-line options and KHA_* variables)"
+		if fromFile {
+			v.Path = "(command-line options and KHA_* variables over " + path + ")"
+		}
+		if err := v.ValidateClient(); err != nil {
+			return clientConfig{}, err
+		}
+	}
+	return clientConfig{Config: cfg, fromFile: fromFile}, nil
+}
+
+func isUnreadable(e *config.Error) bool {
+	return e.Key == "" && (errors.Is(e.Err, fs.ErrNotExist) || errors.Is(e.Err, fs.ErrPermission))
+}
+
+func (f *clientFlags) apply(ec *config.Etcd, cluster *string) {
+	if len(f.endpoints) > 0 {
+		ec.Endpoints = f.endpoints
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&ec.CA, f.cacert)
+	set(&ec.Cert, f.cert)
+	set(&ec.Key, f.key)
+	set(&ec.Username, f.user)
+	set(&ec.PasswordFile, f.passwordFile)
+	set(&ec.Prefix, f.prefix)
+	set(cluster, f.cluster)
+}
+
+// session is a connection to the group for an operator command.
+type session struct {
+	cfg      config.Config
+	fromFile bool // cfg.Node names this node
+	cli      *clientv3.Client
+	keys     supervisor.Keys
+}
+
+// connect loads the client configuration and dials etcd; a refusal is
+// printed and becomes its exit code.
+func connect(e env, c *cobra.Command, f *clientFlags) (*session, int) {
+	cc, err := loadClientConfig(e, c, f)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return nil, exitConfig
+	}
+	cfg := cc.Config
+	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout.D()+2*cfg.Etcd.RequestTimeout.D()+time.Second)
+	defer cancel()
+	cli, err := etcdconn.Dial(ctx, cfg.Etcd)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
+		return nil, exitFailure
+	}
+	return &session{cfg: cfg, fromFile: cc.fromFile, cli: cli, keys: supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)}, exitOK
+}
+
+// completeMembers completes a node name from the live member records, for
+// the shells' completion; it gives up quietly (no suggestions) when etcd
+// does not answer within two seconds.
+func completeMembers(e env, cf *clientFlags) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		const none = cobra.ShellCompDirectiveNoFileComp
+		if len(args) > 0 && c.Flags().Lookup("to") == nil {
+			return nil, none
+		}
+		cc, err := loadClientConfig(e, c, cf)
+		if err != nil {
+			return nil, none
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+		defer cancel()
+		cli, err := etcdconn.Dial(ctx, cc.Etcd)
+		if err != nil {
+			return nil, none
+		}
+		defer cli.Close()
+		recs, _, err := supervisor.ReadMembers(ctx, cli, supervisor.NewKeys(cc.Etcd.Prefix, cc.Cluster))
+		if err != nil {
+			return nil, none
+		}
+		var out []string
+		for n := range recs {
+			out = append(out, n)
+		}
+		sort.Strings(out)
+		return out, none
+	}
+}

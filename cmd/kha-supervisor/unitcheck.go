@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// serviceTimes are the settings of one installed service that the fence
+// window depends on.
+type serviceTimes struct {
+	Found       bool          // the unit is installed (systemd knows it, or a unit file exists)
+	Watchdog    time.Duration // WatchdogSec; 0: no watchdog
+	TimeoutStop time.Duration // TimeoutStopSec; 0: infinity
+	From        string        // where the values were read, for messages
+	// WatchdogFile is the file whose WatchdogSec= assignment won, when
+	// the values came from files; "" otherwise.
+	WatchdogFile string
+}
+
+// unitReader reads a service's effective settings: from systemd when it
+// runs, else from the unit file and its drop-ins. Injected so that tests
+// need neither.
+type unitReader interface {
+	Service(unit string) (serviceTimes, error)
+}
+
+// unitCheck is what checkInstalled found: the refusal `run` would give
+// (nil when none), notes worth printing either way, and warnings about
+// checks that could not be made (a unit whose settings could not be read).
+type unitCheck struct {
+	Refusal  error
+	Notes    []string
+	Warnings []string
+}
+
+// checkInstalled applies to the installed units the rules the fence window
+// needs beyond the configuration file: the supervisor unit's WatchdogSec
+// must leave two renew intervals (the margin after S_max is
+// max(lease.slack, WatchdogSec)), and every managed unit's TimeoutStopSec
+// must not exceed units.stop_timeout (when the supervisor is gone, systemd
+// alone stops them, and a longer timeout would let them outlive the lease).
+// check-config and run both call it, so they refuse alike and with the same
+// message. A unit that is not installed is noted, not refused.
+func checkInstalled(cfg config.Config, r unitReader) unitCheck {
+	var uc unitCheck
+	if err := uc.supervisor(cfg, r); err != nil {
+		uc.Refusal = err
+		return uc
+	}
+	for _, u := range cfg.Units.Managed {
+		if err := uc.managed(cfg, r, u); err != nil {
+			uc.Refusal = err
+			return uc
+		}
+	}
+	return uc
+}
+
+func (uc *unitCheck) note(format string, args ...any) {
+	uc.Notes = append(uc.Notes, fmt.Sprintf(format, args...))
+}
+
+func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
+	unit := dropin.SupervisorUnit
+	want := cfg.SelectedProfile().Watchdog.D()
+	st, err := r.Service(unit)
+	switch {
+	case err != nil:
+		uc.Warnings = append(uc.Warnings, fmt.Sprintf("%s: cannot read its settings (%v); WatchdogSec not checked", unit, err))
+		return nil
+	case !st.Found:
+		uc.note("%s is not installed here; WatchdogSec not checked (install-dropins writes the profile's, %s)", unit, dropin.Seconds(want))
+		return nil
+	}
+	w := cfg.Window()
+	w.Watchdog = st.Watchdog
+	renew := cfg.Lease.RenewInterval.D()
+	if err := w.Validate(renew); err != nil {
+		return fmt.Errorf("%s: WatchdogSec=%s (%s) gives fence window %s = lease.ttl %s * (1 - %g) - S_max %s - max(lease.slack %s, WatchdogSec %s), under two renew intervals (2 x lease.renew_interval %s); run refuses to start. Fix: %s",
+			unit, span(st.Watchdog), st.From, w.Span(w.TTL), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), renew,
+			watchdogFix(cfg, w, renew, st.WatchdogFile))
+	}
+	uc.note("%s: WatchdogSec=%s (%s): fence window %s, ok", unit, span(st.Watchdog), st.From, w.Span(w.TTL))
+	if st.Watchdog != want {
+		uc.note("%s: WatchdogSec differs from profile %q's %s; kha-supervisor install-dropins writes the profile's", unit, cfg.Profile, dropin.Seconds(want))
+	}
+	return nil
+}
+
+func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error {
+	limit := cfg.Units.StopTimeout.D()
+	st, err := r.Service(unit)
+	switch {
+	case err != nil:
+		uc.Warnings = append(uc.Warnings, fmt.Sprintf("%s: cannot read its settings (%v); TimeoutStopSec not checked", unit, err))
+		return nil
+	case !st.Found:
+		uc.note("%s is not installed here; TimeoutStopSec not checked", unit)
+		return nil
+	}
+	if st.TimeoutStop == 0 || st.TimeoutStop > limit {
+		return fmt.Errorf("%s: TimeoutStopSec=%s (%s) is longer than units.stop_timeout %s: with the supervisor gone systemd alone stops the unit and would let it outlive the lease (S_max = units.stop_timeout + units.kill_grace = %s); run refuses to start. Fix: kha-supervisor install-dropins (writes TimeoutStopSec=%s)",
+			unit, timeout(st.TimeoutStop), st.From, limit, fencing.Timeouts{Stop: limit, KillGrace: cfg.Units.KillGrace.D()}.StopMax(), dropin.Seconds(limit))
+	}
+	uc.note("%s: TimeoutStopSec=%s (%s), ok", unit, timeout(st.TimeoutStop), st.From)
+	return nil
+}
+
+// watchdogFix says what makes a refused watchdog fit: the profile's value
+// when it fits (install-dropins writes it), unless the value comes from a
+// file install-dropins does not write; else the largest value that fits.
+func watchdogFix(cfg config.Config, w fencing.Window, renew time.Duration, file string) string {
+	want := cfg.SelectedProfile().Watchdog.D()
+	w.Watchdog = want
+	profileFits := w.Validate(renew) == nil
+	w.Watchdog = 0
+	most := w.Span(w.TTL) - 2*renew + w.Slack
+	ours := file == "" || filepath.Base(file) == dropin.FileName || filepath.Base(file) == dropin.SupervisorUnit
+	switch {
+	case profileFits && ours:
+		return fmt.Sprintf("kha-supervisor install-dropins (profile %q writes WatchdogSec=%s)", cfg.Profile, dropin.Seconds(want))
+	case profileFits:
+		return fmt.Sprintf("remove WatchdogSec= from %s (then kha-supervisor install-dropins: profile %q writes WatchdogSec=%s)", file, cfg.Profile, dropin.Seconds(want))
+	case most >= time.Millisecond && most > w.Slack:
+		return fmt.Sprintf("lengthen lease.ttl, or lower WatchdogSec to at most %s in a later drop-in for %s", dropin.Seconds(most), dropin.SupervisorUnit)
+	}
+	return "lengthen lease.ttl (or shorten units.stop_timeout, units.kill_grace)"
+}
+
+// span prints a watchdog setting; 0 is off.
+func span(d time.Duration) string {
+	if d == 0 {
+		return "0 (off)"
+	}
+	return d.String()
+}
+
+// timeout prints a timeout setting; 0 is infinity.
+func timeout(d time.Duration) string {
+	if d == 0 {
+		return "infinity"
+	}
+	return d.String()
+}
+
+// checkUnitsAtStart is checkInstalled at `run` start-up, with the
+// watchdog systemd actually gave this process (WATCHDOG_USEC) for the
+// supervisor unit: the same rules and message as check-config.
+func checkUnitsAtStart(ctx context.Context, cfg config.Config, wd time.Duration, log *slog.Logger) int {
+	r, closeReader := openUnitReader(ctx)
+	defer closeReader()
+	uc := checkInstalled(cfg, runningReader{unitReader: r, watchdog: wd})
+	if uc.Refusal != nil {
+		log.Error("refusing to start", "err", uc.Refusal, "config", cfg.Path)
+		return exitConfig
+	}
+	for _, n := range uc.Notes {
+		log.Debug("installed units", "note", n)
+	}
+	for _, w := range uc.Warnings {
+		log.Warn("installed units", "warning", w)
+	}
+	w := cfg.Window()
+	w.Watchdog = wd
+	log.Info("fence window", "span", w.Span(w.TTL), "watchdog", wd, "profile", cfg.Profile)
+	return exitOK
+}
+
+// runningReader answers for the supervisor unit with the watchdog of this
+// very process, and asks r for every other unit.
+type runningReader struct {
+	unitReader
+	watchdog time.Duration
+}
+
+func (r runningReader) Service(unit string) (serviceTimes, error) {
+	if unit != dropin.SupervisorUnit {
+		return r.unitReader.Service(unit)
+	}
+	from := "WATCHDOG_USEC of this process"
+	if r.watchdog == 0 {
+		from = "no systemd watchdog for this process"
+	}
+	// Where the value was set, when the files still say the same, so that
+	// the fix named is the one check-config names.
+	file := ""
+	if st, err := r.unitReader.Service(unit); err == nil && st.Found && st.Watchdog == r.watchdog {
+		file = st.WatchdogFile
+	}
+	return serviceTimes{Found: true, Watchdog: r.watchdog, From: from, WatchdogFile: file}, nil
+}

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/coreos/go-systemd/v22/util"
+)
+
+// systemdDefaultTimeoutStop is DefaultTimeoutStopSec when system.conf does
+// not change it.
+const systemdDefaultTimeoutStop = 90 * time.Second
+
+// unitDirs are the system unit directories, highest priority first
+// (systemd.unit(5); generator directories left out: they need systemd).
+var unitDirs = []string{
+	"/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
+	"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
+}
+
+// openUnitReader returns how to read installed units here: systemd over
+// D-Bus when it runs (TimeoutStopUSec as `systemctl show` reports it, and
+// WatchdogSec from the files systemd names, FragmentPath and DropInPaths),
+// else the unit files and their drop-ins. A variable so that
+// tests can inject a reader. close releases what the reader holds.
+var openUnitReader = func(ctx context.Context) (r unitReader, close func()) {
+	files := fileReader{dirs: unitDirs}
+	if !util.IsRunningSystemd() {
+		return files, func() {}
+	}
+	conn, err := connectSystemd(ctx)
+	if err != nil {
+		return fallbackReader{files: files, why: err.Error()}, func() {}
+	}
+	return systemdReader{ctx: ctx, conn: conn, files: files}, conn.Close
+}
+
+// connectSystemd connects to the system bus within 10 s. The connection
+// lives as long as ctx (go-systemd closes it when ctx ends), so the timeout
+// is a timer here, not a shorter context; a connection that arrives after
+// it is closed unused.
+func connectSystemd(ctx context.Context) (*sd.Conn, error) {
+	type result struct {
+		c   *sd.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := sd.NewSystemConnectionContext(ctx)
+		done <- result{c, err}
+	}()
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("connect to the system bus: %w", r.err)
+		}
+		return r.c, nil
+	case <-timer.C:
+		go func() {
+			if r := <-done; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, errors.New("connect to the system bus: no answer within 10s")
+	}
+}
+
+// systemdReader asks the running systemd which files make up a unit
+// (FragmentPath, DropInPaths) and its TimeoutStopUSec. WatchdogSec is read
+// from those files: systemd's WatchdogUSec property is the value the
+// running process started with (0 for a unit that is not running), not
+// what the next start uses. A unit whose files changed since the last
+// daemon-reload is read from the files alone, which is what the next start
+// uses once systemd is reloaded (install-dropins reloads it).
+type systemdReader struct {
+	ctx   context.Context
+	conn  *sd.Conn
+	files fileReader
+}
+
+func (r systemdReader) Service(unit string) (serviceTimes, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+	defer cancel()
+	props, err := r.conn.GetUnitPropertiesContext(ctx, unit)
+	if err != nil {
+		return serviceTimes{}, fmt.Errorf("systemd: %w", err)
+	}
+	if ls, _ := props["LoadState"].(string); ls == "not-found" || ls == "masked" {
+		return serviceTimes{}, nil
+	}
+	if reload, _ := props["NeedDaemonReload"].(bool); reload {
+		st, err := r.files.Service(unit)
+		st.From += ", changed on disk since systemd's last reload"
+		return st, err
+	}
+	fragment, _ := props["FragmentPath"].(string)
+	dropins, _ := props["DropInPaths"].([]string)
+	if fragment == "" {
+		return serviceTimes{}, fmt.Errorf("systemd: %s has no unit file (FragmentPath)", unit)
+	}
+	st, err := fromFiles(append([]string{fragment}, dropins...))
+	if err != nil {
+		return serviceTimes{}, err
+	}
+	sp, err := r.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
+	if err != nil {
+		return serviceTimes{}, fmt.Errorf("systemd: %w", err)
+	}
+	stop, ok := sp["TimeoutStopUSec"].(uint64)
+	if !ok {
+		return serviceTimes{}, errors.New("systemd: TimeoutStopUSec missing")
+	}
+	st.TimeoutStop = usec(stop)
+	st.From = "systemd: " + strings.TrimPrefix(st.From, "unit files ")
+	return st, nil
+}
+
+// usec converts a systemd usec_t; infinity becomes 0.
+func usec(v uint64) time.Duration {
+	if v == math.MaxUint64 || v > math.MaxInt64/1000 {
+		return 0
+	}
+	return time.Duration(v) * time.Microsecond
+}
+
+// fallbackReader reads the files and says why systemd was not asked.
+type fallbackReader struct {
+	files fileReader
+	why   string
+}
+
+func (r fallbackReader) Service(unit string) (serviceTimes, error) {
+	st, err := r.files.Service(unit)
+	st.From += " (systemd not asked: " + r.why + ")"
+	return st, err
+}
+
+// fileReader reads a service's unit file and drop-ins the way systemd
+// merges them: the unit file from the highest-priority directory holding
+// it, then every UNIT.d/*.conf (and TEMPLATE@.service.d/*.conf for an
+// instance) in the order of their file names, a name in a higher directory
+// hiding the same name in a lower one; the last assignment wins and an
+// empty one resets the default.
+type fileReader struct {
+	dirs []string
+}
+
+func (f fileReader) Service(unit string) (serviceTimes, error) {
+	main := ""
+	for _, d := range f.dirs {
+		if st, err := os.Stat(filepath.Join(d, unit)); err == nil && st.Mode().IsRegular() {
+			main = filepath.Join(d, unit)
+			break
+		}
+	}
+	if main == "" {
+		return serviceTimes{From: "unit files"}, nil
+	}
+	dropDirs := []string{unit + ".d"}
+	if at := strings.IndexByte(unit, '@'); at >= 0 {
+		dropDirs = append([]string{unit[:at+1] + filepath.Ext(unit) + ".d"}, dropDirs...)
+	}
+	byName := map[string]string{}
+	for _, d := range f.dirs {
+		for _, dd := range dropDirs {
+			ms, _ := filepath.Glob(filepath.Join(d, dd, "*.conf"))
+			for _, m := range ms {
+				if _, seen := byName[filepath.Base(m)]; !seen {
+					byName[filepath.Base(m)] = m
+				}
+			}
+		}
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	files := []string{main}
+	for _, n := range names {
+		files = append(files, byName[n])
+	}
+	return fromFiles(files)
+}
+
+// fromFiles merges a unit file and its drop-ins, in the order given.
+func fromFiles(files []string) (serviceTimes, error) {
+	st := serviceTimes{Found: true, TimeoutStop: systemdDefaultTimeoutStop, From: "unit files " + strings.Join(files, ", ")}
+	for _, p := range files {
+		if err := st.readFile(p); err != nil {
+			return serviceTimes{}, err
+		}
+	}
+	return st, nil
+}
+
+// readFile applies one unit file's [Service] WatchdogSec=, TimeoutStopSec=
+// and TimeoutSec= (which sets the stop timeout too).
+func (st *serviceTimes) readFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	section := ""
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || line[0] == '#' || line[0] == ';':
+			continue
+		case line[0] == '[':
+			section = strings.Trim(line, "[]")
+			continue
+		}
+		key, val, ok := strings.Cut(line, "=")
+		if !ok || section != "Service" {
+			continue
+		}
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		var dst *time.Duration
+		reset := time.Duration(0)
+		switch key {
+		case "WatchdogSec":
+			dst = &st.Watchdog
+			st.WatchdogFile = path
+		case "TimeoutStopSec", "TimeoutSec":
+			dst, reset = &st.TimeoutStop, systemdDefaultTimeoutStop
+		default:
+			continue
+		}
+		if val == "" {
+			*dst = reset
+			continue
+		}
+		d, err := parseSystemdSpan(val)
+		if err != nil {
+			return fmt.Errorf("%s:%d: %s=%s: %w", path, n, key, val, err)
+		}
+		*dst = d
+	}
+	return sc.Err()
+}
+
+// spanUnits are systemd.time(7)'s time span units.
+var spanUnits = map[string]time.Duration{
+	"us": time.Microsecond, "usec": time.Microsecond, "µs": time.Microsecond,
+	"ms": time.Millisecond, "msec": time.Millisecond,
+	"s": time.Second, "sec": time.Second, "second": time.Second, "seconds": time.Second,
+	"m": time.Minute, "min": time.Minute, "minute": time.Minute, "minutes": time.Minute,
+	"h": time.Hour, "hr": time.Hour, "hour": time.Hour, "hours": time.Hour,
+	"d": 24 * time.Hour, "day": 24 * time.Hour, "days": 24 * time.Hour,
+	"w": 7 * 24 * time.Hour, "week": 7 * 24 * time.Hour, "weeks": 7 * 24 * time.Hour,
+}
+
+// parseSystemdSpan parses a systemd time span ("2s", "1min 30s", "1.5s",
+// "500ms", a bare number of seconds); "infinity" is 0, as systemd means
+// for timeouts.
+func parseSystemdSpan(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, errors.New("empty time span")
+	}
+	if s == "infinity" {
+		return 0, nil
+	}
+	if v, err := strconv.ParseFloat(s, 64); err == nil {
+		return seconds(v, time.Second, s)
+	}
+	var total time.Duration
+	rest := s
+	for rest = strings.TrimLeft(rest, " "); rest != ""; rest = strings.TrimLeft(rest, " ") {
+		i := strings.IndexFunc(rest, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.') })
+		if i <= 0 {
+			return 0, fmt.Errorf("not a systemd time span: %q", s)
+		}
+		num := rest[:i]
+		rest = strings.TrimLeft(rest[i:], " ")
+		j := strings.IndexFunc(rest, func(r rune) bool { return r >= '0' && r <= '9' || r == ' ' || r == '.' })
+		if j < 0 {
+			j = len(rest)
+		}
+		unit, ok := spanUnits[rest[:j]]
+		if !ok {
+			return 0, fmt.Errorf("not a systemd time span: %q (unit %q)", s, rest[:j])
+		}
+		rest = rest[j:]
+		v, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return 0, fmt.Errorf("not a systemd time span: %q", s)
+		}
+		d, err := seconds(v, unit, s)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
+}
+
+func seconds(v float64, unit time.Duration, s string) (time.Duration, error) {
+	if v < 0 || math.IsNaN(v) || v*float64(unit) > math.MaxInt64/2 {
+		return 0, fmt.Errorf("not a usable time span: %q", s)
+	}
+	return time.Duration(math.Round(v * float64(unit))), nil
+}

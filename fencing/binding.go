@@ -1,0 +1,80 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Binding is what ties a managed unit to the supervisor, as systemd has
+// loaded it (the packaged drop-in's effect, after every other drop-in).
+// Without it the crash and watchdog guarantees are gone silently: no
+// BindsTo=, and a dead supervisor leaves the units running; no guard, and a
+// standby's `systemctl start` runs them; a long TimeoutStopSec, and systemd
+// alone stops them after the lease could lapse.
+type Binding struct {
+	Unit         string
+	BindsTo      []string
+	After        []string
+	ExecStartPre [][]string // argv of each ExecStartPre= line (path first)
+	TimeoutStop  time.Duration
+	KillMode     string
+	SendSIGKILL  bool
+}
+
+// BindingReader is implemented by Units that can read the units' bindings.
+// A unit missing from the answer is not checked (Memory reports only units
+// a test configured).
+type BindingReader interface {
+	Bindings(ctx context.Context, units []string) (map[string]Binding, error)
+}
+
+// FixCommand is what an operator runs to restore the drop-ins.
+const FixCommand = "kha-supervisor install-dropins"
+
+// Problems lists what is wrong with b for a supervisor running as unit
+// supervisor with the given stop timeout, one sentence per property, each
+// naming the unit, the property and the fix.
+func (b Binding) Problems(supervisor string, stop time.Duration) []string {
+	var out []string
+	bad := func(prop, format string, args ...any) {
+		out = append(out, fmt.Sprintf("%s: %s %s; run `%s` (and check later drop-ins with `systemctl cat %s`)",
+			b.Unit, prop, fmt.Sprintf(format, args...), FixCommand, b.Unit))
+	}
+	if !slices.Contains(b.BindsTo, supervisor) {
+		bad("BindsTo", "does not include %s (is %q): a crashed or killed supervisor would leave the unit running", supervisor, strings.Join(b.BindsTo, " "))
+	}
+	if !slices.Contains(b.After, supervisor) {
+		bad("After", "does not include %s", supervisor)
+	}
+	if !hasGuard(b.ExecStartPre) {
+		bad("ExecStartPre", "has no `kha-supervisor guard`: a start on a standby would not be refused")
+	}
+	switch {
+	case b.TimeoutStop <= 0 || b.TimeoutStop == time.Duration(math.MaxInt64):
+		bad("TimeoutStopUSec", "is infinite: systemd alone would never SIGKILL the unit (want at most %s, units.stop_timeout)", stop)
+	case b.TimeoutStop > stop:
+		bad("TimeoutStopUSec", "is %s, longer than units.stop_timeout %s: without the supervisor the unit could outlive the lease", b.TimeoutStop, stop)
+	}
+	if b.KillMode != "control-group" {
+		bad("KillMode", "is %q, want control-group: other processes of the unit would survive a stop", b.KillMode)
+	}
+	if !b.SendSIGKILL {
+		bad("SendSIGKILL", "is no: a unit ignoring SIGTERM would never be killed")
+	}
+	return out
+}
+
+// hasGuard reports whether some ExecStartPre= runs `kha-supervisor guard`.
+func hasGuard(lines [][]string) bool {
+	for _, argv := range lines {
+		if len(argv) >= 2 && path.Base(argv[0]) == "kha-supervisor" && slices.Contains(argv[1:], "guard") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,54 @@
+package fencing
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func goodBinding() Binding {
+	return Binding{
+		Unit: "kube-scheduler.service", BindsTo: []string{"kha-supervisor.service"},
+		After:        []string{"network.target", "kha-supervisor.service"},
+		ExecStartPre: [][]string{{"/usr/bin/kha-supervisor", "guard", "kube-scheduler.service"}},
+		TimeoutStop:  2 * time.Second, KillMode: "control-group", SendSIGKILL: true,
+	}
+}
+
+func TestBindingProblems(t *testing.T) {
+	const sup = "kha-supervisor.service"
+	cases := []struct {
+		name  string
+		tweak func(*Binding)
+		want  string // substring of the one problem; "" = none
+	}{
+		{"packaged drop-in", func(*Binding) {}, ""},
+		{"shorter stop timeout", func(b *Binding) { b.TimeoutStop = time.Second }, ""},
+		{"guard elsewhere on the line", func(b *Binding) {
+			b.ExecStartPre = [][]string{{"/bin/true"}, {"/opt/bin/kha-supervisor", "-c", "/etc/x.toml", "guard", "%n"}}
+		}, ""},
+		{"no BindsTo", func(b *Binding) { b.BindsTo = nil }, "BindsTo does not include kha-supervisor.service"},
+		{"no After", func(b *Binding) { b.After = []string{"network.target"} }, "After does not include"},
+		{"guard reset by a later drop-in", func(b *Binding) { b.ExecStartPre = nil }, "ExecStartPre has no `kha-supervisor guard`"},
+		{"other program named guard", func(b *Binding) { b.ExecStartPre = [][]string{{"/usr/bin/guard", "kha-supervisor"}} }, "ExecStartPre"},
+		{"long stop timeout", func(b *Binding) { b.TimeoutStop = 90 * time.Second }, "TimeoutStopUSec is 1m30s, longer than units.stop_timeout 2s"},
+		{"infinite stop timeout", func(b *Binding) { b.TimeoutStop = 0 }, "TimeoutStopUSec is infinite"},
+		{"kill mode", func(b *Binding) { b.KillMode = "process" }, `KillMode is "process"`},
+		{"no SIGKILL", func(b *Binding) { b.SendSIGKILL = false }, "SendSIGKILL is no"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := goodBinding()
+			c.tweak(&b)
+			got := b.Problems(sup, 2*time.Second)
+			switch {
+			case c.want == "" && len(got) > 0:
+				t.Fatalf("problems %q, want none", got)
+			case c.want != "" && (len(got) != 1 || !strings.Contains(got[0], c.want)):
+				t.Fatalf("problems %q, want one containing %q", got, c.want)
+			case c.want != "" && (!strings.Contains(got[0], b.Unit) || !strings.Contains(got[0], FixCommand)):
+				t.Fatalf("problem %q does not name the unit and the fix", got[0])
+			}
+		})
+	}
+}

@@ -1,0 +1,179 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultProfile is the profile a file that sets no `profile` key gets.
+const DefaultProfile = "default"
+
+// Profile is one named, consistent set of the timing values that depend on
+// each other: the lease, its renewal, the stop budget and the supervisor
+// unit's watchdog together make the fence window (docs/configuration.md), so
+// an operator picks them as one with `profile = "NAME"` and overrides single
+// keys only on purpose. Profiles is the one definition; Default(), the lab
+// and the tests read it.
+type Profile struct {
+	Name    string
+	Summary string // one line, for check-config
+	// Etcd is what the profile assumes of the etcd cluster, for
+	// check-config and the docs.
+	Etcd string
+
+	RequestTimeout Duration // etcd.request_timeout
+	TTL            Duration // lease.ttl
+	RenewInterval  Duration // lease.renew_interval
+	StopTimeout    Duration // units.stop_timeout
+	KillGrace      Duration // units.kill_grace
+	PollInterval   Duration // units.poll_interval
+	// Watchdog is the supervisor unit's WatchdogSec: not a key of this file
+	// but of kha-supervisor.service, written by install-dropins and read
+	// back by check-config and at start-up. It enters the fence window.
+	Watchdog Duration
+}
+
+// Profiles are the shipped profiles by name. Their numbers are argued in
+// docs/configuration.md ("Profiles"): each keeps a healthy leader through an
+// etcd leader election on stock etcd timing.
+var Profiles = map[string]Profile{
+	"default": {
+		Name:    "default",
+		Summary: "takeover about 10 s after a failure; rides out 4.9 s without a renewal",
+		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
+
+		RequestTimeout: D(1 * time.Second),
+		TTL:            D(10 * time.Second),
+		RenewInterval:  D(1 * time.Second),
+		StopTimeout:    D(2 * time.Second),
+		KillGrace:      D(1 * time.Second),
+		PollInterval:   D(1 * time.Second),
+		Watchdog:       D(2 * time.Second),
+	},
+	"fast": {
+		Name:    "fast",
+		Summary: "takeover about 6 s after a failure; rides out 3.4 s without a renewal",
+		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
+
+		RequestTimeout: D(500 * time.Millisecond),
+		// 6 s, not 4 s: with WatchdogSec=1s a 4 s lease leaves a 1.46 s
+		// fence window, less than a stock etcd election can take (up to
+		// 2 s) plus the renewal cadence on both sides of it (1 s).
+		TTL:           D(6 * time.Second),
+		RenewInterval: D(500 * time.Millisecond),
+		StopTimeout:   D(1 * time.Second),
+		KillGrace:     D(500 * time.Millisecond),
+		PollInterval:  D(500 * time.Millisecond),
+		Watchdog:      D(1 * time.Second),
+	},
+}
+
+// ProfileNames lists the profiles, sorted.
+func ProfileNames() []string {
+	names := make([]string, 0, len(Profiles))
+	for n := range Profiles {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// profileKeys are the file's keys a profile sets, with the profile field
+// that holds each value.
+var profileKeys = []struct {
+	key   string
+	value func(Profile) Duration
+}{
+	{"etcd.request_timeout", func(p Profile) Duration { return p.RequestTimeout }},
+	{"lease.ttl", func(p Profile) Duration { return p.TTL }},
+	{"lease.renew_interval", func(p Profile) Duration { return p.RenewInterval }},
+	{"units.stop_timeout", func(p Profile) Duration { return p.StopTimeout }},
+	{"units.kill_grace", func(p Profile) Duration { return p.KillGrace }},
+	{"units.poll_interval", func(p Profile) Duration { return p.PollInterval }},
+}
+
+// ProfileKeys lists the dotted keys a profile sets.
+func ProfileKeys() []string {
+	out := make([]string, len(profileKeys))
+	for i, k := range profileKeys {
+		out[i] = k.key
+	}
+	return out
+}
+
+// UseProfile sets c.Profile and every key the profile sets, overriding what
+// c held: for configurations built in code (the lab, tests). A file gets its
+// profile through Load, where the keys it sets itself win.
+func (c *Config) UseProfile(name string) error {
+	return c.applyProfile(name, func(string) bool { return false })
+}
+
+// applyProfile sets every profile key that explicit does not claim, and
+// records which ones it set in c.FromProfile.
+func (c *Config) applyProfile(name string, explicit func(key string) bool) error {
+	p, ok := Profiles[name]
+	if !ok {
+		return fmt.Errorf("unknown profile %q", name)
+	}
+	c.Profile = name
+	c.FromProfile = nil
+	cv := reflect.ValueOf(c).Elem()
+	for _, k := range profileKeys {
+		if explicit(k.key) {
+			continue
+		}
+		cv.FieldByIndex(lookupKey(k.key).index).Set(reflect.ValueOf(k.value(p)))
+		c.FromProfile = append(c.FromProfile, k.key)
+	}
+	return nil
+}
+
+// resolveProfile applies the file's profile to every profile key the file
+// leaves out. An unknown name is refused here, before validation, because
+// the values it would set are unknown too.
+func (d *document) resolveProfile() error {
+	name := d.cfg.Profile
+	if _, ok := Profiles[name]; !ok {
+		return &Error{File: d.file, Key: "profile", Line: d.lineOf("profile"), Value: truncate(quote(name)), Msg: unknownProfileMsg()}
+	}
+	return d.cfg.applyProfile(name, func(key string) bool {
+		return d.md.IsDefined(strings.Split(key, ".")...)
+	})
+}
+
+func unknownProfileMsg() string {
+	return "unknown profile; valid profiles: " + strings.Join(quoted(ProfileNames()), ", ")
+}
+
+func quoted(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = quote(s)
+	}
+	return out
+}
+
+// checkProfile refuses a configuration built in code with an unknown
+// profile (Load refuses one in a file while decoding).
+func checkProfile(c Config) *Error {
+	if _, ok := Profiles[c.Profile]; !ok {
+		return refuse(c, "profile", "%s", unknownProfileMsg())
+	}
+	return nil
+}
+
+// SelectedProfile is the profile c names (the default profile for an
+// unknown name, which Validate refuses).
+func (c Config) SelectedProfile() Profile {
+	if p, ok := Profiles[c.Profile]; ok {
+		return p
+	}
+	return Profiles[DefaultProfile]
+}
+
+// FromProfileKey reports whether key's value came from the profile rather
+// than from the file.
+func (c Config) FromProfileKey(key string) bool { return slices.Contains(c.FromProfile, key) }

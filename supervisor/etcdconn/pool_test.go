@@ -1,0 +1,104 @@
+package etcdconn_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+)
+
+func newPool(t *testing.T, eps []string, hedge time.Duration) *etcdconn.Pool {
+	t.Helper()
+	var clients []*clientv3.Client
+	for _, ep := range eps {
+		clients = append(clients, single(t, ep))
+	}
+	p, err := etcdconn.NewPool(clients, etcdconn.PoolOptions{HedgeAfter: hedge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A silent member (bytes held, as with a blackhole route) first in line:
+// hedged requests go on to the next member after HedgeAfter; serial writes
+// do not (a copy could land later), and use the member that answered last.
+func TestPoolHedgesPastASilentMember(t *testing.T) {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3})
+	eps, proxies := c.ProxiedEndpoints(t)
+	p := newPool(t, eps, 50*time.Millisecond)
+	warm, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Serial().Put(warm, "/k", "v0"); err != nil { // connects member 0, which answers last
+		t.Fatal(err)
+	}
+	proxies.Proxy(0).Blackhole(true)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := p.Serial().Put(ctx, "/k", "v1")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("serial put through a silent member: %v, want the deadline (never a second copy)", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	start := time.Now()
+	resp, err := p.Hedged().Get(ctx, "/k")
+	cancel()
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("hedged get past a silent member: %v, %v", resp, err)
+	}
+	t.Logf("hedged get answered after %s (hedge delay 50ms)", time.Since(start).Round(time.Millisecond))
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	_, err = p.Serial().Put(ctx, "/k", "v2")
+	cancel()
+	if err != nil {
+		t.Fatalf("serial put after a hedged answer moved the preference: %v", err)
+	}
+}
+
+// A member without a raft leader (isolated) rejects every request at once
+// (require-leader), so even a serial write moves on to the next member,
+// and grants and renewals never wait for it.
+func TestPoolLeavesALeaderlessMember(t *testing.T) {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3})
+	p := newPool(t, c.Endpoints(), time.Hour) // move on only on errors
+	warm, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Serial().Put(warm, "/k", "v0"); err != nil {
+		t.Fatal(err)
+	}
+	c.Member(0).Isolate()
+	defer c.Member(0).Heal()
+	waitUntil(t, "member 0 to lose its leader", func() bool { return !c.Member(0).HasLeader() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := p.Serial().Put(ctx, "/k", "v1"); err != nil {
+		t.Fatalf("serial put with a leaderless member first: %v", err)
+	}
+	g, err := p.Grant(ctx, 5)
+	if err != nil {
+		t.Fatalf("grant: %v", err)
+	}
+	if _, err := p.KeepAliveOnce(ctx, g.ID); err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	t.Logf("put, grant and renewal took %s together", time.Since(start).Round(time.Millisecond))
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

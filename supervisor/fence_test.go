@@ -1,0 +1,121 @@
+package supervisor_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+)
+
+// fenceClock records when a member entered Fencing and when it last pinged
+// the watchdog.
+type fenceClock struct {
+	mu       sync.Mutex
+	fencedAt time.Time
+	pings    []time.Time
+}
+
+func (c *fenceClock) observe(tr supervisor.Transition) {
+	if tr.To == supervisor.Fencing {
+		c.mu.Lock()
+		c.fencedAt = tr.At
+		c.mu.Unlock()
+	}
+}
+
+func (c *fenceClock) notify(msg string) {
+	if msg == "WATCHDOG=1" {
+		c.mu.Lock()
+		c.pings = append(c.pings, time.Now())
+		c.mu.Unlock()
+	}
+}
+
+func (c *fenceClock) fenced() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.fencedAt }
+
+func (c *fenceClock) lastPing() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pings) == 0 {
+		return time.Time{}
+	}
+	return c.pings[len(c.pings)-1]
+}
+
+// TestFenceKillsUnitsWhenTheServiceManagerHangs: the leader is cut off from
+// etcd while its service manager answers nothing (PID 1 or its bus hung). The
+// units must be down within S_max of the fence instant all the same: killed
+// from their cgroups (here the in-memory stand-in for that), confirmed, and
+// the process gone without waiting on the manager.
+func TestFenceKillsUnitsWhenTheServiceManagerHangs(t *testing.T) {
+	w := newWorld(t)
+	clk := &fenceClock{}
+	w.Options = func(name string, o *supervisor.Options) { o.Observer = clk.observe; o.Notify = clk.notify }
+	a := w.Start("m1", nil)
+	leaderOf(t, a)
+	stopMax := a.Sup.Status().StopMax
+
+	a.Units.SetHung(true)
+	a.Cut(true)
+	err := a.WaitExit(t, 30*time.Second, "fence")
+	exited := time.Now()
+	var fe *supervisor.FenceError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Run returned %v, want a FenceError", err)
+	}
+	fencedAt := clk.fenced()
+	down := supervisortestLastStop(a)
+	t.Logf("fence at %s; units down %s after it, Run returned %s after it (S_max %s); incomplete: %v",
+		fencedAt.Format("15:04:05.000"), down.Sub(fencedAt).Round(time.Millisecond), exited.Sub(fencedAt).Round(time.Millisecond), stopMax, fe.Incomplete)
+	for _, u := range units {
+		if a.Units.Running(u) {
+			t.Fatalf("%s still runs after the fence (manager hung)", u)
+		}
+	}
+	if fe.Incomplete != nil {
+		t.Fatalf("fence reported incomplete although the units were killed directly: %v", fe.Incomplete)
+	}
+	// Generous for a loaded machine, but well under the old path's
+	// S_max + 1 s + S_max spent waiting on the manager.
+	if got := down.Sub(fencedAt); got > stopMax+300*time.Millisecond {
+		t.Fatalf("units down %s after the fence instant, over S_max %s", got, stopMax)
+	}
+	if a.Units.DirectKills() == 0 {
+		t.Fatal("no direct kill was used although the manager was hung")
+	}
+}
+
+// TestFenceThatCannotConfirmStopsPinging: when not even the direct kill
+// can be confirmed, the process must stop feeding the watchdog at S_max and
+// exit at once (exit 4), so that systemd's BindsTo= takes over.
+func TestFenceThatCannotConfirmStopsPinging(t *testing.T) {
+	w := newWorld(t)
+	clk := &fenceClock{}
+	w.Options = func(name string, o *supervisor.Options) { o.Observer = clk.observe; o.Notify = clk.notify }
+	a := w.Start("m1", nil)
+	leaderOf(t, a)
+	stopMax := a.Sup.Status().StopMax
+
+	a.Units.SetHung(true)
+	a.Units.SetDirectFails(true)
+	a.Cut(true)
+	err := a.WaitExit(t, 30*time.Second, "fence")
+	exited := time.Now()
+	var fe *supervisor.FenceError
+	if !errors.As(err, &fe) || fe.Incomplete == nil {
+		t.Fatalf("Run returned %v, want an incomplete FenceError", err)
+	}
+	fencedAt, last := clk.fenced(), clk.lastPing()
+	t.Logf("fence at %s; last watchdog ping %s after it, Run returned %s after it (S_max %s)",
+		fencedAt.Format("15:04:05.000"), last.Sub(fencedAt).Round(time.Millisecond), exited.Sub(fencedAt).Round(time.Millisecond), stopMax)
+	if got := last.Sub(fencedAt); got > stopMax {
+		t.Fatalf("watchdog pinged %s after the fence instant, beyond S_max %s, while the manager hung", got, stopMax)
+	}
+	if got := exited.Sub(fencedAt); got > stopMax+500*time.Millisecond {
+		t.Fatalf("Run returned %s after the fence instant; want an exit right after S_max %s", got, stopMax)
+	}
+}
+
+func supervisortestLastStop(m *member) time.Time { return lastStop(m) }

@@ -1,0 +1,164 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Agreement is what every member of a group must configure alike. A
+// member with a different cluster or prefix writes elsewhere and is never
+// seen (that is what the peers list is for); one with other managed units
+// or another etcd cluster is seen, and must be reported.
+type Agreement struct {
+	Cluster     string   `json:"cluster"`
+	Prefix      string   `json:"prefix"` // normalised, as the keys use it
+	Units       []string `json:"units"`
+	EtcdCluster string   `json:"etcd_cluster,omitempty"` // hex; empty while unknown
+}
+
+// Fingerprint is a short digest of the agreement, for logs and records.
+func (a Agreement) Fingerprint() string {
+	b, _ := json.Marshal(a)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// differences names each field where b disagrees with a (an unknown etcd
+// cluster ID on either side is no disagreement).
+func (a Agreement) differences(b Agreement) []string {
+	var out []string
+	if a.Cluster != b.Cluster {
+		out = append(out, fmt.Sprintf("cluster %q, ours %q", b.Cluster, a.Cluster))
+	}
+	if a.Prefix != b.Prefix {
+		out = append(out, fmt.Sprintf("etcd.prefix %q, ours %q", b.Prefix, a.Prefix))
+	}
+	if !slices.Equal(a.Units, b.Units) {
+		out = append(out, fmt.Sprintf("units.managed %v, ours %v", b.Units, a.Units))
+	}
+	if a.EtcdCluster != "" && b.EtcdCluster != "" && a.EtcdCluster != b.EtcdCluster {
+		out = append(out, fmt.Sprintf("etcd cluster %s, ours %s", b.EtcdCluster, a.EtcdCluster))
+	}
+	return out
+}
+
+// agreement is this member's.
+func (s *Supervisor) agreement() Agreement {
+	a := Agreement{Cluster: s.cfg.Cluster, Prefix: path.Dir(s.keys.Root), Units: s.cfg.Units.Managed}
+	if id := s.pool.ClusterID(); id != 0 {
+		a.EtcdCluster = fmt.Sprintf("%x", id)
+	}
+	return a
+}
+
+// peerCheck is what watchPeers remembers between reads.
+type peerCheck struct {
+	started  time.Time
+	seen     map[string]time.Time // configured peer -> last time its record was read
+	missing  map[string]bool      // reported as missing
+	mismatch map[string]string    // node -> differences last reported
+}
+
+// watchPeers reads the member records every quarter TTL and reports, once
+// per change, members whose configuration disagrees with ours and
+// configured peers without a record for longer than a TTL: two groups that
+// each elect a leader are otherwise invisible to each other.
+func (s *Supervisor) watchPeers(bg context.Context) {
+	pc := &peerCheck{started: time.Now(), seen: map[string]time.Time{}, missing: map[string]bool{}, mismatch: map[string]string{}}
+	t := time.NewTicker(max(s.cfg.Lease.TTL.D()/4, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-bg.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := s.reqCtx(bg)
+		recs, _, err := ReadMembers(rctx, s.pool.Hedged(), s.keys)
+		cancel()
+		if err == nil {
+			s.checkPeers(pc, recs, time.Now())
+		}
+	}
+}
+
+// checkPeers compares one read of the records with the expectations and
+// publishes the findings in Status.
+func (s *Supervisor) checkPeers(pc *peerCheck, recs map[string]Record, now time.Time) {
+	ours := s.agreement()
+	var mismatched []string
+	for node, r := range recs {
+		if node == s.cfg.Node || r.Agree == nil {
+			continue // records of older versions carry no agreement
+		}
+		d := ours.differences(*r.Agree)
+		msg := fmt.Sprint(d)
+		if len(d) == 0 {
+			if pc.mismatch[node] != "" {
+				s.log.Info("member's configuration agrees with ours again", "member", node)
+			}
+			delete(pc.mismatch, node)
+			continue
+		}
+		mismatched = append(mismatched, fmt.Sprintf("%s: %s", node, msg))
+		if pc.mismatch[node] != msg {
+			s.log.Error("member is configured differently: fix its configuration so that every member agrees",
+				"member", node, "differences", d, "fingerprint", r.Fingerprint, "ours", ours.Fingerprint())
+			pc.mismatch[node] = msg
+		}
+	}
+	var missing []string
+	ttl := s.cfg.Lease.TTL.D()
+	for _, p := range s.cfg.Peers {
+		if p == s.cfg.Node {
+			continue
+		}
+		if _, ok := recs[p]; ok {
+			pc.seen[p] = now
+			if pc.missing[p] {
+				s.log.Info("expected peer has a member record again", "peer", p)
+				delete(pc.missing, p)
+			}
+			continue
+		}
+		last, ok := pc.seen[p]
+		if !ok {
+			last = pc.started
+		}
+		if now.Sub(last) <= ttl {
+			continue
+		}
+		missing = append(missing, p)
+		if !pc.missing[p] {
+			s.log.Error("expected peer has no member record in this group: it is down, or configured with another cluster, etcd.prefix or etcd endpoints",
+				"peer", p, "for", now.Sub(last).Round(time.Millisecond), "keys", s.keys.Members())
+			pc.missing[p] = true
+		}
+	}
+	sort.Strings(mismatched)
+	s.mu.Lock()
+	s.snap.ConfigMismatch, s.snap.MissingPeers = mismatched, missing
+	s.mu.Unlock()
+}
+
+// Warnings are the group problems this member sees, for /healthz.
+func (st Status) Warnings() []string {
+	var out []string
+	for _, m := range st.ConfigMismatch {
+		out = append(out, "member configured differently: "+m)
+	}
+	for _, p := range st.MissingPeers {
+		out = append(out, "expected peer without a member record: "+p)
+	}
+	for _, ep := range st.ForeignEndpoints {
+		out = append(out, "etcd endpoint of another etcd cluster, ignored (remove it from etcd.endpoints): "+ep)
+	}
+	return out
+}

@@ -1,0 +1,45 @@
+package supervisor
+
+import "slices"
+
+// The lifecycle as a table (docs/architecture.md, "The lifecycle"):
+//
+//	            +-------------------------------------------+
+//	            v                                           |
+//	starting -> standby -> promoting -> active -> demoting -+-> standby
+//	   |  ^        |           |          |          |
+//	   |  +--------+           +----------+----------+--> fencing -> (process exits 3 or 4)
+//	   |           |                                 |
+//	   +-----------+---------------------------------+--> stopped (SIGTERM: left the group, exit 0)
+//
+// starting -> starting and standby -> standby are a change of reason only
+// (a retried start-up, a new leader seen). Fenced and units-down are history
+// entries, never states of the loop.
+var lifecycle = map[State][]State{
+	Starting:  {Starting, Standby, Stopped},
+	Standby:   {Standby, Starting, Promoting, Stopped},
+	Promoting: {Active, Demoting, Fencing},
+	Active:    {Demoting, Fencing},
+	Demoting:  {Standby, Stopped, Fencing},
+}
+
+// allowed reports whether the lifecycle table has the edge from -> to.
+func allowed(from, to State) bool {
+	return slices.Contains(lifecycle[from], to)
+}
+
+// checkEdge counts and logs a transition the table does not have. It never
+// refuses one: the loop's safety does not depend on the table, and a
+// supervisor that stopped moving would be worse than one that moved along an
+// undocumented edge. Tests assert the count stays zero.
+func (s *Supervisor) checkEdge(from, to State) {
+	if allowed(from, to) {
+		return
+	}
+	s.badTransitions.Add(1)
+	s.log.Error("transition not in the lifecycle table (a bug: please report it)", "from", from, "to", to)
+}
+
+// BadTransitions is how many transitions this member took that the
+// lifecycle table does not have; always zero unless there is a bug.
+func (s *Supervisor) BadTransitions() int64 { return s.badTransitions.Load() }
