@@ -100,15 +100,35 @@ func marshalRecord(r Record) []byte {
 	return b
 }
 
-// publishPredecessorFence puts the fence our predecessor noted (it may not
-// have reached etcd) into the history, at its original time. The key is the
-// one the fencing process itself would have used (same time, same node), so
-// a fence it did manage to record is overwritten, not doubled.
-func (s *Supervisor) publishPredecessorFence(p predecessor) {
+// publishPredecessorFence puts the fence our predecessor noted into the
+// history, at the time it began, unless the fencing process recorded it
+// itself (an event of this node going to fenced, with that token, since).
+func (s *Supervisor) publishPredecessorFence(ctx context.Context, p predecessor) {
 	if !p.ok || p.Fenced == nil {
 		return
 	}
 	f := p.Fenced
+	rctx, cancel := s.reqCtx(ctx)
+	evs, err := ReadHistory(rctx, s.cli, s.keys, 50)
+	cancel()
+	if err != nil {
+		s.log.Warn("cannot read the history; publishing our predecessor's fence anyway", "err", err)
+	}
+	for _, e := range evs {
+		if e.Node == s.cfg.Node && e.To == Fenced && e.Token == f.Token && !e.At.Before(f.At) {
+			return
+		}
+	}
 	s.recordHistory(Event{At: f.At, Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: "fenced", Token: f.Token,
 		Reason: fmt.Sprintf("%s: %s (noted by incarnation %s, published by its successor)", f.Kind, f.Reason, p.Incarnation)})
+}
+
+// fenceNoted fences, then (the units are down, so this widens no window)
+// leaves a note of it in the run state: the successor publishes it if the
+// history lacks it, and leaves a drill's election lease to expire.
+func (s *Supervisor) fenceNoted(bg context.Context, kind, reason string) error {
+	at, token := time.Now(), s.token
+	err := s.fence(bg, kind, reason)
+	s.SaveFenced(runstate.Fenced{At: at, Kind: kind, Reason: reason, Token: token, KeepLease: kind == "drill"})
+	return err
 }

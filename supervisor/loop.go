@@ -155,7 +155,7 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		}
 	case "demote":
 		if r.err != nil {
-			return s.fence(bg, "demote_failed", "demotion could not confirm units stopped: "+r.err.Error()), true
+			return s.fenceNoted(bg, "demote_failed", "demotion could not confirm units stopped: "+r.err.Error()), true
 		}
 		s.stopRenewer(electionLease)
 		s.deadline.Forget(electionLease)

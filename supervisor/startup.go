@@ -81,7 +81,7 @@ func (s *Supervisor) registered(g grantResult, rev int64, crashed bool, prev pre
 	s.wrote(rev, false)
 	s.pubMu.Unlock()
 	s.givePredecessorLeasesBack(prev)
-	s.publishPredecessorFence(prev)
+	s.publishPredecessorFence(context.Background(), prev)
 	s.saveRunState(func(st *runstate.State) {
 		*st = runstate.State{MemberLease: int64(g.lease)}
 	})

@@ -288,10 +288,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			s.drainRenewals()
 		}
 		if s.state.Holding() && s.deadline.Expired(time.Now()) {
-			return s.fence(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
+			return s.fenceNoted(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
 		if s.fenceNow != "" {
-			return s.fence(bg, s.fenceKind, s.fenceNow)
+			return s.fenceNoted(bg, s.fenceKind, s.fenceNow)
 		}
 		s.step(bg)
 		s.updateSnapshot()
