@@ -32,6 +32,8 @@ func TestCooldownYieldsWhenNobodyElseCan(t *testing.T) {
 	}()
 	waitFor(t, "the other member to take over", 30*time.Second, func() bool { return other.State() == supervisor.Active })
 	close(stop)
+	// The demotion releases the key before it ends: let it finish.
+	waitFor(t, "the flaky node to be standby", 10*time.Second, func() bool { return flaky.State() == supervisor.Standby })
 	if st := flaky.Sup.Status(); st.State != supervisor.Standby || !st.CooldownUntil.After(time.Now().Add(10*time.Second)) {
 		t.Fatalf("flaky node %s, cooldown until %v: want standby with most of its 30 s cooldown ahead", st.State, st.CooldownUntil)
 	}
