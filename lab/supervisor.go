@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // Paths of the supervisor inside a master, as the package installs them.
 const (
-	SupervisorUnit   = "kha-supervisor.service"
-	SupervisorConfig = "/etc/kha-supervisor/config.toml"
-	supervisorBinary = "/usr/bin/kha-supervisor"
+	SupervisorUnit   = layout.SupervisorUnit
+	SupervisorConfig = layout.ConfigPath
+	supervisorBinary = layout.Binary
 	supervisorLabDir = "/etc/systemd/system/kha-supervisor.service.d"
 	// Cluster is the election group the lab's supervisors compete in.
 	Cluster = "lab"
@@ -138,11 +139,13 @@ func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
 	if err := n.WriteFile(supervisorLabDir+"/90-lab-watchdog.conf", l.watchdogDropin(), 0o644); err != nil {
 		return err
 	}
-	if out, err := n.Exec(ctx, supervisorBinary, "check-config", "-c", SupervisorConfig); err != nil {
-		return fmt.Errorf("lab: configuration of %s refused: %w: %s", n.Name, err, out)
-	}
 	if out, err := n.Exec(ctx, supervisorBinary, "install-dropins", "-c", SupervisorConfig); err != nil {
 		return fmt.Errorf("lab: install-dropins in %s: %w: %s", n.Name, err, out)
+	}
+	// check-config reads the installed units (the drop-ins just written), so
+	// it runs after install-dropins, as an operator's would.
+	if out, err := n.Exec(ctx, supervisorBinary, "check-config", "-c", SupervisorConfig); err != nil {
+		return fmt.Errorf("lab: configuration of %s refused: %w: %s", n.Name, err, out)
 	}
 	if _, err := n.Systemctl(ctx, "daemon-reload"); err != nil {
 		return err

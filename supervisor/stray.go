@@ -17,6 +17,9 @@ import (
 // unit (issue 13: a copy started by hand runs unchecked by the guard).
 type StrayProcess struct {
 	procscan.Proc
+	// Unit is the managed unit whose ExecStart names this executable;
+	// empty when the name came from units.processes.
+	Unit   string    `json:"unit,omitempty"`
 	Seen   time.Time `json:"seen"`
 	Action string    `json:"action"` // "killed", "sigterm", "reported"
 }
@@ -33,6 +36,7 @@ var genericExecutables = map[string]bool{
 type strayScan struct {
 	proc    procscan.Scanner
 	names   []string              // executable base names looked for
+	unitOf  map[string]string     // executable base name -> unit (from ExecStart)
 	pending map[int]procscan.Proc // SIGTERM sent, SIGKILL due at killAt
 	killAt  map[int]time.Time     //
 	seen    map[string]bool       // pid/starttime already reported
@@ -87,7 +91,7 @@ func (s *Supervisor) strayPass(bg context.Context, st *strayScan, now time.Time)
 		}
 		id := fmt.Sprintf("%d/%d", p.PID, p.StartTime)
 		alive[id] = true
-		sp := StrayProcess{Proc: p, Seen: now, Action: "reported"}
+		sp := StrayProcess{Proc: p, Unit: st.unitOf[path.Base(p.Exe)], Seen: now, Action: "reported"}
 		if s.cfg.Units.StrayPolicy == config.StrayKill {
 			sp.Action = "sigterm"
 		}
@@ -114,7 +118,8 @@ func (s *Supervisor) strayFound(st *strayScan, sp StrayProcess, now time.Time) {
 	p := sp.Proc
 	s.log.Error("process of a managed component running outside its unit",
 		"pid", p.PID, "ppid", p.PPID, "exe", p.Exe, "cmdline", strings.Join(p.Cmdline, " "),
-		"cgroup", p.Cgroup, "loginuid", p.LoginUID, "session", p.SessionID, "policy", s.cfg.Units.StrayPolicy)
+		"cgroup", p.Cgroup, "loginuid", p.LoginUID, "session", p.SessionID, "policy", s.cfg.Units.StrayPolicy,
+		"exe_from_cmdline", p.ExeFromCmdline)
 	s.mu.Lock()
 	s.snap.StrayProcesses++
 	state := s.snap.State
@@ -156,6 +161,7 @@ func (s *Supervisor) strayNames(bg context.Context, st *strayScan, now time.Time
 	}
 	st.execAt = now
 	var names []string
+	st.unitOf = map[string]string{}
 	for unit, paths := range execs {
 		for _, p := range paths {
 			if b := path.Base(p); genericExecutables[b] {
@@ -166,6 +172,7 @@ func (s *Supervisor) strayNames(bg context.Context, st *strayScan, now time.Time
 				s.log.Warn("not looking for stray copies of a generic executable; name the component in units.processes", "unit", unit, "exe", p)
 			} else {
 				names = append(names, b)
+				st.unitOf[b] = unit
 			}
 		}
 	}

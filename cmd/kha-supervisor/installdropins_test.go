@@ -101,8 +101,8 @@ stop_timeout = "1500ms"
 		t.Errorf("daemon-reload ran %d times, want 1", *reloads)
 	}
 	sup := "kha-supervisor.service.d/" + dropin.FileName
-	if !strings.HasSuffix(got[sup], "\nWatchdogSec=2s\n") || !strings.Contains(out, "wrote "+filepath.Join(dir, sup)) {
-		t.Errorf("%s (default profile) does not end with WatchdogSec=2s, or was not reported:\n%s", sup, got[sup])
+	if !strings.Contains(got[sup], "\nWatchdogSec=2s\n") || !strings.HasSuffix(got[sup], "\nTimeoutStartSec=39s\n") || !strings.Contains(out, "wrote "+filepath.Join(dir, sup)) {
+		t.Errorf("%s (default profile) lacks WatchdogSec=2s and the TimeoutStartSec the defaults need, or was not reported:\n%s", sup, got[sup])
 	}
 
 	// A second run changes nothing and so does not reload.
@@ -134,7 +134,7 @@ func TestInstallDropinsWritesSupervisorWatchdog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasSuffix(string(b), "\n"+tc.want) || !strings.Contains(string(b), "profile ("+tc.profile+")") {
+		if !strings.Contains(string(b), "\n"+tc.want) || !strings.Contains(string(b), "\nTimeoutStartSec=") || !strings.Contains(string(b), "profile ("+tc.profile+")") {
 			t.Errorf("profile %s: %s:\n%s", tc.profile, sup, b)
 		}
 	}

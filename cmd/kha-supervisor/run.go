@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -186,7 +187,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		defer hs.Close()
 	}
 
-	go exportGauges(gctx, sup, metrics, group)
+	go exportGauges(gctx, sup, metrics, group, cfg.Units.Managed)
 	err = sup.Run(ctx)
 	var fe *supervisor.FenceError
 	switch {
@@ -278,9 +279,32 @@ func (s statusSource) Standby() bool       { return s.sup.Status().State == supe
 func (s statusSource) Warnings() []string  { return s.sup.Status().Warnings() }
 func (s statusSource) Problems() []string  { return s.sup.Status().DropinProblems }
 
+// exportProblems sets the drop-in and stray-process gauges of every managed
+// unit from the last checks; strays found by a units.processes name (no unit
+// known) count under the label "units.processes".
+func exportProblems(m *httpapi.Metrics, units []string, st supervisor.Status) {
+	strays := map[string]int{}
+	for _, p := range st.Strays {
+		u := p.Unit
+		if u == "" {
+			u = "units.processes"
+		}
+		strays[u]++
+	}
+	for _, u := range units {
+		bad := false
+		for _, p := range st.DropinProblems {
+			bad = bad || strings.HasPrefix(p, u+":")
+		}
+		m.SetDropinMismatch(u, bad)
+		m.SetStrayProcesses(u, strays[u])
+	}
+	m.SetStrayProcesses("units.processes", strays["units.processes"])
+}
+
 // exportGauges copies the lease and unit figures into the gauges. Only the
 // metrics depend on this ticker; nothing safety-related does.
-func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics, g *httpapi.GroupMetrics) {
+func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Metrics, g *httpapi.GroupMetrics, cfgUnits []string) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -290,6 +314,7 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 		for _, u := range st.Units {
 			m.SetUnitActive(u.Name, u.Running())
 		}
+		exportProblems(m, cfgUnits, st)
 		select {
 		case <-ctx.Done():
 			return

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // DefaultSocket is where the supervisor listens unless the configuration
 // says otherwise (config key guard.socket).
-const DefaultSocket = "/run/kha-supervisor/guard.sock"
+const DefaultSocket = layout.GuardSocket
 
 // DefaultTimeout bounds one connection, request and answer together. The
 // guard runs on every unit start, so a wedged peer must not hold it long.

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -27,6 +28,9 @@ type Proc struct {
 	LoginUID  int      `json:"loginuid"`             // -1: not set (a daemon) or unknown
 	SessionID int      `json:"session"`              // -1: none or unknown
 	StartTime uint64   `json:"start_time,omitempty"` // clock ticks after boot: tells a reused PID apart
+	// ExeFromCmdline: /proc/PID/exe could not be read, Exe is the command
+	// line's first word.
+	ExeFromCmdline bool `json:"exe_from_cmdline,omitempty"`
 }
 
 // Scanner reads one /proc tree.
@@ -60,7 +64,7 @@ func (s Scanner) Find(names []string) ([]Proc, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		exe, err := s.exe(pid)
+		exe, _, err := s.exe(pid)
 		if err != nil || !want[path.Base(exe)] {
 			continue
 		}
@@ -77,19 +81,34 @@ func (s Scanner) file(pid int, name string) string {
 	return filepath.Join(s.root(), strconv.Itoa(pid), name)
 }
 
-func (s Scanner) exe(pid int) (string, error) {
+// exe is the process's executable. Where /proc/PID/exe cannot be read (the
+// kernel's ptrace access check refuses it to a caller whose capabilities do
+// not cover the target's, as under the packaged unit's bounding set), it
+// falls back to the command line's first word, which anyone may read:
+// a scan that silently skipped such processes would be blind to exactly the
+// root-started copies it exists for. fromCmdline says which was used. A
+// process without exe (a kernel thread, a zombie) is an error.
+func (s Scanner) exe(pid int) (exe string, fromCmdline bool, err error) {
 	l, err := os.Readlink(s.file(pid, "exe"))
-	if err != nil {
-		return "", err
+	if err == nil {
+		return strings.TrimSuffix(l, " (deleted)"), false, nil
 	}
-	return strings.TrimSuffix(l, " (deleted)"), nil
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, err
+	}
+	b, cerr := os.ReadFile(s.file(pid, "cmdline"))
+	argv0, _, _ := bytes.Cut(b, []byte{0})
+	if cerr != nil || len(argv0) == 0 {
+		return "", false, err
+	}
+	return string(argv0), true, nil
 }
 
 // Read reads what is known of one process.
 func (s Scanner) Read(pid int) (Proc, error) {
 	p := Proc{PID: pid, LoginUID: -1, SessionID: -1}
 	var err error
-	if p.Exe, err = s.exe(pid); err != nil {
+	if p.Exe, p.ExeFromCmdline, err = s.exe(pid); err != nil {
 		return p, err
 	}
 	stat, err := os.ReadFile(s.file(pid, "stat"))

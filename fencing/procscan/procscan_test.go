@@ -122,3 +122,23 @@ func TestFindsARealCopy(t *testing.T) {
 		t.Fatal("Same reports a process that has exited")
 	}
 }
+
+// Where /proc/PID/exe cannot be read (under the packaged unit's capability
+// bounding set the kernel refuses it for processes with more capabilities),
+// the command line's first word names the executable: the scan must not go
+// blind to root-started copies.
+func TestFindFallsBackToTheCommandLine(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 400, "", stat(400, 1, "kube-scheduler"), "/opt/k8s/kube-scheduler\x00--v=2\x00", "0::/user.slice\n", "0", "3")
+	// An exe that readlink refuses (EINVAL here; EACCES on a real /proc).
+	if err := os.WriteFile(filepath.Join(root, "400", "exe"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := procscan.Scanner{Root: root}.Find([]string{"kube-scheduler"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].PID != 400 || ps[0].Exe != "/opt/k8s/kube-scheduler" || !ps[0].ExeFromCmdline {
+		t.Fatalf("found %+v, want PID 400 named by its command line", ps)
+	}
+}

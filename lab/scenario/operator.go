@@ -14,6 +14,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
@@ -99,7 +100,7 @@ func reportKind(ids []int) string {
 }
 
 // supervisorBinary is the packaged binary inside a master.
-const supervisorBinary = "/usr/bin/kha-supervisor"
+const supervisorBinary = layout.Binary
 
 // kha runs `kha-supervisor ARGS...` inside node as an operator on that
 // master would (the packaged binary, /etc/kha-supervisor/config.toml) and
@@ -781,7 +782,7 @@ const (
 	hookDir     = master.LabDir + "/hooks"
 	hookLog     = hookDir + "/hooks.log"
 	hookDropin  = "/etc/systemd/system/kha-supervisor.service.d/91-lab-hooks.conf"
-	fencingEnvF = "/run/kha-supervisor/fencing.env"
+	fencingEnvF = layout.FencingEnv
 )
 
 // hookConfig is node's lab configuration plus hooks that log every call.

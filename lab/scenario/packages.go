@@ -17,6 +17,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
@@ -331,7 +332,7 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	if _, err := r.dpkg(ctx, leader, "--purge", pkgName); err != nil {
 		return err
 	}
-	if _, err := os.Stat(n.Root() + "/etc/kha-supervisor"); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(n.Root() + filepath.Dir(layout.ConfigPath)); !errors.Is(err, os.ErrNotExist) {
 		r.Failf("%s after dpkg --purge: /etc/kha-supervisor still there (%v)", leader, err)
 	}
 	for _, w := range lab.Witnesses {

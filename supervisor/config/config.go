@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // DefaultPath is where the packaged daemon and its commands look for the file.
-const DefaultPath = "/etc/kha-supervisor/config.toml"
+const DefaultPath = layout.ConfigPath
 
 // Config is the whole file. Field comments name the TOML key.
 type Config struct {
@@ -152,7 +153,7 @@ func Default() Config {
 			Cooldown:         D(2 * time.Minute),
 			StrayPolicy:      StrayKill,
 		},
-		Guard:   Guard{Socket: "/run/kha-supervisor/guard.sock"},
+		Guard:   Guard{Socket: layout.GuardSocket},
 		Log:     Log{Level: "info", Format: "text"},
 		HTTP:    HTTP{Listen: "127.0.0.1:9731"},
 		Hooks:   Hooks{Timeout: D(10 * time.Second), AbortOnPromoteErr: true},

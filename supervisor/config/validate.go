@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // Validate checks every rule Load applies except the permission of the
@@ -235,7 +237,7 @@ func checkLease(c Config) *Error {
 // --- units -----------------------------------------------------------------
 
 // self is the supervisor's own unit: managing it would stop the supervisor.
-const self = "kha-supervisor.service"
+const self = layout.SupervisorUnit
 
 func checkUnits(c Config) *Error {
 	u := c.Units

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // FencingEnvPath is where the supervisor publishes the fencing token for the
 // managed units' drop-in (EnvironmentFile=-/run/kha-supervisor/fencing.env).
-const FencingEnvPath = "/run/kha-supervisor/fencing.env"
+const FencingEnvPath = layout.FencingEnv
 
 // WriteFencingEnv replaces the file at path with KEY=value lines for kv,
 // atomically (a unit starting at the same moment sees the old file or the
