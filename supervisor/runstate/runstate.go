@@ -13,10 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
-// DefaultDir is where the packaged daemon keeps its run state.
-const DefaultDir = "/run/kha-supervisor"
+// DefaultDir is where the packaged daemon keeps its run state: the unit's
+// RuntimeDirectory= (kept across restarts by RuntimeDirectoryPreserve=).
+const DefaultDir = layout.RunDir
 
 // FileName is the state file's name inside the directory.
 const FileName = "incarnation.json"
