@@ -63,6 +63,10 @@ type Control struct {
 	Bans    map[string]Ban `json:"bans,omitempty"`
 	Handoff *Handoff       `json:"handoff,omitempty"`
 	Drill   *Drill         `json:"drill,omitempty"`
+	// Unreadable lists control records that could not be decoded, each
+	// with the command that clears it. They are ignored, loudly: a value
+	// nobody can read must not freeze the whole group.
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
 // Banned reports whether node is banned.
@@ -77,40 +81,52 @@ func (k Keys) Drill() string          { return k.Control() + "drill" }
 func (k Keys) History() string        { return k.Root + "/history/" }
 
 // parseControl decodes the control prefix. A record it cannot decode is
-// reported, not ignored: an operator's freeze must not vanish silently.
-func parseControl(k Keys, kvs []*mvccKV) (Control, error) {
+// ignored and listed in Unreadable (the daemon logs it as an ERROR and
+// shows it in status): honouring half of it, or refusing to campaign until
+// someone notices, would each leave the group without a leader.
+func parseControl(k Keys, kvs []*mvccKV) Control {
 	c := Control{}
-	var errs []string
 	for _, kv := range kvs {
-		key := string(kv.Key)
-		var err error
-		switch {
-		case key == k.Freeze():
-			c.Freeze = &Freeze{}
-			err = json.Unmarshal(kv.Value, c.Freeze)
-		case key == k.Handoff():
-			c.Handoff = &Handoff{}
-			err = json.Unmarshal(kv.Value, c.Handoff)
-		case key == k.Drill():
-			c.Drill = &Drill{}
-			err = json.Unmarshal(kv.Value, c.Drill)
-		case strings.HasPrefix(key, k.Ban("")):
-			var b Ban
-			err = json.Unmarshal(kv.Value, &b)
-			if c.Bans == nil {
-				c.Bans = map[string]Ban{}
-			}
-			b.Node = strings.TrimPrefix(key, k.Ban(""))
-			c.Bans[b.Node] = b
-		}
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", key, err))
+		if err := c.apply(k, string(kv.Key), kv.Value); err != nil {
+			c.Unreadable = append(c.Unreadable, fmt.Sprintf("%s: %v (ignored; clear it with: etcdctl del %s)", kv.Key, err, kv.Key))
 		}
 	}
-	if len(errs) > 0 {
-		return c, fmt.Errorf("unreadable control records: %s", strings.Join(errs, "; "))
+	return c
+}
+
+// apply decodes one control record into c; on error c is left unchanged.
+func (c *Control) apply(k Keys, key string, value []byte) error {
+	switch {
+	case key == k.Freeze():
+		var f Freeze
+		if err := json.Unmarshal(value, &f); err != nil {
+			return err
+		}
+		c.Freeze = &f
+	case key == k.Handoff():
+		var h Handoff
+		if err := json.Unmarshal(value, &h); err != nil {
+			return err
+		}
+		c.Handoff = &h
+	case key == k.Drill():
+		var d Drill
+		if err := json.Unmarshal(value, &d); err != nil {
+			return err
+		}
+		c.Drill = &d
+	case strings.HasPrefix(key, k.Ban("")):
+		var b Ban
+		if err := json.Unmarshal(value, &b); err != nil {
+			return err
+		}
+		if c.Bans == nil {
+			c.Bans = map[string]Ban{}
+		}
+		b.Node = strings.TrimPrefix(key, k.Ban(""))
+		c.Bans[b.Node] = b
 	}
-	return c, nil
+	return nil
 }
 
 // mvccKV is the part of an etcd key-value the parsers need.
@@ -132,7 +148,7 @@ func ReadControl(ctx context.Context, cli *clientv3.Client, k Keys) (Control, er
 	if err != nil {
 		return Control{}, fmt.Errorf("read control records: %w", err)
 	}
-	return parseControl(k, toKVs(resp))
+	return parseControl(k, toKVs(resp)), nil
 }
 
 // putJSON writes v at key, on a fresh lease of ttl when ttl > 0.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
 // demote starts the graceful path: units down in reverse order, record
@@ -37,7 +38,9 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 		if err := s.writeRecord(ctx, true); err != nil {
 			s.log.Warn("could not publish units stopped before release", "err", err)
 		}
-		s.release(ctx, token, lease)
+		if s.release(ctx, token, lease) {
+			s.saveRunState(func(st *runstate.State) { st.ElectionLease, st.Token = 0, 0 })
+		}
 		return nil, nil
 	})
 }

@@ -2,11 +2,15 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
 type grantResult struct {
@@ -84,14 +88,18 @@ func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
 		}
 		return nil, fmt.Errorf("verify election key: %w", err)
 	}
+	// Before anything can start under this lease: a successor started after
+	// a crash must find it to give it back.
+	s.saveRunState(func(st *runstate.State) { st.ElectionLease, st.Token = int64(g.lease), token })
 	return acquireResult{won: true, lease: g.lease, sent: g.sent, ttl: g.ttl, token: token}, nil
 }
 
 // release gives up the election key (only if it is still ours) and its
-// lease, so the next member can win at once instead of after the TTL.
-func (s *Supervisor) release(ctx context.Context, token int64, lease clientv3.LeaseID) {
+// lease, so the next member can win at once instead of after the TTL. It
+// reports whether etcd confirmed both.
+func (s *Supervisor) release(ctx context.Context, token int64, lease clientv3.LeaseID) bool {
 	if token == 0 {
-		return
+		return true
 	}
 	key := s.keys.Leader()
 	rctx, cancel := s.reqCtx(ctx)
@@ -102,15 +110,19 @@ func (s *Supervisor) release(ctx context.Context, token int64, lease clientv3.Le
 	if err != nil {
 		s.log.Warn("release election key", "err", err)
 	}
-	s.revoke(lease)
+	return s.revoke(lease) && err == nil
 }
 
-func (s *Supervisor) revoke(lease clientv3.LeaseID) {
+// revoke gives a lease back; it reports whether the lease is gone (revoked
+// now, or not found).
+func (s *Supervisor) revoke(lease clientv3.LeaseID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Etcd.RequestTimeout.D())
 	defer cancel()
-	if err := s.pool.Revoke(ctx, lease); err != nil {
+	if err := s.pool.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.log.Debug("revoke lease", "lease", fmt.Sprintf("%x", lease), "err", err)
+		return false
 	}
+	return true
 }
 
 // ownKey is the key an Else(OpGet) found when it is on lease: a hedged

@@ -35,6 +35,8 @@ func (s *Supervisor) step(bg context.Context) {
 			s.start(bg, "enforce", func(ctx context.Context) (any, error) {
 				return nil, fencing.StopAll(ctx, s.units, running, s.timeout)
 			})
+		case s.leader.Present() && s.leader.Lease == 0:
+			s.start(bg, "clear_key", s.clearLeaselessKey(s.leader))
 		case !s.leader.Present() && s.mayCampaign(now):
 			s.start(bg, "acquire", s.acquireJob)
 		}
@@ -104,6 +106,7 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		res := r.val.(acquireResult)
 		if !res.won {
 			s.leader = res.leader
+			s.notePrevHolder(res.leader)
 			return nil, false
 		}
 		s.elecLease, s.token = res.lease, res.token
@@ -117,8 +120,9 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 			s.demote(bg, "shutdown", "shutdown requested", 0)
 			return nil, false
 		}
+		s.startsAllowed.Store(false)
 		s.gate.open()
-		s.start(bg, "promote", s.promoteJob(s.token))
+		s.start(bg, "promote", s.promoteJob(s.token, s.barrierHolder()))
 	case "promote":
 		switch {
 		case s.state != Promoting:
@@ -141,13 +145,17 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 		} else if r.err != nil && s.state == Active {
 			s.failed(time.Now(), r.err.Error())
 		}
+	case "clear_key":
+		if r.err != nil {
+			s.log.Error("could not delete the election key put without a lease", "err", r.err)
+		}
 	case "enforce":
 		if r.err != nil {
 			s.log.Error("could not stop a unit on standby", "err", r.err)
 		}
 	case "demote":
 		if r.err != nil {
-			return s.fence(bg, "demote_failed", "demotion could not confirm units stopped: "+r.err.Error()), true
+			return s.fenceNoted(bg, "demote_failed", "demotion could not confirm units stopped: "+r.err.Error()), true
 		}
 		s.stopRenewer(electionLease)
 		s.deadline.Forget(electionLease)

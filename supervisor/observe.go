@@ -18,14 +18,17 @@ func (s *Supervisor) onLeader(o leaderObs) {
 		return // read before we won: stale
 	}
 	s.leader = o.info
-	if o.ctlErr != nil {
-		// An operator's request we cannot read (a freeze, a ban) must not
-		// be ignored: campaign no more until it is readable.
-		s.log.Error("control records unreadable; not campaigning until they are", "err", o.ctlErr)
-	}
-	s.ctl, s.ctlErr = o.ctl, o.ctlErr
+	s.notePrevHolder(o.info)
+	s.noteProof(o.info, o.proof)
+	s.checkOwnRecord(o)
+	s.members = o.members
+	s.noteControl(o.ctl)
 	if d := o.ctl.Drill; d != nil && d.Token == s.token && s.token != 0 && s.state == Active && o.ctl.Freeze == nil {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
+	}
+	s.noteLeaselessKey(o.info)
+	if s.state.Holding() && o.info.Token == s.token && o.info.Lease != s.elecLease && s.state != Demoting {
+		s.fenceNow, s.fenceKind = fmt.Sprintf("election key (token %d) is no longer on our lease %x but on %x: it was rewritten by hand", s.token, s.elecLease, o.info.Lease), "key_lost"
 	}
 	if (s.state == Promoting || s.state == Active) && o.info.Token != s.token {
 		if o.info.Present() {
@@ -37,10 +40,11 @@ func (s *Supervisor) onLeader(o leaderObs) {
 }
 
 type leaderObs struct {
-	info   LeaderInfo
-	ctl    Control
-	ctlErr error
-	err    error
+	info    LeaderInfo
+	ctl     Control
+	err     error
+	members map[string]Record // every member record at info.Revision
+	proof   time.Time         // the holder's units are down by then (see proofFor)
 }
 
 // observeLeader reads the election key and the operator's control records
@@ -60,6 +64,7 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 	}
 	newWatch()
 	defer func() { wcancel() }()
+	var lw leaseWatch
 	lost := func(wr clientv3.WatchResponse, ok bool) bool {
 		if ok && wr.Err() == nil {
 			return false
@@ -80,7 +85,9 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 		case <-t.C:
 		}
 		rctx, cancel := s.reqCtx(bg)
-		offer(s.leaders, s.readLeaderAndControl(rctx))
+		o := s.readLeaderAndControl(rctx)
+		o.proof = s.proofFor(rctx, &lw, o.info)
+		offer(s.leaders, o)
 		cancel()
 	}
 }
@@ -91,6 +98,7 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	resp, err := s.pool.Hedged().Txn(ctx).Then(
 		clientv3.OpGet(s.keys.Leader()),
 		clientv3.OpGet(s.keys.Control(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.keys.Members(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return leaderObs{err: fmt.Errorf("read election key and control records: %w", err)}
@@ -103,6 +111,6 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		kvs = append(kvs, &mvccKV{Key: kv.Key, Value: kv.Value})
 	}
-	ctl, cerr := parseControl(s.keys, kvs)
-	return leaderObs{info: li, ctl: ctl, ctlErr: cerr}
+	members, _ := decodeMembers(s.keys, resp.Responses[2].GetResponseRange().Kvs)
+	return leaderObs{info: li, ctl: parseControl(s.keys, kvs), members: members}
 }

@@ -27,29 +27,13 @@ func (s *Supervisor) clearHandoff(bg context.Context, id string) {
 }
 
 // promoteJob runs the promotion barrier, then starts the units in order.
-func (s *Supervisor) promoteJob(token int64) func(context.Context) (any, error) {
+func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Context) (any, error) {
 	return func(ctx context.Context) (any, error) {
-		// Barrier: a member whose record says its units may run (its key
-		// was deleted by hand, its lease revoked while it lived) must
-		// report them stopped, or its record must expire, first.
-		var last string
-		for {
-			rctx, cancel := s.reqCtx(ctx)
-			recs, _, err := ReadMembers(rctx, s.pool.Hedged(), s.keys)
-			cancel()
-			if err == nil {
-				b := blockers(recs, s.cfg.Node)
-				if len(b) == 0 {
-					break
-				}
-				if msg := fmt.Sprint(b); msg != last {
-					s.log.Warn("promotion barrier: waiting for other members to report their units stopped", "members", b)
-					last = msg
-				}
-			}
-			if err := sleep(ctx, s.cfg.Units.PollInterval.D()/4); err != nil {
-				return nil, err
-			}
+		// Barrier: the previous holder's leadership must be over (lease
+		// gone, record says stopped, or one full lease waited out), and no
+		// other record may say its units may run.
+		if err := s.barrier(ctx, prev); err != nil {
+			return nil, err
 		}
 		if d := s.cfg.Lease.TakeoverDelay.D(); d > 0 {
 			s.log.Info("takeover delay", "delay", d)
@@ -63,6 +47,9 @@ func (s *Supervisor) promoteJob(token int64) func(context.Context) (any, error) 
 		if err := s.writeRecord(ctx, false); err != nil {
 			return nil, fmt.Errorf("publish record before starting units: %w", err)
 		}
+		// Only now would the promotion itself start the units: from here
+		// the guard may let one start too.
+		s.startsAllowed.Store(true)
 		if s.opts.Hook != nil {
 			if err := s.opts.Hook(ctx, "on_promote", s.hookEnv(token)); err != nil {
 				if s.cfg.Hooks.AbortOnPromoteErr {

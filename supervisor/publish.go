@@ -29,32 +29,72 @@ func (s *Supervisor) record() Record {
 	return r
 }
 
-// writeRecord publishes the record, only while our member lease still owns
-// the key. Writes are serialised and read unitsMayRun under the same lock,
-// so a late write can never say "stopped" after a later "running".
+// writeRecord publishes the record. Writes are serialised and read
+// unitsMayRun under the same lock, and each is a compare-and-swap on the
+// ModRevision of our last successful write: a write that timed out on the
+// client but commits later (raft does not apply in the order calls
+// returned) finds the key changed and does nothing, so a late "stopped"
+// can never land after a later "running". A lost race (a write of ours
+// that landed after all) is re-read and the current view written over it.
+// A record that vanished is created again, on our member lease.
 func (s *Supervisor) writeRecord(ctx context.Context, released bool) error {
+	return s.putRecord(ctx, func(r *Record) { r.Released = released })
+}
+
+// putRecord writes our record as built now, adjusted by edit (see
+// writeRecord).
+func (s *Supervisor) putRecord(ctx context.Context, edit func(*Record)) error {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
 	lease := clientv3.LeaseID(s.memberLeaseID.Load())
 	if lease == 0 {
 		return errors.New("no member lease")
 	}
-	r := s.record()
-	r.Released = released
-	b, _ := json.Marshal(r)
 	key := s.keys.Member(s.cfg.Node)
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	resp, err := s.pool.Serial().Txn(rctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
-		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lease))).Commit()
-	if err != nil {
-		return fmt.Errorf("write member record: %w", err)
+	for range 3 {
+		r := s.record()
+		edit(&r)
+		b, _ := json.Marshal(r)
+		rctx, cancel := s.reqCtx(ctx)
+		resp, err := s.pool.Serial().Txn(rctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", s.recordRev.Load())).
+			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("write member record: %w", err)
+		}
+		if resp.Succeeded {
+			s.wrote(resp.Header.Revision, r.UnitsRunning)
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		switch {
+		case len(kvs) == 0 && r.UnitsRunning && s.holdRev.Load() != 0:
+			// Our record vanished while our units may run: the others'
+			// barrier relied on it. The loop fences (checkOwnRecord); the
+			// fence's own write, units stopped, may create it again.
+			return fmt.Errorf("write member record: %s vanished while our units may run", key)
+		case len(kvs) == 0:
+			s.recordRev.Store(0) // vanished: create it again
+		case clientv3.LeaseID(kvs[0].Lease) == lease:
+			s.recordRev.Store(kvs[0].ModRevision) // a late write of ours: overwrite it
+		default:
+			return fmt.Errorf("write member record: key %s is on lease %x, not our lease %x", key, kvs[0].Lease, lease)
+		}
 	}
-	if !resp.Succeeded {
-		return fmt.Errorf("write member record: key %s no longer on our lease %x", key, lease)
+	return fmt.Errorf("write member record: %s kept changing under us", key)
+}
+
+// wrote notes a successful record write at rev.
+func (s *Supervisor) wrote(rev int64, unitsRunning bool) {
+	s.recordRev.Store(rev)
+	switch {
+	case !unitsRunning:
+		s.holdRev.Store(0)
+	case s.holdRev.Load() == 0:
+		s.holdRev.Store(rev)
 	}
-	return nil
 }
 
 // publisher writes the record after transitions, off the loop.
@@ -72,4 +112,11 @@ func (s *Supervisor) publisher(bg context.Context) {
 			}
 		}
 	}
+}
+
+// wroteRevision adopts rev as the revision of our last record write.
+func (s *Supervisor) wroteRevision(rev int64) {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	s.recordRev.Store(rev)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
@@ -98,17 +99,31 @@ func ReadMembers(ctx context.Context, cli etcdconn.KV, k Keys) (map[string]Recor
 	if err != nil {
 		return nil, 0, fmt.Errorf("read member records: %w", err)
 	}
-	out := make(map[string]Record, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	out, _ := decodeMembers(k, resp.Kvs)
+	return out, resp.Header.Revision, nil
+}
+
+// decodeMembers decodes member records, keyed by node, with the lease each
+// lives on.
+func decodeMembers(k Keys, kvs []*mvccpb.KeyValue) (map[string]Record, map[string]clientv3.LeaseID) {
+	out := make(map[string]Record, len(kvs))
+	leases := make(map[string]clientv3.LeaseID, len(kvs))
+	for _, kv := range kvs {
+		node := strings.TrimPrefix(string(kv.Key), k.Members())
 		var r Record
-		if err := json.Unmarshal(kv.Value, &r); err != nil {
+		if err := json.Unmarshal(kv.Value, &r); err != nil || r.Node != node {
 			// A record we cannot read might say units run: treat it as
 			// running so the barrier waits for it to expire.
-			r = Record{Node: strings.TrimPrefix(string(kv.Key), k.Members()), UnitsRunning: true, Reason: "unreadable record: " + err.Error()}
+			why := fmt.Sprintf("record names node %q", r.Node)
+			if err != nil {
+				why = err.Error()
+			}
+			r = Record{Node: node, UnitsRunning: true, Reason: "unreadable record: " + why}
 		}
-		out[r.Node] = r
+		out[node] = r
+		leases[node] = clientv3.LeaseID(kv.Lease)
 	}
-	return out, resp.Header.Revision, nil
+	return out, leases
 }
 
 // LeaderInfo is the election key as read from etcd.

@@ -70,11 +70,16 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
+		// The first renewal goes out at once: the proof in hand dates from
+		// the grant, and a slow campaign may have used most of the fence
+		// window before the win was known.
+		for first := true; ; first = false {
+			if !first {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
 			}
 			rctx, rcancel := s.reqCtx(ctx)
 			sent := time.Now()

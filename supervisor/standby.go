@@ -6,17 +6,18 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
 
-// mayCampaign reports whether this standby may try for the election key.
+// mayCampaign reports whether this standby may try for the election key
+// (see decideCampaign). A campaign that overrides our cooldown says so
+// once per cooldown: a warning, a history event and a mark in status.
 func (s *Supervisor) mayCampaign(now time.Time) bool {
-	if now.Before(s.cooldown) || s.ctlErr != nil || s.ctl.Freeze != nil || s.ctl.Banned(s.cfg.Node) || !s.dropinsAllowCampaign() {
-		return false
+	d := decideCampaign(now, s.campaignView())
+	s.overriding = d.Allowed && d.Override
+	if s.overriding && !s.overrideNoted.Equal(s.cooldown) {
+		s.overrideNoted = s.cooldown
+		s.log.Warn("campaigning despite the cooldown: no other member is eligible", "why", d.Why)
+		s.recordHistory(Event{At: now, Node: s.cfg.Node, From: Standby, To: Standby, Kind: "cooldown_override", Reason: d.Why})
 	}
-	if h := s.ctl.Handoff; h != nil && (h.From == s.cfg.Node || (h.To != "" && h.To != s.cfg.Node)) {
-		return false // a switchover to someone else is under way: hold off
-	}
-	// Never take the lead while a local unit may still run, and never
-	// before the units were observed at all.
-	return !s.unitsSeen.IsZero() && len(runningUnits(s.lastUnits)) == 0
+	return d.Allowed
 }
 
 // startPreGrace is how long standby enforcement leaves a unit alone while

@@ -18,7 +18,7 @@ type Status struct {
 	Leader        string              `json:"leader,omitempty"`
 	LeaderToken   int64               `json:"leader_token,omitempty"`
 	Token         int64               `json:"token,omitempty"` // ours, while holding the key
-	UnitsAllowed  bool                `json:"units_allowed"`   // past the barrier with a verified lease
+	UnitsAllowed  bool                `json:"units_allowed"`   // the promotion would start the units now: past the barrier and takeover_delay, record says running
 	LeaseLeft     time.Duration       `json:"lease_left_ns"`   // guaranteed lease time left on our clock
 	FenceIn       time.Duration       `json:"fence_in_ns"`     // time until fence_at
 	StopMax       time.Duration       `json:"stop_max_ns"`
@@ -43,6 +43,13 @@ type Status struct {
 	// is listed); DropinMismatches counts the checks that found one.
 	DropinProblems   []string `json:"dropin_problems,omitempty"`
 	DropinMismatches int64    `json:"dropin_mismatches,omitempty"`
+	// CooldownOverride: in cooldown, but campaigning because no other
+	// member is eligible. Eligible: who could campaign now, as we see it.
+	CooldownOverride bool     `json:"cooldown_override,omitempty"`
+	Eligible         []string `json:"eligible,omitempty"`
+	// Problems the group has that an operator must clear: unreadable
+	// control records (ignored), an election key on no lease (deleted).
+	Problems []string `json:"problems,omitempty"`
 
 	fenceAt time.Time
 }
@@ -60,7 +67,10 @@ func (s *Supervisor) Status() Status {
 		st.FenceIn = st.fenceAt.Sub(now)
 		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Margin()).Sub(now)
 	}
-	if st.State == Fencing {
+	// The guard may let a unit start only once the promotion itself would
+	// start them: record says units may run, barrier and takeover delay
+	// passed (startsAllowed), and never while fencing.
+	if st.State == Fencing || !s.startsAllowed.Load() {
 		st.UnitsAllowed = false
 	}
 	st.APIFence = s.apiFenceStatus()
@@ -87,4 +97,10 @@ func (s *Supervisor) updateSnapshot() {
 	s.snap.CooldownUntil = s.cooldown
 	s.snap.LastTick = time.Now()
 	s.snap.Frozen, s.snap.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
+	s.snap.CooldownOverride = s.overriding && time.Now().Before(s.cooldown)
+	s.snap.Eligible = s.eligible(time.Now())
+	s.snap.Problems = append([]string(nil), s.ctl.Unreadable...)
+	if s.keyProblem != "" {
+		s.snap.Problems = append(s.snap.Problems, s.keyProblem)
+	}
 }

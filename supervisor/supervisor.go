@@ -20,6 +20,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
 // Options are a Supervisor's collaborators, injected so tests can run two
@@ -56,6 +57,10 @@ type Options struct {
 	RenewObserver func(lease string, took time.Duration, err error)
 	// APIFence is the fence at the API server (apifence.go); nil is off.
 	APIFence APIFence
+	// RunStateDir is where this process leaves what a restarted successor
+	// needs to give back its leases at once (runstate.DefaultDir in the
+	// daemon). Empty: nothing is kept, and a successor waits them out.
+	RunStateDir string
 }
 
 // Transition is one change of state, with its reason.
@@ -122,6 +127,20 @@ type Supervisor struct {
 	reason      string
 	since       time.Time
 	unitsMayRun atomic.Bool // true from before the first start until every unit is confirmed stopped
+	// startsAllowed: this leadership's promotion has passed its barrier and
+	// takeover delay and published units_running; the guard answers yes
+	// only then (and only while the gate is open).
+	startsAllowed atomic.Bool
+	prevHolder    holderMark        // the last other holder of the election key seen (loop-owned)
+	firstLook     time.Time         // when the election key was first read (loop-owned)
+	members       map[string]Record // every record as last read (loop-owned)
+	overriding    bool              // the last campaign decision overrode our cooldown
+	overrideNoted time.Time         // the cooldown whose override was reported
+	// recordRev is the ModRevision of our last successful record write (0:
+	// none, or the record must be created); holdRev is that of the first
+	// write that said units_running while it still says so. Set under pubMu.
+	recordRev atomic.Int64
+	holdRev   atomic.Int64
 
 	pubMu          sync.Mutex // serialises record writes, see writeRecord
 	pub            chan struct{}
@@ -129,7 +148,8 @@ type Supervisor struct {
 	ctl            Control              // operator requests, as last read
 	publishedUnits string               // unit states in the last published record
 	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
-	ctlErr         error
+	ctlProblems    string               // the unreadable control records last reported
+	keyProblem     string               // the election key's problem, if any (loop-owned)
 	history        chan Event
 	notes          chan string // sd_notify messages for the notifier goroutine
 	status         statusNote  // what STATUS= last said (notify.go)
@@ -145,6 +165,10 @@ type Supervisor struct {
 	jobDone  chan jobResult
 
 	gate gate
+
+	runStore *runstate.Store // nil without Options.RunStateDir
+	rsMu     sync.Mutex      // guards rs and the file
+	rs       runstate.State
 
 	mu   sync.Mutex // guards snap
 	snap Status
@@ -193,6 +217,9 @@ func New(o Options) (*Supervisor, error) {
 		history:   make(chan Event, 64),
 		notes:     make(chan string, 32),
 		since:     time.Now(),
+	}
+	if o.RunStateDir != "" {
+		s.runStore = &runstate.Store{Dir: o.RunStateDir}
 	}
 	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: Starting, StopMax: s.timeout.StopMax()}
 	return s, nil
@@ -263,10 +290,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			s.drainRenewals()
 		}
 		if s.state.Holding() && s.deadline.Expired(time.Now()) {
-			return s.fence(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
+			return s.fenceNoted(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
 		if s.fenceNow != "" {
-			return s.fence(bg, s.fenceKind, s.fenceNow)
+			return s.fenceNoted(bg, s.fenceKind, s.fenceNow)
 		}
 		s.step(bg)
 		s.updateSnapshot()

@@ -29,6 +29,8 @@ var (
 
 type member = supervisortest.Member
 
+type world = supervisortest.World
+
 func newWorld(t *testing.T) *supervisortest.World { return supervisortest.NewWorld(t, 3) }
 
 func TestExactlyOneActive(t *testing.T) {

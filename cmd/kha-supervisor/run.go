@@ -23,6 +23,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/hooks"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/timesync"
 )
 
@@ -130,7 +131,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	defer fence.close()
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
-		Pool: pool, APIFence: fence.iface(),
+		Pool: pool, APIFence: fence.iface(), RunStateDir: runstate.DefaultDir,
 		Hook: func(ctx context.Context, name string, env map[string]string) error {
 			hookCfg := hooksNow()
 			var argv []string

@@ -25,9 +25,11 @@ type Status struct {
 	Leader  string `json:"leader"` // current leader's node name; empty when none is known
 	Token   int64  `json:"token"`  // the leader's fencing token (election key revision); 0 when unknown
 
-	// UnitsAllowed is set by the core only while it holds a verified lease
-	// and is past its promotion barrier (promoting after the barrier, or
-	// active). Everything else refuses.
+	// UnitsAllowed is set by the core only where its promotion itself would
+	// start the units: it holds a verified lease, passed the promotion
+	// barrier and takeover_delay, and published units_running (promoting
+	// from then on, or active). Everything else refuses, a node held at the
+	// barrier included.
 	UnitsAllowed bool `json:"units_allowed"`
 
 	// LeaseLeft is how long the lease is still guaranteed valid on this

@@ -76,6 +76,19 @@ func (m *Member) Cut(v bool) {
 	}
 }
 
+// Kill ends m as kill -9 would, as far as etcd and the units can tell: its
+// traffic is cut off for good (nothing it sends arrives, so nothing is
+// released), then its Run is stopped; the stop brings its in-memory units
+// down at once, as BindsTo= does for the real ones. Its run state stays.
+func (m *Member) Kill() {
+	m.Cut(true)
+	m.Cancel()
+}
+
+// StateDir is the run-state directory of the node name: a member started
+// again under the same name finds what its predecessor left.
+func (w *World) StateDir(name string) string { return filepath.Join(w.stateDir, name) }
+
 func (m *Member) State() supervisor.State { return m.Sup.Status().State }
 
 type World struct {
@@ -85,6 +98,11 @@ type World struct {
 	// Options, when set, adjusts each member's supervisor options before
 	// it starts (for example a Notify that misbehaves).
 	Options func(name string, o *supervisor.Options)
+	// ProxyDelay, when set, slows every member started from then on: each
+	// chunk through its proxies arrives this much later, both ways.
+	ProxyDelay time.Duration
+
+	stateDir string // one run-state directory per node name, kept across restarts
 }
 
 func NewWorld(t testing.TB, members int) *World {
@@ -95,7 +113,7 @@ func NewWorld(t testing.TB, members int) *World {
 // etcdtest.Stock timing).
 func NewWorldWith(t testing.TB, opts etcdtest.Options) *World {
 	c := etcdtest.NewCluster(t, opts)
-	return &World{t: t, Cluster: c, Admin: c.Client(t)}
+	return &World{t: t, Cluster: c, Admin: c.Client(t), stateDir: t.TempDir()}
 }
 
 func (w *World) Start(name string, tweak func(*config.Config)) *Member {
@@ -112,6 +130,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
+		p.SetDelay(w.ProxyDelay)
 		m.Proxies = append(m.Proxies, p)
 		eps = append(eps, "http://"+p.Addr())
 	}
@@ -132,7 +151,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	for _, ep := range eps {
 		renew = append(renew, dial(ep))
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: logLevel()}))
 	pool, err := etcdconn.NewPool(renew, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +163,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 		t.Fatal(err)
 	}
 	opts := supervisor.Options{Config: cfg, Client: cli, Pool: pool, Units: m.Units, Log: log, Version: "test",
+		RunStateDir: w.StateDir(name),
 		RenewObserver: func(_ string, _ time.Duration, err error) {
 			if err != nil {
 				m.RenewFailures.Add(1)
@@ -380,4 +400,12 @@ func StaysLeader(t *testing.T, leader, standby *Member, d time.Duration, why str
 			check()
 		}
 	}
+}
+
+// logLevel is info, or debug when KHA_TEST_LOG=debug.
+func logLevel() slog.Level {
+	if os.Getenv("KHA_TEST_LOG") == "debug" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }

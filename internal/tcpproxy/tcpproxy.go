@@ -19,6 +19,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Proxy forwards every connection accepted on its loopback address to one
@@ -29,6 +30,7 @@ type Proxy struct {
 	done   chan struct{} // closed by Close
 
 	accepted atomic.Int64
+	delay    atomic.Int64 // time.Duration each chunk is held before it is written on
 
 	mu    sync.Mutex
 	open  chan struct{}         // closed while traffic flows; a fresh channel while blackholed
@@ -207,31 +209,33 @@ func (p *Proxy) serve(client net.Conn) {
 }
 
 // pipe copies src to dst, holding every write (and the final close) while
-// the proxy is blackholed. On EOF it half-closes dst so the other direction
-// can finish; on any other error it closes both sockets.
+// the proxy is blackholed, and delaying each chunk by the proxy's delay
+// (see SetDelay). On EOF it half-closes dst so the other direction can
+// finish; on any other error it closes both sockets.
 func (p *Proxy) pipe(dst, src net.Conn) {
+	line := newDelayLine(dst, src)
+	defer line.close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := src.Read(buf)
+		read := time.Now()
 		if !p.flowing() {
 			return
 		}
-		if n > 0 {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				_ = src.Close()
-				_ = dst.Close()
-				return
-			}
+		if n > 0 && !line.send(buf[:n], read.Add(p.Delay())) {
+			return
 		}
 		if rerr == nil {
 			continue
 		}
 		if errors.Is(rerr, io.EOF) {
 			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				line.close()
 				_ = cw.CloseWrite()
 				return
 			}
 		}
+		line.close()
 		_ = src.Close()
 		_ = dst.Close()
 		return

@@ -1,0 +1,92 @@
+package supervisor
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// campaignView is what a standby decides on whether to try for the key.
+type campaignView struct {
+	Self          string
+	CooldownUntil time.Time
+	Ctl           Control
+	UnitsSeen     bool              // the units were observed since the last job
+	UnitsRunning  []string          // of ours, as last observed
+	Members       map[string]Record // every record as last read (ours included)
+	DropinsOK     bool              // the managed units' drop-ins were checked and are in order
+}
+
+// campaignVerdict: Allowed to campaign; Override when only because nobody
+// else is eligible while we are in cooldown.
+type campaignVerdict struct {
+	Allowed  bool
+	Override bool
+	Why      string
+}
+
+// decideCampaign is campaign eligibility as a pure function of the view and
+// the time. A cooldown keeps a node with a flaky unit out of the election
+// so that another gets the chance; when no other member could take it, a
+// flaky component beats none, and the cooldown yields.
+func decideCampaign(now time.Time, v campaignView) campaignVerdict {
+	switch {
+	case v.Ctl.Freeze != nil:
+		return campaignVerdict{Why: "the group is frozen"}
+	case v.Ctl.Banned(v.Self):
+		return campaignVerdict{Why: "this node is banned"}
+	case handoffExcludes(v.Ctl.Handoff, v.Self):
+		return campaignVerdict{Why: "a switchover to another member is under way"}
+	case !v.DropinsOK:
+		return campaignVerdict{Why: "the managed units' drop-ins are not in order"}
+	case !v.UnitsSeen:
+		return campaignVerdict{Why: "the units were not observed yet"}
+	case len(v.UnitsRunning) > 0:
+		return campaignVerdict{Why: fmt.Sprintf("units %v still run here", v.UnitsRunning)}
+	case !now.Before(v.CooldownUntil):
+		return campaignVerdict{Allowed: true, Why: "eligible"}
+	}
+	if v.Members == nil {
+		return campaignVerdict{Why: fmt.Sprintf("in cooldown until %s; the other members not read yet", v.CooldownUntil.Format(time.RFC3339))}
+	}
+	if others := eligibleOthers(now, v); len(others) > 0 {
+		return campaignVerdict{Why: fmt.Sprintf("in cooldown until %s; %v may take over", v.CooldownUntil.Format(time.RFC3339), others)}
+	}
+	return campaignVerdict{Allowed: true, Override: true,
+		Why: fmt.Sprintf("in cooldown until %s, but no other member is eligible", v.CooldownUntil.Format(time.RFC3339))}
+}
+
+func handoffExcludes(h *Handoff, self string) bool {
+	return h != nil && (h.From == self || (h.To != "" && h.To != self))
+}
+
+// eligibleOthers lists the other members whose records say they could
+// campaign now: standby, units stopped, not in cooldown, not banned.
+func eligibleOthers(now time.Time, v campaignView) []string {
+	var out []string
+	for n, r := range v.Members {
+		if n == v.Self || r.State != Standby || r.UnitsRunning || now.Before(r.Cooldown) || v.Ctl.Banned(n) || handoffExcludes(v.Ctl.Handoff, n) {
+			continue
+		}
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// campaignView gathers the loop's latest observations.
+func (s *Supervisor) campaignView() campaignView {
+	return campaignView{Self: s.cfg.Node, CooldownUntil: s.cooldown, Ctl: s.ctl, UnitsSeen: !s.unitsSeen.IsZero(),
+		UnitsRunning: runningUnits(s.lastUnits), Members: s.members, DropinsOK: s.dropinsAllowCampaign()}
+}
+
+// eligible lists who could campaign now as this member sees it (status).
+func (s *Supervisor) eligible(now time.Time) []string {
+	v := s.campaignView()
+	out := eligibleOthers(now, v)
+	if s.state == Standby && decideCampaign(now, v).Allowed {
+		out = append(out, s.cfg.Node)
+		sort.Strings(out)
+	}
+	return out
+}

@@ -1,0 +1,61 @@
+package supervisor_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
+	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+)
+
+// guardStatus maps a member's status to the guard's view, as the daemon
+// does for its socket.
+func guardStatus(st supervisor.Status) guard.Status {
+	return guard.Status{Node: st.Node, Cluster: st.Cluster, State: string(st.State), Leader: st.Leader, Token: st.LeaderToken,
+		UnitsAllowed: st.UnitsAllowed, LeaseLeft: st.LeaseLeft, StopMax: st.StopMax}
+}
+
+// A node that holds the key but waits at the promotion barrier must not let
+// an operator's `systemctl start` through: the guard says yes only once the
+// promotion itself would start the units.
+func TestGuardRefusesWhileHeldAtTheBarrier(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	// A member that is gone from the election but whose record still says
+	// its units may run holds every newcomer at the barrier.
+	g, err := w.Admin.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(supervisor.Record{Node: "m0", State: supervisor.Fencing, UnitsRunning: true})
+	cfg := supervisortest.FastConfig("m0")
+	keys := supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)
+	if _, err := w.Admin.Put(ctx, keys.Member("m0"), string(rec), clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	m := w.Start("m1", nil)
+	waitFor(t, "m1 to win and wait at the barrier", 20*time.Second, func() bool { return m.State() == supervisor.Promoting })
+	end := time.Now().Add(2 * time.Second)
+	for time.Now().Before(end) {
+		st := m.Sup.Status()
+		if st.State != supervisor.Promoting {
+			t.Fatalf("m1 left the barrier (%s) while a record says units run", st.State)
+		}
+		if a := guard.Decide(units[1], guardStatus(st)); a.Allowed || st.UnitsAllowed {
+			t.Fatalf("guard allowed a start at the barrier: %s (status %+v)", a.Message, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := w.Admin.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "m1 to become active", 20*time.Second, func() bool { return m.State() == supervisor.Active })
+	if a := guard.Decide(units[1], guardStatus(m.Sup.Status())); !a.Allowed {
+		t.Fatalf("guard refused on the active leader: %s", a.Message)
+	}
+}

@@ -1,0 +1,149 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// notePrevHolder remembers the last other holder of the election key seen,
+// for the next promotion's barrier (see decideBarrier).
+func (s *Supervisor) notePrevHolder(li LeaderInfo) {
+	if s.firstLook.IsZero() {
+		s.firstLook = time.Now()
+	}
+	// Our own key (a read that raced our win, or an earlier incarnation
+	// of ours, whose units start-up stopped) is nobody to wait for.
+	if !li.Present() || li.Node == s.cfg.Node {
+		return
+	}
+	downBy := time.Time{}
+	if s.prevHolder.Token == li.Token {
+		downBy = s.prevHolder.DownBy
+	}
+	s.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: time.Now(), DownBy: downBy}
+}
+
+// noteProof keeps the earliest proof that the holder's units are down.
+func (s *Supervisor) noteProof(li LeaderInfo, by time.Time) {
+	if by.IsZero() || s.prevHolder.Token != li.Token || li.Token == 0 {
+		return
+	}
+	if s.prevHolder.DownBy.IsZero() || by.Before(s.prevHolder.DownBy) {
+		s.prevHolder.DownBy = by
+	}
+}
+
+// checkOwnRecord reacts to our own member record missing from a read taken
+// after our last write of it: a holder whose units may run fences (the
+// others' barrier relies on that record), anyone else writes it again.
+func (s *Supervisor) checkOwnRecord(o leaderObs) {
+	if o.members == nil || s.memberLease == 0 {
+		return
+	}
+	if _, ok := o.members[s.cfg.Node]; ok {
+		return
+	}
+	rev := s.recordRev.Load()
+	if rev == 0 || o.info.Revision < rev {
+		return // not written yet, or read before our last write
+	}
+	if hold := s.holdRev.Load(); hold != 0 && o.info.Revision >= hold && s.state.Holding() {
+		s.fenceNow, s.fenceKind = fmt.Sprintf("our member record %s vanished while our units may run", s.keys.Member(s.cfg.Node)), "record_lost"
+		return
+	}
+	s.log.Warn("our member record vanished; writing it again", "key", s.keys.Member(s.cfg.Node))
+	offer(s.pub, struct{}{})
+}
+
+// barrierHolder is what the next promotion's barrier waits for.
+func (s *Supervisor) barrierHolder() holderMark {
+	if s.prevHolder.known() {
+		return s.prevHolder
+	}
+	return holderMark{Unknown: true, Seen: s.firstLook}
+}
+
+// noteControl adopts the operator's requests as read, and reports
+// unreadable ones as an ERROR once per change (they are ignored).
+func (s *Supervisor) noteControl(c Control) {
+	s.ctl = c
+	if p := strings.Join(c.Unreadable, "; "); p != s.ctlProblems {
+		s.ctlProblems = p
+		if p != "" {
+			s.log.Error("unreadable control records are ignored", "records", c.Unreadable)
+		}
+	}
+}
+
+// noteLeaselessKey reports an election key that is on no lease: no member
+// ever writes one (someone put it by hand), and it would never expire, so
+// every member would wait for it forever. Standbys delete it (see step).
+func (s *Supervisor) noteLeaselessKey(li LeaderInfo) {
+	p := ""
+	if li.Present() && li.Lease == 0 {
+		p = fmt.Sprintf("election key %s (value %q, token %d) is on no lease, so it never expires; deleting it (by hand: etcdctl del %s)",
+			s.keys.Leader(), li.Node, li.Token, s.keys.Leader())
+	}
+	if p != s.keyProblem && p != "" {
+		s.log.Error("election key put without a lease", "problem", p)
+	}
+	s.keyProblem = p
+}
+
+// clearLeaselessKey deletes the election key read as li if it is still that
+// key and still on no lease. The next promotion's barrier then waits for
+// whoever li names exactly as for any previous holder whose lease is gone.
+func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) (any, error) {
+	return func(ctx context.Context) (any, error) {
+		key := s.keys.Leader()
+		rctx, cancel := s.reqCtx(ctx)
+		defer cancel()
+		_, err := s.pool.Hedged().Txn(rctx).If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", li.Token),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", 0),
+		).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("delete %s: %w", key, err)
+		}
+		return nil, nil
+	}
+}
+
+// leaseWatch reads the holder's election lease's remaining TTL, rarely while
+// the holder renews and more often as the lease nears the point where a
+// read of it proves the holder past its fence instant (see leaseProof). It
+// is owned by the observer goroutine.
+type leaseWatch struct {
+	lease clientv3.LeaseID
+	next  time.Time // no read before then
+}
+
+// proofFor returns an instant by which the holder li names has its units
+// down, when a read of its lease proves one.
+func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li LeaderInfo) time.Time {
+	if !li.Present() || li.Lease == 0 || li.Node == s.cfg.Node {
+		return time.Time{}
+	}
+	now := time.Now()
+	if w.lease == li.Lease && now.Before(w.next) {
+		return time.Time{}
+	}
+	w.lease = li.Lease
+	alive, left, at, err := s.leaseLeft(ctx, li.Lease)
+	if err != nil || !alive {
+		w.next = now
+		return time.Time{}
+	}
+	if by, ok := s.leaseProof(left, at); ok {
+		w.next = now
+		return by
+	}
+	// Unrenewed, the lease reaches the provable range after this long.
+	wait := left + time.Second - (s.window.StopMax + s.window.Slack)
+	w.next = now.Add(max(wait-s.cfg.Units.PollInterval.D(), s.cfg.Units.PollInterval.D()))
+	return time.Time{}
+}

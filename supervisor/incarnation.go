@@ -1,0 +1,134 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
+)
+
+// saveRunState records this incarnation's leases and token on /run (see
+// package runstate) so that a successor started after a crash can give
+// them back at once. Called from jobs; a failure is logged, not fatal: the
+// successor then waits out the leases as it always could.
+func (s *Supervisor) saveRunState(update func(*runstate.State)) {
+	if s.runStore == nil {
+		return
+	}
+	s.rsMu.Lock()
+	defer s.rsMu.Unlock()
+	update(&s.rs)
+	s.rs.Node, s.rs.Cluster, s.rs.Incarnation, s.rs.SavedAt = s.cfg.Node, s.cfg.Cluster, s.inc, time.Now()
+	if err := s.runStore.Save(s.rs); err != nil {
+		s.log.Warn("could not save run state; a restart will wait out our leases", "err", err)
+	}
+}
+
+// SaveFenced leaves a note of a fence for the successor to publish (called
+// by the fence path once the units are confirmed down).
+func (s *Supervisor) SaveFenced(f runstate.Fenced) {
+	s.saveRunState(func(st *runstate.State) { st.Fenced = &f })
+}
+
+// predecessor is the previous incarnation of this member as it saved
+// itself, if it ran on this machine since boot.
+type predecessor struct {
+	runstate.State
+	ok bool
+}
+
+func (s *Supervisor) loadPredecessor() predecessor {
+	if s.runStore == nil {
+		return predecessor{}
+	}
+	st, ok, err := s.runStore.Load()
+	if err != nil {
+		s.log.Warn("cannot read the previous incarnation's run state; ignoring it", "err", err)
+		return predecessor{}
+	}
+	if !ok || st.Node != s.cfg.Node || st.Cluster != s.cfg.Cluster || st.Incarnation == s.inc {
+		return predecessor{}
+	}
+	return predecessor{State: st, ok: true}
+}
+
+// replacePredecessorRecord puts our new record over the one our previous
+// incarnation left on its still-live member lease. Our units are confirmed
+// stopped (start-up stopped them), so the record truthfully says so, and a
+// peer's barrier waiting for that node may pass. It reports whether the
+// record was ours to replace.
+func (s *Supervisor) replacePredecessorRecord(ctx context.Context, p predecessor, lease clientv3.LeaseID, rec []byte) (int64, bool, error) {
+	if !p.ok || p.MemberLease == 0 {
+		return 0, false, nil
+	}
+	key := s.keys.Member(s.cfg.Node)
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	resp, err := s.pool.Serial().Txn(rctx).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", p.MemberLease)).
+		Then(clientv3.OpPut(key, string(rec), clientv3.WithLease(lease))).Commit()
+	if err != nil {
+		return 0, false, fmt.Errorf("replace our previous incarnation's record: %w", err)
+	}
+	return resp.Header.Revision, resp.Succeeded, nil
+}
+
+// givePredecessorLeasesBack revokes the leases our previous incarnation
+// left behind: with the election lease goes its key, so a peer wins at
+// once instead of after the TTL. Only after our units were confirmed
+// stopped. A drill's fence asked to rehearse the full wait: its election
+// lease is left to expire.
+func (s *Supervisor) givePredecessorLeasesBack(p predecessor) {
+	if !p.ok {
+		return
+	}
+	if p.ElectionLease != 0 && (p.Fenced == nil || !p.Fenced.KeepLease) {
+		s.log.Info("giving back our previous incarnation's election lease", "lease", fmt.Sprintf("%x", p.ElectionLease), "token", p.Token)
+		s.revoke(clientv3.LeaseID(p.ElectionLease))
+	}
+	if p.MemberLease != 0 {
+		s.revoke(clientv3.LeaseID(p.MemberLease))
+	}
+}
+
+func marshalRecord(r Record) []byte {
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// publishPredecessorFence puts the fence our predecessor noted into the
+// history, at the time it began, unless the fencing process recorded it
+// itself (an event of this node going to fenced, with that token, since).
+func (s *Supervisor) publishPredecessorFence(ctx context.Context, p predecessor) {
+	if !p.ok || p.Fenced == nil {
+		return
+	}
+	f := p.Fenced
+	rctx, cancel := s.reqCtx(ctx)
+	evs, err := ReadHistory(rctx, s.cli, s.keys, 50)
+	cancel()
+	if err != nil {
+		s.log.Warn("cannot read the history; publishing our predecessor's fence anyway", "err", err)
+	}
+	for _, e := range evs {
+		if e.Node == s.cfg.Node && e.To == Fenced && e.Token == f.Token && !e.At.Before(f.At) {
+			return
+		}
+	}
+	s.recordHistory(Event{At: f.At, Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: "fenced", Token: f.Token,
+		Reason: fmt.Sprintf("%s: %s (noted by incarnation %s, published by its successor)", f.Kind, f.Reason, p.Incarnation)})
+}
+
+// fenceNoted fences, then (the units are down, so this widens no window)
+// leaves a note of it in the run state: the successor publishes it if the
+// history lacks it, and leaves a drill's election lease to expire.
+func (s *Supervisor) fenceNoted(bg context.Context, kind, reason string) error {
+	at, token := time.Now(), s.token
+	err := s.fence(bg, kind, reason)
+	s.SaveFenced(runstate.Fenced{At: at, Kind: kind, Reason: reason, Token: token, KeepLease: kind == "drill"})
+	return err
+}
