@@ -47,9 +47,6 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 		if err := s.writeRecord(ctx, false); err != nil {
 			return nil, fmt.Errorf("publish record before starting units: %w", err)
 		}
-		// Only now would the promotion itself start the units: from here
-		// the guard may let one start too.
-		s.startsAllowed.Store(true)
 		if s.opts.Hook != nil {
 			if err := s.opts.Hook(ctx, "on_promote", s.hookEnv(token)); err != nil {
 				if s.cfg.Hooks.AbortOnPromoteErr {
@@ -61,6 +58,10 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 		if err := s.publishAPIFence(ctx, token); err != nil {
 			return nil, fmt.Errorf("api fence: %w", err)
 		}
+		// Only now would the promotion itself start the units (fencing.env
+		// written by the on_promote step, the token handed to the
+		// apiservers): from here the guard may let one start too.
+		s.startsAllowed.Store(true)
 		return nil, s.gate.do(func() error {
 			return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 		})
