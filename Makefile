@@ -23,7 +23,7 @@ vet:
 # Unit and integration tests. Integration tests need root, nspawn and etcd;
 # under CI=true they fail instead of skipping when something is missing.
 test: deps build vet
-	$(GO) test -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -timeout 25m ./...
 
 clean:
 	rm -rf bin dist
