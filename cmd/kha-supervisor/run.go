@@ -55,6 +55,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		return code
 	}
 	warnClockSlew(cfg, log)
+	// This process holds nothing yet: a fencing.env left by a predecessor
+	// (the run directory survives a restart) must not outlive its term.
+	if err := hooks.RemoveFencingEnv(hooks.FencingEnvPath); err != nil {
+		log.Warn("cannot remove a leftover fencing.env", "err", err)
+	}
 
 	// systemd first: if it cannot be reached nothing can be stopped, so
 	// nothing may be started either. As root over its private socket, so
@@ -132,30 +137,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
 		Pool: pool, APIFence: fence.iface(), RunStateDir: runstate.DefaultDir,
-		Hook: func(ctx context.Context, name string, env map[string]string) error {
-			hookCfg := hooksNow()
-			var argv []string
-			switch name {
-			case "on_promote":
-				argv = hookCfg.OnPromote
-			case "on_demote":
-				argv = hookCfg.OnDemote
-			case "on_fence":
-				argv = hookCfg.OnFence
-			}
-			if name == "on_promote" {
-				// The units' drop-in reads the token from here.
-				if err := hooks.WriteFencingEnv(hooks.FencingEnvPath, map[string]string{
-					"KHA_NODE": env["KHA_NODE"], "KHA_CLUSTER": env["KHA_CLUSTER"], "KHA_FENCING_TOKEN": env["KHA_FENCING_TOKEN"],
-				}); err != nil {
-					return fmt.Errorf("write %s: %w", hooks.FencingEnvPath, err)
-				}
-			}
-			if len(argv) == 0 {
-				return nil
-			}
-			return hooks.Run(ctx, name, argv, env, hookCfg.Timeout.D())
-		},
+		Hook: hooks.Steps{Hooks: hooksNow, FencingEnv: hooks.FencingEnvPath}.Hook,
 		Observer: func(t supervisor.Transition) {
 			metrics.Transition(string(t.From), string(t.To), t.Kind)
 			if t.To == supervisor.Fencing {
