@@ -2,8 +2,6 @@ package config
 
 import (
 	"fmt"
-	"os"
-	"strings"
 )
 
 // This file serves the operator commands (status, history, handoff,
@@ -17,23 +15,9 @@ var clientRules = []rule{checkNames, checkEtcd, checkTLSFiles, checkPasswordFile
 // LoadClient reads path as strictly as Load (syntax, unknown keys, types)
 // but validates only the node and cluster names and the etcd section.
 func LoadClient(path string) (Config, error) {
-	file := path
-	if file == "" {
-		file = `""`
-	}
-	data, _, err := readLimited(path)
-	if err != nil {
-		return Config{}, &Error{File: file, Msg: "cannot read the configuration file: " + describeIOErr(err), Err: err}
-	}
-	d, err := decode(file, data)
+	d, cfg, _, err := readDocument(path)
 	if err != nil {
 		return Config{}, err
-	}
-	cfg := d.cfg
-	cfg.Path = path
-	if cfg.Node == "" {
-		h, _ := os.Hostname()
-		cfg.Node = strings.ToLower(h)
 	}
 	return cfg, cfg.checkWith(d, clientRules)
 }

@@ -25,17 +25,34 @@ const maxFileSize = 1 << 20
 // validates the result (see Validate and docs/configuration.md). Every
 // refusal is a *Error naming the file; Load never panics.
 func Load(path string) (Config, error) {
+	d, cfg, info, err := readDocument(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := cfg.check(d); err != nil {
+		return Config{}, err
+	}
+	if err := checkMainFileMode(d.file, info.Mode(), cfg, d); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// readDocument reads and strictly decodes the file at path (syntax, unknown
+// keys, types), and fills in the node name from the host name when the file
+// leaves it empty. Load and LoadClient validate the result each their way.
+func readDocument(path string) (*document, Config, fs.FileInfo, error) {
 	file := path
 	if file == "" {
 		file = `""` // an empty -c argument still gets a visible culprit
 	}
 	data, info, err := readLimited(path)
 	if err != nil {
-		return Config{}, &Error{File: file, Msg: "cannot read the configuration file: " + describeIOErr(err), Err: err}
+		return nil, Config{}, nil, &Error{File: file, Msg: "cannot read the configuration file: " + describeIOErr(err), Err: err}
 	}
 	d, err := decode(file, data)
 	if err != nil {
-		return Config{}, err
+		return nil, Config{}, nil, err
 	}
 	cfg := d.cfg
 	cfg.Path = path
@@ -44,18 +61,12 @@ func Load(path string) (Config, error) {
 		// member and the name is a valid etcd key component.
 		h, err := os.Hostname()
 		if err != nil {
-			return Config{}, &Error{File: file, Key: "node", Value: `""`,
+			return nil, Config{}, nil, &Error{File: file, Key: "node", Value: `""`,
 				Msg: "not set and the host name cannot be read; set node explicitly", Err: err}
 		}
 		cfg.Node = strings.ToLower(h)
 	}
-	if err := cfg.check(d); err != nil {
-		return Config{}, err
-	}
-	if err := checkMainFileMode(file, info.Mode(), cfg, d); err != nil {
-		return Config{}, err
-	}
-	return cfg, nil
+	return d, cfg, info, nil
 }
 
 // readLimited reads a regular file of at most maxFileSize bytes. It refuses
