@@ -403,10 +403,15 @@ func dbusErrorName(err error) string {
 const (
 	errNoSuchUnit    = "org.freedesktop.systemd1.NoSuchUnit"
 	errNoSuchProcess = "org.freedesktop.systemd1.NoSuchProcess"
+	// A job in mode "fail" that would reverse a pending one.
+	errTransactionIsDestructive = "org.freedesktop.systemd1.TransactionIsDestructive"
 )
 
-// Start implements Units: a start job (mode "replace"), then ActiveState
-// re-read until it is "active". A job that ends other than "done", or a
+// Start implements Units: a start job (mode "fail"), then ActiveState
+// re-read until it is "active". Mode "fail" because the job must never
+// cancel a pending stop: an operator's `systemctl stop kha-supervisor` stops
+// the units bound to it first, while the supervisor still runs, and a start
+// it issued then in mode "replace" cancelled that stop (ErrStopPending). A job that ends other than "done", or a
 // "done" job that leaves the unit inactive or failed (a skipped condition, a
 // process that exited at once), is an error.
 func (s *Systemd) Start(ctx context.Context, unit string) error {
@@ -420,9 +425,12 @@ func (s *Systemd) Start(ctx context.Context, unit string) error {
 		// The unit may simply not be failed: that error is not ours.
 		_ = c.ResetFailedUnitContext(ctx, unit)
 		ch = make(chan string, 1) // fresh per attempt: a dead connection never delivers
-		_, err := c.StartUnitContext(ctx, unit, "replace", ch)
+		_, err := c.StartUnitContext(ctx, unit, "fail", ch)
 		return err
 	})
+	if dbusErrorName(err) == errTransactionIsDestructive {
+		return fmt.Errorf("systemd: start %s: %w (%v)", unit, ErrStopPending, err)
+	}
 	if err != nil {
 		return fmt.Errorf("systemd: start %s: %w", unit, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -88,6 +89,19 @@ RestartSec=1
 	"kt-sd-binda.service": `[Unit]
 BindsTo=kt-sd-bindb.service
 After=kt-sd-bindb.service
+[Service]
+ExecStart=/bin/sleep infinity
+`,
+	// A supervisor whose stop takes a while (it demotes), and a managed
+	// unit bound to it: systemd stops the bound unit first, while the
+	// supervisor still runs and could start it again.
+	"kt-sd-slowsup.service": `[Service]
+ExecStart=/bin/sh -c 'trap "sleep 2; exit 0" TERM; while :; do sleep 0.1; done'
+TimeoutStopSec=10
+`,
+	"kt-sd-boundunit.service": `[Unit]
+BindsTo=kt-sd-slowsup.service
+After=kt-sd-slowsup.service
 [Service]
 ExecStart=/bin/sleep infinity
 `,
@@ -739,5 +753,31 @@ func TestSystemdStartClearsStartLimit(t *testing.T) {
 	}
 	if err := s.Stop(bg(t, 20*time.Second), u); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An operator's `systemctl stop kha-supervisor` first stops the units bound
+// to it, while the supervisor still runs; a start the supervisor issues in
+// that window (its monitor saw a unit down) must not cancel the pending
+// stop, which a start job in mode "replace" did ("Job for
+// kha-supervisor.service canceled."; seen on the lab's real control plane).
+func TestSystemdStartNeverCancelsAPendingStop(t *testing.T) {
+	c := container(t)
+	s, _ := newSystemd(t, c)
+	const sup, unit = "kt-sd-slowsup.service", "kt-sd-boundunit.service"
+	exec(t, c, "systemctl", "start", unit)
+	exec(t, c, "systemctl", "--no-block", "stop", sup)
+	waitFor(t, "the bound unit stopped while the supervisor's stop is pending", 10*time.Second, func() bool {
+		return !state(t, s, unit).Running() && show(t, c, sup, "ActiveState") == "deactivating"
+	})
+	err := s.Start(bg(t, 10*time.Second), unit)
+	if !errors.Is(err, fencing.ErrStopPending) {
+		t.Errorf("start during the supervisor's pending stop: %v, want ErrStopPending", err)
+	}
+	waitFor(t, "the supervisor's stop to complete", 15*time.Second, func() bool {
+		return show(t, c, sup, "ActiveState") == "inactive"
+	})
+	if st := state(t, s, unit); st.Running() {
+		t.Fatalf("the bound unit runs after the supervisor stopped: %+v", st)
 	}
 }

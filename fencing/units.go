@@ -226,3 +226,8 @@ func ConfirmDown(ctx context.Context, u Units, units []string, t Timeouts) error
 	}
 	return errors.Join(errs...)
 }
+
+// ErrStopPending is returned by a start that systemd refused because it
+// would cancel a pending stop (an operator's `systemctl stop
+// kha-supervisor` stops the bound units first): not a unit failure.
+var ErrStopPending = errors.New("a stop of a unit it depends on is pending")

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -138,6 +139,13 @@ func (s *Supervisor) onJobDone(bg context.Context, r jobResult) (err error, exit
 			}
 		}
 	case "restart":
+		if errors.Is(r.err, fencing.ErrStopPending) {
+			// An operator is stopping the supervisor: systemd stopped the
+			// bound units first and refused our start rather than cancel
+			// that stop. SIGTERM follows; this is no unit failure.
+			s.log.Info("restart refused: a stop of kha-supervisor is pending", "err", r.err)
+			return nil, false
+		}
 		// Judge the restart by what runs now, not by the job's error, so
 		// one failure is never counted twice.
 		if r.units.err == nil {
