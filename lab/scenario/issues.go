@@ -46,6 +46,8 @@ var Issues = []Scenario{
 		"failover within two TTLs (etcd extends leases on a leader change)", noted(cutAndEtcdLeaderChange)},
 	{36, "cooldown-alone", "the leader demotes into cooldown (unit crash loop); then the other master stops",
 		"the cooled-down node takes over (no other member eligible) before its cooldown ends", noted(cooldownAlone)},
+	{38, "etcd-leader-stalled", "the etcd raft leader stalled (SIGSTOP) for 3 s, stock etcd timing",
+		"no leadership change: the leader's renewals resume through the new etcd leader inside its fence window", noted(etcdLeaderStalled)},
 }
 
 // IssueIDs are the IDs of Issues (`kha-lab run issues`).
