@@ -44,6 +44,9 @@ type Component struct {
 	// LeaderElect runs client-go leader election (the lab's comparison);
 	// false is how kha-supervisor runs it: it alone decides who runs.
 	LeaderElect bool
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election
+	// (only with LeaderElect); zero keeps client-go's 15 s / 10 s / 2 s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// ServiceAccountKey (controller-manager only) is the apiserver's
 	// signing key (Files.ServiceAccount), for the token controller.
 	ServiceAccountKey string
@@ -115,6 +118,20 @@ func (c Component) Args(f ComponentFiles) []string {
 		"--tls-cert-file=" + f.Serving.CertFile,
 		"--tls-private-key-file=" + f.Serving.KeyFile,
 		"--leader-elect=" + strconv.FormatBool(c.LeaderElect),
+	}
+	if c.LeaderElect {
+		for _, o := range []struct {
+			flag string
+			d    time.Duration
+		}{
+			{"--leader-elect-lease-duration", c.LeaseDuration},
+			{"--leader-elect-renew-deadline", c.RenewDeadline},
+			{"--leader-elect-retry-period", c.RetryPeriod},
+		} {
+			if o.d > 0 {
+				args = append(args, o.flag+"="+o.d.String())
+			}
+		}
 	}
 	if c.Name == ControllerManager {
 		args = append(args,
