@@ -96,7 +96,7 @@ func (c Component) Prepare() (ComponentFiles, error) {
 	if f.Client, err = c.CA.KubeClient(users[c.Name]); err != nil {
 		return ComponentFiles{}, err
 	}
-	if f.Serving, err = c.CA.Server(c.Name+"-"+strconv.Itoa(c.Port), c.Address); err != nil {
+	if f.Serving, err = c.CA.Server(c.Name+"-"+certName(c.Address, c.Port), c.Address); err != nil {
 		return ComponentFiles{}, err
 	}
 	if err := WriteKubeconfig(f.Kubeconfig, c.Server, c.CA.CertFile, users[c.Name], f.Client); err != nil {
