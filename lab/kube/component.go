@@ -51,6 +51,11 @@ type Component struct {
 	// signing key (Files.ServiceAccount), for the token controller.
 	ServiceAccountKey string
 	ReadyTimeout      time.Duration // wait for /healthz; 2 minutes if 0
+	// StopTimeout, when set, is the unit's TimeoutStopSec (Unit): what
+	// install-dropins writes for the supervisor's units.stop_timeout, set
+	// in the unit itself so that check-config accepts it before the
+	// drop-ins exist.
+	StopTimeout time.Duration
 }
 
 // ComponentFiles are what Prepare writes into Dir.

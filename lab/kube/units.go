@@ -48,6 +48,9 @@ ExecStart=%s`, c.Name[len("kube-"):], c.Name, c.Binary)
 Restart=on-failure
 RestartSec=%dms
 `, RestartSec.Milliseconds())
+	if c.StopTimeout > 0 {
+		fmt.Fprintf(&b, "TimeoutStopSec=%dms\n", c.StopTimeout.Milliseconds())
+	}
 	if c.Name == Scheduler && !c.LeaderElect {
 		// Seen with v1.37: "finished without leader elect" and status 1 on
 		// every SIGTERM. Without this line every handoff leaves the

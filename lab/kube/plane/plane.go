@@ -207,6 +207,7 @@ func (p *Plane) Component(m, name string, mode Mode) (kube.Component, error) {
 		Address: a.Address, Port: componentPorts[name],
 		LeaderElect: mode.LeaderElect, LeaseDuration: mode.Lease, RenewDeadline: mode.Renew, RetryPeriod: mode.Retry,
 		ServiceAccountKey: filepath.Join(a.Dir, "sa.key"),
+		StopTimeout:       mode.Profile.StopTimeout,
 	}, nil
 }
 
