@@ -50,6 +50,10 @@ type APIServer struct {
 	// NetNS, when set, is the named network namespace (ip netns) the
 	// process runs in: the lab's masters.
 	NetNS string
+	// Hostname, when set, is the process's own host name (a UTS namespace
+	// of its own): the apiserver's identity lease is named after its
+	// host name, and two apiservers sharing one collide.
+	Hostname string
 	// Dial, when set, is how Client connects (from a namespace that routes
 	// to Address; the host has no route into the lab).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -158,6 +162,9 @@ func (a APIServer) Start(ctx context.Context) (Files, error) {
 		return Files{}, err
 	}
 	argv := append([]string{a.Binary}, a.Args(f)...)
+	if a.Hostname != "" {
+		argv = append([]string{"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, a.Hostname}, argv...)
+	}
 	if a.NetNS != "" {
 		argv = append([]string{"ip", "netns", "exec", a.NetNS}, argv...)
 	}

@@ -115,11 +115,10 @@ func TestSingleStrayWriteCountsRefusedOnesDoNot(t *testing.T) {
 // reaches the other master's apiserver (a load balancer) is still the
 // standby's.
 func TestSourceAddressDecidesTheMaster(t *testing.T) {
-	evs := append(parse(t, "m2",
+	evs := parse(t, "m2",
 		line("ResponseComplete", sched, ip2, "create", "pods", "binding", "x", 201, 0),
 		line("ResponseComplete", sched, ip1, "create", "pods", "binding", "y", 201, 100*time.Millisecond),
-		line("ResponseComplete", sched, ip2, "create", "pods", "binding", "z", 201, 200*time.Millisecond)),
-	)
+		line("ResponseComplete", sched, ip2, "create", "pods", "binding", "z", 201, 200*time.Millisecond))
 	rep := Analyze(evs, Options{Masters: masters})
 	if len(rep.Overlaps) != 1 {
 		t.Fatalf("writes from both masters through m2's apiserver: overlaps %v, want 1", rep.Overlaps)

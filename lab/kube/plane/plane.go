@@ -131,6 +131,7 @@ func (p *Plane) APIServer(m string) (kube.APIServer, error) {
 		Address:      p.Lab.Topo.Addr(m).String(),
 		Port:         APIPort,
 		NetNS:        p.Lab.Topo.NetNS(m),
+		Hostname:     master.MachineName(p.Lab.Config().Prefix, m),
 		Dial:         p.Dial,
 		ReadyTimeout: 4 * time.Minute,
 	}, nil
@@ -238,8 +239,14 @@ func (p *Plane) WriteUnits(ctx context.Context, n *master.Node, mode Mode) error
 	return err
 }
 
-// InstallUnits writes the units kha-supervisor manages (lab hook at up).
+// InstallUnits gives the master its own host name (masters booted from one
+// image share the image's: the components' leader-election identities and
+// the journal would not tell them apart) and writes the units
+// kha-supervisor manages (lab hook at up).
 func (p *Plane) InstallUnits(ctx context.Context, n *master.Node) error {
+	if _, err := n.Exec(ctx, "hostname", master.MachineName(p.Lab.Config().Prefix, n.Name)); err != nil {
+		return err
+	}
 	return p.WriteUnits(ctx, n, KhaMode(p.Lab.Config().Profile))
 }
 
