@@ -75,6 +75,7 @@ type Result struct {
 	ExtraRS    int       `json:"extra_rs_pods"`
 	Writes     string    `json:"writes"`
 	Problems   []string  `json:"problems,omitempty"`
+	Notes      []string  `json:"notes,omitempty"` // host flakes seen in the window
 	Pass       bool      `json:"pass"`
 }
 
@@ -125,9 +126,17 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 	}
 	if r.mode != mode.Name {
 		r.P.Log.Info("plane: mode", "mode", mode.Name)
+		// Every supervisor first: stopping the leader's while the other
+		// runs would hand the units over on the way (a handoff the trial
+		// did not ask for).
+		for _, m := range lab.MasterNames {
+			if err := stop(ctx, nodes[m], lab.SupervisorUnit); err != nil {
+				return err
+			}
+		}
 		for _, m := range lab.MasterNames {
 			n := nodes[m]
-			if _, err := n.Systemctl(ctx, "stop", lab.SupervisorUnit, kube.Scheduler, kube.ControllerManager); err != nil {
+			if err := stop(ctx, n, kube.Scheduler, kube.ControllerManager); err != nil {
 				return err
 			}
 			if err := r.P.WriteUnits(ctx, n, mode); err != nil {
@@ -244,4 +253,18 @@ func (r *Runner) Steady(ctx context.Context, mode Mode, timeout time.Duration) (
 		return errors.New("no probe pod bound yet")
 	})
 	return leader, err
+}
+
+// stop stops units, again when systemd cancels the job (a restart of the
+// unit that was queued meanwhile: "Job for kha-supervisor.service
+// canceled").
+func stop(ctx context.Context, n *master.Node, units ...string) error {
+	var err error
+	for range 3 {
+		if _, err = n.Systemctl(ctx, append([]string{"stop"}, units...)...); err == nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return err
 }

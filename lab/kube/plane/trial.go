@@ -65,6 +65,7 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 	time.Sleep(settle)
 	end := time.Now()
 	r.judge(ctx, &res, end)
+	res.Notes = r.hostFlakes(ctx, res.FaultAt, end)
 	res.Pass = len(res.Problems) == 0 && len(res.Overlaps) == 0 && res.DoubleBind == 0 && res.ExtraRS == 0
 	return res
 }
@@ -120,7 +121,9 @@ func (r *Runner) judge(ctx context.Context, res *Result, end time.Time) {
 		res.Problems = append(res.Problems, err.Error())
 		return
 	}
-	from := res.FaultAt.Add(-10 * time.Second)
+	// From just before the fault: the steady state before it was checked
+	// (Steady), and a mode switch earlier hands units over on purpose.
+	from := res.FaultAt.Add(-2 * time.Second)
 	rep := audit.Analyze(evs, audit.Options{From: from, To: end, Masters: r.P.MasterIPs()})
 	for _, o := range rep.Overlaps {
 		res.Overlaps = append(res.Overlaps, o.String())
@@ -230,6 +233,27 @@ func (r *Runner) unitStart(ctx context.Context, m, unit string) (time.Time, erro
 		return time.Time{}, err
 	}
 	return time.Parse("Mon 2006-01-02 15:04:05.000000 UTC", strings.TrimSpace(string(out)))
+}
+
+// hostFlakes notes systemd's failed unit starts on this VM ("status=219/CGROUP":
+// the cgroup vanished under nspawn's systemd, not the component's doing), which
+// make a promotion fail and cost the cooldown.
+func (r *Runner) hostFlakes(ctx context.Context, from, to time.Time) []string {
+	var out []string
+	for _, m := range lab.MasterNames {
+		n, err := r.P.Lab.Master(m)
+		if err != nil {
+			continue
+		}
+		j, _ := n.Exec(ctx, "journalctl", "--no-pager", "-o", "cat", "--since", from.Local().Format("2006-01-02 15:04:05"),
+			"--until", to.Add(time.Second).Local().Format("2006-01-02 15:04:05"))
+		for _, l := range strings.Split(string(j), "\n") {
+			if strings.Contains(l, "status=219/CGROUP") {
+				out = append(out, m+": "+strings.TrimSpace(l))
+			}
+		}
+	}
+	return out
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
