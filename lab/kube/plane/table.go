@@ -66,7 +66,9 @@ func WriteTable(w io.Writer, results []Result) {
 				sched = append(sched, r.SchedMS)
 			}
 			unb = append(unb, r.UnboundMS)
-			cm = append(cm, r.CMMS)
+			if r.CMMS > 0 {
+				cm = append(cm, r.CMMS)
+			}
 			if r.ColdMS > 0 {
 				cold = append(cold, r.ColdMS)
 			}
