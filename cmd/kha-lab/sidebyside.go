@@ -62,6 +62,16 @@ func runSideBySide(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	dir := filepath.Join(l.OutDir(), "realplane")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	stamp := time.Now().UTC().Format("20060102T150405")
+	// Saved after every trial: an interrupted run keeps what it measured.
+	save := func(results []plane.Result) error {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		return os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644)
+	}
 	var results []plane.Result
 	for _, m := range ms {
 		for rep := 1; rep <= *repeat; rep++ {
@@ -71,20 +81,14 @@ func runSideBySide(ctx context.Context, args []string) error {
 				results = append(results, res)
 				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, pass %v %s\n",
 					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS, res.Pass, strings.Join(res.Problems, "; "))
+				if err := save(results); err != nil {
+					return err
+				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 			}
 		}
-	}
-	dir := filepath.Join(l.OutDir(), "realplane")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	stamp := time.Now().UTC().Format("20060102T150405")
-	b, _ := json.MarshalIndent(results, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644); err != nil {
-		return err
 	}
 	tf, err := os.Create(filepath.Join(dir, "sidebyside-"+stamp+".md"))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -253,14 +254,22 @@ func (p *Prober) deleteRSPod(ctx context.Context) {
 	if victim == "" {
 		return
 	}
+	// Recorded before the call: the controller-manager may replace the
+	// pod before Delete returns, and a replacement seen before its
+	// deletion was recorded would leave the deletion "unreplaced" forever
+	// (seen: every later deletion waited on it, the figure stuck at the
+	// trial's timeout).
+	d := &Deletion{Pod: victim, At: time.Now()}
+	p.mu.Lock()
+	p.deletions = append(p.deletions, d)
+	p.mu.Unlock()
 	if err := p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
 		return c.CoreV1().Pods(Namespace).Delete(ctx, victim, *metav1.NewDeleteOptions(0))
 	}); err != nil {
-		return
+		p.mu.Lock()
+		p.deletions = slices.DeleteFunc(p.deletions, func(x *Deletion) bool { return x == d })
+		p.mu.Unlock()
 	}
-	p.mu.Lock()
-	p.deletions = append(p.deletions, &Deletion{Pod: victim, At: time.Now()})
-	p.mu.Unlock()
 }
 
 // Snapshot copies what was seen so far.
