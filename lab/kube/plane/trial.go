@@ -18,6 +18,11 @@ import (
 const (
 	resumeTimeout = 90 * time.Second
 	settle        = 3 * time.Second
+	// judgedBefore is how long before the fault the window starts;
+	// alignQuiet (> judgedBefore + the analysis' 3 s gap) separates an
+	// alignment's handoff from the fault's.
+	judgedBefore = 2 * time.Second
+	alignQuiet   = 6 * time.Second
 )
 
 // Run runs scenario s once in mode (Use first) and judges it.
@@ -103,6 +108,10 @@ func (r *Runner) align(ctx context.Context, mode Mode, sched, cm string) (string
 	if err != nil {
 		return "", "", err
 	}
+	// The move is a handoff of its own: keep it out of the judged window
+	// (seen: the scheduler moved m2 -> m1 at the align and m1 -> m2 at the
+	// fault 1 s later, judged as one interval of both).
+	time.Sleep(alignQuiet)
 	return r.Leaders(ctx, mode)
 }
 
@@ -159,7 +168,7 @@ func (r *Runner) judge(ctx context.Context, res *Result, end time.Time) {
 	}
 	// From just before the fault: the steady state before it was checked
 	// (Steady), and a mode switch earlier hands units over on purpose.
-	from := res.FaultAt.Add(-2 * time.Second)
+	from := res.FaultAt.Add(-judgedBefore)
 	rep := audit.Analyze(evs, audit.Options{From: from, To: end, Masters: r.P.MasterIPs()})
 	for _, o := range rep.Overlaps {
 		res.Overlaps = append(res.Overlaps, o.String())
