@@ -104,3 +104,28 @@ func runSideBySide(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+func init() {
+	register("sidebyside-report", "print the side-by-side table of saved runs: sidebyside-report FILE.json...", runSideBySideReport)
+}
+
+func runSideBySideReport(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: kha-lab sidebyside-report FILE.json...")
+		return errUsage
+	}
+	var all []plane.Result
+	for _, a := range args {
+		b, err := os.ReadFile(a)
+		if err != nil {
+			return err
+		}
+		var rs []plane.Result
+		if err := json.Unmarshal(b, &rs); err != nil {
+			return fmt.Errorf("%s: %w", a, err)
+		}
+		all = append(all, rs...)
+	}
+	plane.WriteTable(os.Stdout, all)
+	return nil
+}
