@@ -66,7 +66,7 @@ type Result struct {
 	CMLeader   string    `json:"cm_leader"`
 	NewLeader  string    `json:"new_leader"`
 	FaultAt    time.Time `json:"fault_at"`
-	FaultDone  time.Time `json:"fault_done"` // the fault completely in place
+	FaultDone  time.Time `json:"fault_done"`    // the fault completely in place
 	SchedMS    float64   `json:"scheduler_ms"`  // fault -> first pod created after the fault bound
 	UnboundMS  float64   `json:"unbound_ms"`    // longest a probe pod stayed unbound
 	CMMS       float64   `json:"controller_ms"` // longest a deleted ReplicaSet pod stayed unreplaced
