@@ -234,24 +234,31 @@ func (r *Runner) leaseHolder(ctx context.Context, name string, mode Mode) (strin
 	return "", errors.Join(errs...)
 }
 
-// Steady waits until one master leads and probe pods are bound again.
+// Steady waits until one master leads, a probe pod created since is bound
+// and a ReplicaSet pod deleted since was replaced: both components act. A
+// Lease alone is not enough: right after a mode switch it still names the
+// stopped process, renewed less than a lease duration ago (seen: the fault
+// then hit a plane whose controller-manager had no live leader).
 func (r *Runner) Steady(ctx context.Context, mode Mode, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var leader string
 	since := time.Now()
 	err := waitFor(ctx, "a steady plane in mode "+mode.Name, func() error {
+		snap := r.Prober.Snapshot()
+		bound, replaced := false, false
+		for _, p := range snap.Pods {
+			bound = bound || (p.Created.After(since) && !p.Bound.IsZero())
+		}
+		for _, d := range snap.Deletions {
+			replaced = replaced || (d.At.After(since) && !d.Replaced.IsZero())
+		}
+		if !bound || !replaced {
+			return fmt.Errorf("since %s: a new pod bound %v, a deleted ReplicaSet pod replaced %v", since.Format("15:04:05"), bound, replaced)
+		}
 		s, _, err := r.Leaders(ctx, mode)
-		if err != nil {
-			return err
-		}
 		leader = s
-		for _, p := range r.Prober.Snapshot().Pods {
-			if p.Created.After(since) && !p.Bound.IsZero() {
-				return nil
-			}
-		}
-		return errors.New("no probe pod bound yet")
+		return err
 	})
 	return leader, err
 }
