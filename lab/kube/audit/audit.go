@@ -36,6 +36,7 @@ type Event struct {
 	Namespace   string
 	Name        string
 	Code        int
+	Message     string // responseStatus.message
 	Received    time.Time
 	Completed   time.Time
 }
@@ -66,6 +67,15 @@ func (e Event) Write() bool {
 // Accepted reports a 2xx answer.
 func (e Event) Accepted() bool { return e.Code >= 200 && e.Code < 300 }
 
+// DoubleBind reports a binding refused because the pod was already bound
+// ("pod X is already assigned to node Y"). Other 409s on pods/binding are
+// not: an apiserver that lost etcd answers a binding with 409 "rpc error:
+// code = Unavailable" (seen on the cut master), which binds nothing twice.
+func (e Event) DoubleBind() bool {
+	return e.Verb == "create" && e.Resource == "pods" && e.Subresource == "binding" && e.Code == 409 &&
+		strings.Contains(e.Message, "already assigned")
+}
+
 // Object names the object ("pods/binding probe/p-1").
 func (e Event) Object() string {
 	r := e.Resource
@@ -90,7 +100,8 @@ type raw struct {
 		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus *struct {
-		Code int `json:"code"`
+		Code    int    `json:"code"`
+		Message string `json:"message"`
 	} `json:"responseStatus"`
 	Received time.Time `json:"requestReceivedTimestamp"`
 	Stage2   time.Time `json:"stageTimestamp"`
@@ -127,7 +138,7 @@ func Parse(r io.Reader, server string) ([]Event, error) {
 			e.Resource, e.Subresource, e.Namespace, e.Name = ev.ObjectRef.Resource, ev.ObjectRef.Subresource, ev.ObjectRef.Namespace, ev.ObjectRef.Name
 		}
 		if ev.ResponseStatus != nil {
-			e.Code = ev.ResponseStatus.Code
+			e.Code, e.Message = ev.ResponseStatus.Code, ev.ResponseStatus.Message
 		}
 		out = append(out, e)
 	}
@@ -218,7 +229,7 @@ func Analyze(events []Event, o Options) Report {
 		if (!o.From.IsZero() && e.Completed.Before(o.From)) || (!o.To.IsZero() && e.Completed.After(o.To)) {
 			continue
 		}
-		if e.Verb == "create" && e.Resource == "pods" && e.Subresource == "binding" && e.Code == 409 {
+		if e.DoubleBind() {
 			rep.DoubleBinds = append(rep.DoubleBinds, e)
 		}
 		role := e.Role()

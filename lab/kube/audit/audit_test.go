@@ -12,9 +12,13 @@ var t0 = time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
 // line renders one audit event as kube-apiserver v1.37 writes it
 // (--audit-log-format=json, Metadata level).
 func line(stage, user, ip, verb, res, sub, name string, code int, at time.Duration) string {
+	return lineMsg(stage, user, ip, verb, res, sub, name, code, "", at)
+}
+
+func lineMsg(stage, user, ip, verb, res, sub, name string, code int, msg string, at time.Duration) string {
 	ts := t0.Add(at).Format(time.RFC3339Nano)
-	return fmt.Sprintf(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"x","stage":%q,"requestURI":"/api/v1/namespaces/probe/pods","verb":%q,"user":{"username":%q,"groups":["system:authenticated"]},"sourceIPs":[%q],"userAgent":"kube-scheduler/v1.37.2","objectRef":{"resource":%q,"subresource":%q,"namespace":"probe","name":%q,"apiVersion":"v1"},"responseStatus":{"metadata":{},"code":%d},"requestReceivedTimestamp":%q,"stageTimestamp":%q}`,
-		stage, verb, user, ip, res, sub, name, code, ts, ts)
+	return fmt.Sprintf(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"x","stage":%q,"requestURI":"/api/v1/namespaces/probe/pods","verb":%q,"user":{"username":%q,"groups":["system:authenticated"]},"sourceIPs":[%q],"userAgent":"kube-scheduler/v1.37.2","objectRef":{"resource":%q,"subresource":%q,"namespace":"probe","name":%q,"apiVersion":"v1"},"responseStatus":{"metadata":{},"message":%q,"code":%d},"requestReceivedTimestamp":%q,"stageTimestamp":%q}`,
+		stage, verb, user, ip, res, sub, name, msg, code, ts, ts)
 }
 
 const (
@@ -65,7 +69,11 @@ func TestOverlapAndDoubleBindingAreReported(t *testing.T) {
 			l2 = append(l2, line("ResponseComplete", sched, ip2, "create", "pods", "binding", fmt.Sprintf("b-%d", i), 201, at+100*time.Millisecond))
 		}
 	}
-	l2 = append(l2, line("ResponseComplete", sched, ip2, "create", "pods", "binding", "a-3", 409, 1500*time.Millisecond))
+	l2 = append(l2, lineMsg("ResponseComplete", sched, ip2, "create", "pods", "binding", "a-3", 409,
+		`Operation cannot be fulfilled on pods/binding "a-3": pod a-3 is already assigned to node "w1"`, 1500*time.Millisecond))
+	// What a master cut from etcd answers: a 409 that binds nothing twice.
+	l1 = append(l1, lineMsg("ResponseComplete", sched, ip1, "create", "pods", "binding", "a-9", 409,
+		`Operation cannot be fulfilled on pods/binding "a-9": rpc error: code = Unavailable desc = error reading from server`, 2800*time.Millisecond))
 	evs := append(parse(t, "m1", l1...), parse(t, "m2", l2...)...)
 	rep := Analyze(evs, Options{Masters: masters})
 	if len(rep.Overlaps) != 1 {
