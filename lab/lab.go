@@ -68,6 +68,8 @@ type Lab struct {
 	// EtcdTiming is the raft timing of the members.
 	EtcdTiming EtcdTiming
 	log        *slog.Logger
+	// plane, when set, is the real control plane (realplane.go).
+	plane RealPlane
 }
 
 // New resolves defaults; it creates nothing.
@@ -181,6 +183,9 @@ func (l *Lab) Up(ctx context.Context) error {
 	if err := l.saveEtcdTiming(); err != nil {
 		return err
 	}
+	if err := l.savePlane(); err != nil { // real plane (realplane.go)
+		return err
+	}
 	if err := l.installBinaries(); err != nil {
 		return err
 	}
@@ -197,6 +202,11 @@ func (l *Lab) Up(ctx context.Context) error {
 	if err := l.Etcd.Up(ectx); err != nil {
 		return err
 	}
+	if l.plane != nil { // real plane (realplane.go): the apiservers
+		if err := l.plane.Start(ctx); err != nil {
+			return err
+		}
+	}
 	l.log.Info("lab: masters")
 	nodes, err := l.ensureMasters(ctx)
 	if err != nil {
@@ -204,6 +214,11 @@ func (l *Lab) Up(ctx context.Context) error {
 	}
 	for _, name := range MasterNames {
 		if err := l.setupMaster(ctx, nodes[name]); err != nil {
+			return err
+		}
+	}
+	if l.plane != nil { // real plane (realplane.go): the node agents
+		if err := l.plane.Ready(ctx); err != nil {
 			return err
 		}
 	}
@@ -337,6 +352,7 @@ func (l *Lab) HoldMasters(ctx context.Context) error {
 		StateFile: l.holdState(),
 		LogDir:    l.OutDir(),
 		Log:       l.log,
+		Binds:     l.planeBinds(), // real plane (realplane.go)
 	})
 }
 
@@ -362,6 +378,12 @@ func (l *Lab) Witness() *witness.Log { return witness.NewLog(l.WitnessDir()) }
 // setupMaster installs the witness units and, when available, the
 // supervisor.
 func (l *Lab) setupMaster(ctx context.Context, n *master.Node) error {
+	if l.plane != nil { // real plane (realplane.go): the real units
+		if err := l.plane.InstallUnits(ctx, n); err != nil {
+			return err
+		}
+		return l.installSupervisor(ctx, n)
+	}
 	if err := n.InstallWitnesses(ctx, Witnesses); err != nil {
 		return err
 	}

@@ -88,6 +88,7 @@ func usage(w io.Writer) {
 // labFlags are the options every lab command shares.
 type labFlags struct {
 	prefix, state, supervisor, deb, packaging, profile, etcd string
+	plane                                                    string // plane.go
 }
 
 func (f *labFlags) register(fs *flag.FlagSet) {
@@ -98,6 +99,7 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.packaging, "packaging", "packaging", "the source tree's packaging directory (without --deb)")
 	fs.StringVar(&f.profile, "profile", "fast", "timing profile: fast (TTL 6s) or default (TTL 10s)")
 	fs.StringVar(&f.etcd, "etcd", "", "etcd raft timing: stock (100 ms heartbeat, 1 s election; the default for up) or tuned (50/500 ms); later commands use what up chose")
+	fs.StringVar(&f.plane, "plane", "", "control plane: witness (stand-ins) or real (kube-apiserver, kube-scheduler, kube-controller-manager); default: what the lab was brought up with, else witness")
 }
 
 func (f *labFlags) open() (*lab.Lab, error) {
@@ -109,10 +111,14 @@ func (f *labFlags) open() (*lab.Lab, error) {
 	default:
 		return nil, fmt.Errorf("unknown profile %q (fast or default)", f.profile)
 	}
-	return lab.New(lab.Config{
+	l, err := lab.New(lab.Config{
 		Prefix: f.prefix, StateDir: f.state, Supervisor: f.supervisor,
 		Deb: f.deb, Packaging: f.packaging, Profile: p, Etcd: f.etcd,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return l, attachPlane(l, f.plane) // plane.go
 }
 
 // parse parses a command's flags, which may come before, between or after

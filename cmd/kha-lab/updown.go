@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -49,7 +50,11 @@ func runDown(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := timeout(ctx, 5*time.Minute)
 	defer cancel()
-	return l.Down(ctx)
+	err = l.Down(ctx)
+	if p, ok := planes[l]; ok { // real plane (plane.go): keep the audit logs
+		err = errors.Join(err, p.Down())
+	}
+	return err
 }
 
 func runStatus(ctx context.Context, args []string) error {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -46,6 +47,16 @@ type APIServer struct {
 	// ReadyTimeout bounds the wait for /readyz; 3 minutes if 0 (a fresh
 	// apiserver on a loaded 2-core machine can take a minute).
 	ReadyTimeout time.Duration
+	// NetNS, when set, is the named network namespace (ip netns) the
+	// process runs in: the lab's masters.
+	NetNS string
+	// Hostname, when set, is the process's own host name (a UTS namespace
+	// of its own): the apiserver's identity lease is named after its
+	// host name, and two apiservers sharing one collide.
+	Hostname string
+	// Dial, when set, is how Client connects (from a namespace that routes
+	// to Address; the host has no route into the lab).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Files are what Prepare writes into Dir.
@@ -119,7 +130,7 @@ func (a APIServer) Prepare() (Files, error) {
 	var err error
 	// The service IP of "kubernetes" (first address of the service range) is
 	// what in-cluster clients dial; the name is what they verify.
-	if f.Serving, err = a.CA.Server("kube-apiserver-"+strconv.Itoa(a.Port), a.Address, firstServiceIP(a.serviceCIDR()),
+	if f.Serving, err = a.CA.Server("kube-apiserver-"+certName(a.Address, a.Port), a.Address, firstServiceIP(a.serviceCIDR()),
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"); err != nil {
 		return Files{}, err
 	}
@@ -151,6 +162,12 @@ func (a APIServer) Start(ctx context.Context) (Files, error) {
 		return Files{}, err
 	}
 	argv := append([]string{a.Binary}, a.Args(f)...)
+	if a.Hostname != "" {
+		argv = append([]string{"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, a.Hostname}, argv...)
+	}
+	if a.NetNS != "" {
+		argv = append([]string{"ip", "netns", "exec", a.NetNS}, argv...)
+	}
 	if _, err := proc.Start(proc.Spec{Argv: argv, PIDFile: f.PIDFile, LogFile: f.Log, Dir: a.Dir}); err != nil {
 		return Files{}, fmt.Errorf("kube-apiserver: %w", err)
 	}
@@ -234,7 +251,7 @@ func (a APIServer) Client(pair pki.Pair) (*http.Client, error) {
 	}
 	return &http.Client{
 		Timeout: 10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Transport: &http.Transport{DialContext: a.Dial, TLSClientConfig: &tls.Config{
 			RootCAs: a.CA.Pool(), Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 		}},
 	}, nil

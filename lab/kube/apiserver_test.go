@@ -163,3 +163,36 @@ func loadCert(t *testing.T, path string) *x509.Certificate {
 	}
 	return c
 }
+
+// Two masters' apiservers share the lab's CA and port 6443: each must keep a
+// certificate for its own address.
+func TestTwoAPIServersOnOnePortKeepTheirOwnCertificates(t *testing.T) {
+	a := testAPIServer(t)
+	b := a
+	a.Address, b.Address = "10.77.1.11", "10.77.2.12"
+	b.Dir = filepath.Join(t.TempDir(), "b")
+	fa, err := a.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadCert(t, fa.Serving.CertFile).VerifyHostname(a.Address); err != nil {
+		t.Errorf("after the second apiserver's Prepare, the first's certificate: %v", err)
+	}
+	ca := a.CA
+	sa := Component{Name: Scheduler, Binary: "/b", Dir: filepath.Join(t.TempDir(), "s1"), CA: ca, Server: "https://x", Address: a.Address, Port: 10259}
+	sb := sa
+	sb.Address, sb.Dir = b.Address, filepath.Join(t.TempDir(), "s2")
+	fs, err := sa.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadCert(t, fs.Serving.CertFile).VerifyHostname(sa.Address); err != nil {
+		t.Errorf("after the second scheduler's Prepare, the first's certificate: %v", err)
+	}
+}

@@ -123,3 +123,11 @@ func writeKeyPair(keyFile, pubFile string) error {
 	}
 	return os.Rename(tmp, keyFile)
 }
+
+// certName names a serving certificate by address and port: two servers on
+// one port (the apiservers of m1 and m2) must not share one file in a CA
+// directory, or the second's certificate replaces the first's (seen: "x509:
+// certificate is valid for ... 10.77.2.12, not 10.77.1.11").
+func certName(addr string, port int) string {
+	return strings.NewReplacer(":", "_", "/", "_").Replace(addr) + "-" + strconv.Itoa(port)
+}

@@ -44,10 +44,18 @@ type Component struct {
 	// LeaderElect runs client-go leader election (the lab's comparison);
 	// false is how kha-supervisor runs it: it alone decides who runs.
 	LeaderElect bool
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election
+	// (only with LeaderElect); zero keeps client-go's 15 s / 10 s / 2 s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// ServiceAccountKey (controller-manager only) is the apiserver's
 	// signing key (Files.ServiceAccount), for the token controller.
 	ServiceAccountKey string
 	ReadyTimeout      time.Duration // wait for /healthz; 2 minutes if 0
+	// StopTimeout, when set, is the unit's TimeoutStopSec (Unit): what
+	// install-dropins writes for the supervisor's units.stop_timeout, set
+	// in the unit itself so that check-config accepts it before the
+	// drop-ins exist.
+	StopTimeout time.Duration
 }
 
 // ComponentFiles are what Prepare writes into Dir.
@@ -93,7 +101,7 @@ func (c Component) Prepare() (ComponentFiles, error) {
 	if f.Client, err = c.CA.KubeClient(users[c.Name]); err != nil {
 		return ComponentFiles{}, err
 	}
-	if f.Serving, err = c.CA.Server(c.Name+"-"+strconv.Itoa(c.Port), c.Address); err != nil {
+	if f.Serving, err = c.CA.Server(c.Name+"-"+certName(c.Address, c.Port), c.Address); err != nil {
 		return ComponentFiles{}, err
 	}
 	if err := WriteKubeconfig(f.Kubeconfig, c.Server, c.CA.CertFile, users[c.Name], f.Client); err != nil {
@@ -115,6 +123,20 @@ func (c Component) Args(f ComponentFiles) []string {
 		"--tls-cert-file=" + f.Serving.CertFile,
 		"--tls-private-key-file=" + f.Serving.KeyFile,
 		"--leader-elect=" + strconv.FormatBool(c.LeaderElect),
+	}
+	if c.LeaderElect {
+		for _, o := range []struct {
+			flag string
+			d    time.Duration
+		}{
+			{"--leader-elect-lease-duration", c.LeaseDuration},
+			{"--leader-elect-renew-deadline", c.RenewDeadline},
+			{"--leader-elect-retry-period", c.RetryPeriod},
+		} {
+			if o.d > 0 {
+				args = append(args, o.flag+"="+o.d.String())
+			}
+		}
 	}
 	if c.Name == ControllerManager {
 		args = append(args,

@@ -23,6 +23,7 @@ type HoldOptions struct {
 	StateFile string            // where the booted containers are recorded
 	LogDir    string            // console log per container
 	Log       *slog.Logger
+	Binds     []nspawn.Bind // extra bind mounts (the real plane's binaries and certificates)
 }
 
 // MachineName is the nspawn machine name of master.
@@ -71,6 +72,7 @@ func Hold(ctx context.Context, o HoldOptions) error {
 				Lab:    o.Shared,
 				Log:    logf,
 				Logger: lg,
+				Binds:  o.Binds,
 			})
 			mu.Lock()
 			defer mu.Unlock()

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+)
+
+func init() {
+	register("sidebyside", "real plane: run faults 40 43 44 per mode (--modes kha-fast,kha-default,le-tuned,le-defaults --repeat N), judged at the apiservers", runSideBySide)
+}
+
+func runSideBySide(ctx context.Context, args []string) error {
+	var fs flag.FlagSet
+	var f labFlags
+	f.register(&fs)
+	modes := fs.String("modes", "kha-fast", "comma list of modes: kha-fast, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s)")
+	repeat := fs.Int("repeat", 1, "runs of every scenario in every mode")
+	rest, err := parse("sidebyside", args, &fs)
+	if err != nil {
+		return err
+	}
+	ms, err := plane.ParseModes(*modes)
+	if err != nil || *repeat < 1 {
+		fmt.Fprintf(os.Stderr, "kha-lab sidebyside: %v (repeat %d)\n", err, *repeat)
+		return errUsage
+	}
+	var ids []int
+	for _, a := range rest {
+		id, err := strconv.Atoi(a)
+		if _, ok := plane.Lookup(id); err != nil || !ok {
+			fmt.Fprintf(os.Stderr, "kha-lab sidebyside: scenario %q: want one of %v\n", a, plane.IDs())
+			return errUsage
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		ids = plane.IDs()
+	}
+	l, err := f.open()
+	if err != nil {
+		return err
+	}
+	p, ok := planes[l]
+	if !ok {
+		return errors.New("the lab does not run the real plane (kha-lab up --plane real)")
+	}
+	if err := l.Open(); err != nil {
+		return err
+	}
+	r, err := plane.NewRunner(ctx, p)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(l.OutDir(), "realplane")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	stamp := time.Now().UTC().Format("20060102T150405")
+	// Saved after every trial: an interrupted run keeps what it measured.
+	save := func(results []plane.Result) error {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		return os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644)
+	}
+	var results []plane.Result
+	for _, m := range ms {
+		for rep := 1; rep <= *repeat; rep++ {
+			for _, id := range ids {
+				s, _ := plane.Lookup(id)
+				res := r.Run(ctx, s, m, rep)
+				results = append(results, res)
+				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, pass %v %s\n",
+					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS, res.Pass, strings.Join(res.Problems, "; "))
+				if err := save(results); err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+	}
+	tf, err := os.Create(filepath.Join(dir, "sidebyside-"+stamp+".md"))
+	if err != nil {
+		return err
+	}
+	defer tf.Close()
+	plane.WriteTable(io.MultiWriter(os.Stdout, tf), results)
+	fmt.Printf("saved %s/sidebyside-%s.{json,md}\n", dir, stamp)
+	for _, res := range results {
+		if !res.Pass {
+			return fmt.Errorf("scenario %d in %s failed: %v %v", res.ID, res.Mode, res.Problems, res.Overlaps)
+		}
+	}
+	return nil
+}
+
+func init() {
+	register("sidebyside-report", "print the side-by-side table of saved runs: sidebyside-report FILE.json...", runSideBySideReport)
+}
+
+func runSideBySideReport(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: kha-lab sidebyside-report FILE.json...")
+		return errUsage
+	}
+	var all []plane.Result
+	for _, a := range args {
+		b, err := os.ReadFile(a)
+		if err != nil {
+			return err
+		}
+		var rs []plane.Result
+		if err := json.Unmarshal(b, &rs); err != nil {
+			return fmt.Errorf("%s: %w", a, err)
+		}
+		all = append(all, rs...)
+	}
+	plane.WriteTable(os.Stdout, all)
+	return nil
+}

@@ -1,0 +1,70 @@
+package plane
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
+)
+
+var t0 = time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func TestFiguresComeFromTheBindingsAfterTheFault(t *testing.T) {
+	fault := at(1000)
+	pods := []probe.Pod{
+		{Name: "before", Created: at(900)}, // bound by the old leader after the fault: not "new"
+		{Name: "a", Created: at(1200)},     // bound 5 s later by the new leader
+		{Name: "b", Created: at(1400)},     // bound first of the new pods? no: a's binding is earlier
+		{Name: "never", Created: at(9000)}, // unbound at the end
+		{Name: "old", Created: at(-5000)},  // outside the window
+	}
+	bound := map[string]bind{
+		"before": {at(1050), "m1"}, "a": {at(6200), "m2"}, "b": {at(6300), "m2"}, "old": {at(-4900), "m1"},
+	}
+	first, longest := firstBindAfter(pods, bound, fault, at(-1000), at(10000))
+	if !first.Time.Equal(at(6200)) || first.Master != "m2" {
+		t.Errorf("first new bind %v, want a's at +6.2 s by m2", first)
+	}
+	if longest != 5000*time.Millisecond {
+		t.Errorf("longest unbound %s, want 5s (a: 1.2 -> 6.2 s; never: 9 -> 10 s)", longest)
+	}
+	ds := []probe.Deletion{{At: at(0), Replaced: at(300)}, {At: at(2000), Replaced: at(9000)}, {At: at(9500)}}
+	if got := longestUnreplaced(ds, at(-1000), at(10000)); got != 7*time.Second {
+		t.Errorf("longest unreplaced %s, want 7s", got)
+	}
+}
+
+func TestTableGivesMedianSpreadAndRatio(t *testing.T) {
+	var rs []Result
+	for i, v := range []float64{4000, 5000, 9000} {
+		rs = append(rs, Result{ID: 40, Scenario: "real: cut", Mode: "kha-fast", Repeat: i + 1, SchedMS: v, CMMS: v, Pass: true})
+		rs = append(rs, Result{ID: 40, Scenario: "real: cut", Mode: "le-tuned", Repeat: i + 1, SchedMS: 2 * v, CMMS: 2 * v, Pass: true})
+	}
+	rs[0].Overlaps = []string{"x"}
+	var b bytes.Buffer
+	WriteTable(&b, rs)
+	out := b.String()
+	for _, want := range []string{"| 40 cut | kha-fast | 3 | 5.00 s [4.00-9.00]", "1 intervals", "| 40 cut | le-tuned | 3 | 10.00 s [8.00-18.00]",
+		"scenario 40, kha-fast / le-tuned: scheduler 0.50, controller-manager 0.50"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestParseModesNamesTheChoices(t *testing.T) {
+	ms, err := ParseModes("kha-fast,le-defaults")
+	if err != nil || len(ms) != 2 || ms[0].LeaderElect || !ms[1].LeaderElect || ms[1].Lease != 0 {
+		t.Fatalf("%v %v", ms, err)
+	}
+	if _, err := ParseModes("kha-fast,le-fast"); err == nil || !strings.Contains(err.Error(), "le-tuned") {
+		t.Errorf("error %v, want one listing the modes", err)
+	}
+	if m := Modes["le-tuned"]; m.Lease != 5*time.Second || m.Renew != 3*time.Second || m.Retry != time.Second {
+		t.Errorf("le-tuned %v, want 5/3/1 s", m)
+	}
+}

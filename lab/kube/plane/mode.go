@@ -1,0 +1,51 @@
+package plane
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+)
+
+// Mode is how the components are run: as kha-supervisor's managed units
+// (with a supervisor timing profile) or on both masters with client-go
+// leader election (the comparison).
+type Mode struct {
+	Name        string
+	LeaderElect bool
+	// Lease, Renew and Retry: leader election timing; zero is client-go's
+	// defaults (15 s / 10 s / 2 s).
+	Lease, Renew, Retry time.Duration
+	Profile             lab.Profile // kha modes only
+}
+
+// KhaMode runs the components under kha-supervisor with profile p.
+func KhaMode(p lab.Profile) Mode { return Mode{Name: "kha-" + p.Name, Profile: p} }
+
+// Modes of the side-by-side, by name.
+var Modes = map[string]Mode{
+	"kha-fast":    KhaMode(lab.Fast),
+	"kha-default": KhaMode(lab.Default),
+	"le-defaults": {Name: "le-defaults", LeaderElect: true},
+	"le-tuned":    {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
+}
+
+// ParseModes parses a comma list of mode names.
+func ParseModes(s string) ([]Mode, error) {
+	var out []Mode
+	for _, n := range strings.Split(s, ",") {
+		m, ok := Modes[strings.TrimSpace(n)]
+		if !ok {
+			names := make([]string, 0, len(Modes))
+			for k := range Modes {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			return nil, fmt.Errorf("mode %q: want one of %s", n, strings.Join(names, ", "))
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

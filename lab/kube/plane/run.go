@@ -1,0 +1,278 @@
+package plane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
+	"github.com/kha-supervisor/kha-supervisor/lab/master"
+)
+
+// Scenario is one fault of the real plane (lab/scenario/s4x_*.go).
+type Scenario struct {
+	ID    int
+	Name  string
+	Fault string
+	// Inject injects the fault on the trial's leader and returns how to
+	// undo it (nil: nothing to undo).
+	Inject func(ctx context.Context, t *Trial) (heal func(context.Context) error, err error)
+}
+
+var scenarios = map[int]Scenario{}
+
+// Register adds a real-plane scenario (from an init function).
+func Register(s Scenario) { scenarios[s.ID] = s }
+
+// Lookup returns a registered scenario.
+func Lookup(id int) (Scenario, bool) { s, ok := scenarios[id]; return s, ok }
+
+// IDs lists the registered scenarios.
+func IDs() []int {
+	var ids []int
+	for id := range scenarios {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Trial is one scenario run in one mode.
+type Trial struct {
+	R      *Runner
+	Mode   Mode
+	Leader string // the scheduler's leader at the fault
+	Nodes  map[string]*master.Node
+}
+
+// Node is the leader's master.
+func (t *Trial) Node() *master.Node { return t.Nodes[t.Leader] }
+
+// Result is one trial's figures (milliseconds).
+type Result struct {
+	ID         int       `json:"id"`
+	Scenario   string    `json:"scenario"`
+	Mode       string    `json:"mode"`
+	Repeat     int       `json:"repeat"`
+	Leader     string    `json:"leader"`
+	CMLeader   string    `json:"cm_leader"`
+	NewLeader  string    `json:"new_leader"`
+	FaultAt    time.Time `json:"fault_at"`
+	FaultDone  time.Time `json:"fault_done"`    // the fault completely in place
+	SchedMS    float64   `json:"scheduler_ms"`  // fault -> first pod created after the fault bound
+	UnboundMS  float64   `json:"unbound_ms"`    // longest a probe pod stayed unbound
+	CMMS       float64   `json:"controller_ms"` // longest a deleted ReplicaSet pod stayed unreplaced
+	ColdMS     float64   `json:"cold_start_ms"` // new leader's scheduler unit start -> its first bind (0: no new unit)
+	Overlaps   []string  `json:"overlaps,omitempty"`
+	DoubleBind int       `json:"double_binds"`
+	ExtraRS    int       `json:"extra_rs_pods"`
+	Writes     string    `json:"writes"`
+	Problems   []string  `json:"problems,omitempty"`
+	Notes      []string  `json:"notes,omitempty"` // host flakes seen in the window
+	Pass       bool      `json:"pass"`
+}
+
+// Runner runs trials against a lab that is up with the real plane.
+type Runner struct {
+	P       *Plane
+	Prober  *probe.Prober
+	Clients []kubernetes.Interface
+	mode    string
+}
+
+// NewRunner attaches to the plane and starts the prober (until ctx ends).
+func NewRunner(ctx context.Context, p *Plane) (*Runner, error) {
+	cs, err := p.AdminClients()
+	if err != nil {
+		return nil, err
+	}
+	pr := &probe.Prober{Servers: cs, Log: p.Log}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := waitFor(sctx, "the probe namespace and ReplicaSet", func() error { return pr.Setup(sctx) }); err != nil {
+		return nil, err
+	}
+	go pr.Run(ctx)
+	return &Runner{P: p, Prober: pr, Clients: cs}, nil
+}
+
+func waitFor(ctx context.Context, what string, f func() error) error {
+	var last error
+	for {
+		if last = f(); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("plane: waiting for %s: %w (last: %v)", what, ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Use switches the components to mode on both masters (nothing when it is
+// the current one) and waits until the plane is steady in it.
+func (r *Runner) Use(ctx context.Context, mode Mode) error {
+	nodes, err := r.P.Lab.Masters()
+	if err != nil {
+		return err
+	}
+	if r.mode != mode.Name {
+		r.P.Log.Info("plane: mode", "mode", mode.Name)
+		// Every supervisor first: stopping the leader's while the other
+		// runs would hand the units over on the way (a handoff the trial
+		// did not ask for).
+		for _, m := range lab.MasterNames {
+			if err := stop(ctx, nodes[m], lab.SupervisorUnit); err != nil {
+				return err
+			}
+		}
+		for _, m := range lab.MasterNames {
+			n := nodes[m]
+			if err := stop(ctx, n, kube.Scheduler, kube.ControllerManager); err != nil {
+				return err
+			}
+			if err := r.P.WriteUnits(ctx, n, mode); err != nil {
+				return err
+			}
+		}
+		for _, m := range lab.MasterNames {
+			if err := r.start(ctx, nodes[m], mode); err != nil {
+				return err
+			}
+		}
+		r.mode = mode.Name
+	}
+	_, err = r.Steady(ctx, mode, 3*time.Minute)
+	return err
+}
+
+// start brings one master's components up in mode: the supervisor (which
+// starts them on the leader) or, with leader election, the units
+// themselves without the supervisor's guard.
+func (r *Runner) start(ctx context.Context, n *master.Node, mode Mode) error {
+	if !mode.LeaderElect {
+		return r.P.Lab.WithProfile(mode.Profile).InstallSupervisor(ctx, n)
+	}
+	for _, u := range Units {
+		if err := n.RemoveFile(master.UnitDir + "/" + u + ".service.d/50-kha-supervisor.conf"); err != nil {
+			return err
+		}
+	}
+	if _, err := n.Systemctl(ctx, "daemon-reload"); err != nil {
+		return err
+	}
+	_, err := n.Systemctl(ctx, append([]string{"start"}, Units...)...)
+	return err
+}
+
+// Leaders names the master whose scheduler and controller-manager lead:
+// under kha-supervisor the one running them, with leader election the
+// holder of each component's Lease.
+func (r *Runner) Leaders(ctx context.Context, mode Mode) (sched, cm string, err error) {
+	if !mode.LeaderElect {
+		nodes, err := r.P.Lab.Masters()
+		if err != nil {
+			return "", "", err
+		}
+		var on []string
+		for _, m := range lab.MasterNames {
+			if st, _ := nodes[m].ActiveState(ctx, kube.Scheduler); st == "active" {
+				if st2, _ := nodes[m].ActiveState(ctx, kube.ControllerManager); st2 == "active" {
+					on = append(on, m)
+				}
+			}
+		}
+		if len(on) != 1 {
+			return "", "", fmt.Errorf("components active on %v, want exactly one master", on)
+		}
+		return on[0], on[0], nil
+	}
+	sched, err = r.leaseHolder(ctx, kube.Scheduler, mode)
+	if err != nil {
+		return "", "", err
+	}
+	cm, err = r.leaseHolder(ctx, kube.ControllerManager, mode)
+	return sched, cm, err
+}
+
+func (r *Runner) leaseHolder(ctx context.Context, name string, mode Mode) (string, error) {
+	var errs []error
+	for _, c := range r.Clients {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		l, err := c.CoordinationV1().Leases("kube-system").Get(rctx, name, metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+			return "", fmt.Errorf("lease %s not held", name)
+		}
+		lease := mode.Lease
+		if lease == 0 {
+			lease = 15 * time.Second
+		}
+		if time.Since(l.Spec.RenewTime.Time) > lease {
+			return "", fmt.Errorf("lease %s held by %s but not renewed for %s", name, *l.Spec.HolderIdentity, time.Since(l.Spec.RenewTime.Time).Round(time.Second))
+		}
+		for _, m := range lab.MasterNames {
+			if strings.HasPrefix(*l.Spec.HolderIdentity, master.MachineName(r.P.Lab.Config().Prefix, m)+"_") {
+				return m, nil
+			}
+		}
+		return "", fmt.Errorf("lease %s held by %q: no master of this lab", name, *l.Spec.HolderIdentity)
+	}
+	return "", errors.Join(errs...)
+}
+
+// Steady waits until one master leads, a probe pod created since is bound
+// and a ReplicaSet pod deleted since was replaced: both components act. A
+// Lease alone is not enough: right after a mode switch it still names the
+// stopped process, renewed less than a lease duration ago (seen: the fault
+// then hit a plane whose controller-manager had no live leader).
+func (r *Runner) Steady(ctx context.Context, mode Mode, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var leader string
+	since := time.Now()
+	err := waitFor(ctx, "a steady plane in mode "+mode.Name, func() error {
+		snap := r.Prober.Snapshot()
+		bound, replaced := false, false
+		for _, p := range snap.Pods {
+			bound = bound || (p.Created.After(since) && !p.Bound.IsZero())
+		}
+		for _, d := range snap.Deletions {
+			replaced = replaced || (d.At.After(since) && !d.Replaced.IsZero())
+		}
+		if !bound || !replaced {
+			return fmt.Errorf("since %s: a new pod bound %v, a deleted ReplicaSet pod replaced %v", since.Format("15:04:05"), bound, replaced)
+		}
+		s, _, err := r.Leaders(ctx, mode)
+		leader = s
+		return err
+	})
+	return leader, err
+}
+
+// stop stops units, again when systemd cancels the job (a restart of the
+// unit that was queued meanwhile: "Job for kha-supervisor.service
+// canceled").
+func stop(ctx context.Context, n *master.Node, units ...string) error {
+	var err error
+	for range 3 {
+		if _, err = n.Systemctl(ctx, append([]string{"stop"}, units...)...); err == nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return err
+}

@@ -1,0 +1,118 @@
+//go:build kube
+
+package plane_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
+	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/build"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/topo"
+
+	_ "github.com/kha-supervisor/kha-supervisor/lab/scenario" // registers scenarios 40-44
+)
+
+// prefix is the real-plane helper's lab prefix; the test refuses to share
+// it with a lab that is up.
+const prefix = "rp"
+
+// TestKubeSmoke: one failover on the real control plane (scenario 40, the
+// leader's rack cut off, kha-supervisor fast profile), judged at the
+// resource: both apiservers' audit logs show no interval with writes from
+// both masters' components, no double binding, and the prober's pods are
+// bound again after the fault. Needs root, systemd-nspawn and the cached
+// v1.37.2 binaries (built on first use, ~12 minutes).
+func TestKubeSmoke(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "go", "ip", "sysctl", "systemd-nspawn", "nsenter", "unshare")
+	if nss, _ := topo.Namespaces(prefix); len(nss) > 0 {
+		t.Fatalf("a lab with prefix %s is up (%v): run `kha-lab down --prefix %s` first", prefix, nss, prefix)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	bin, err := build.Ensure(ctx, build.Options{Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	root, _ := filepath.Abs("../../..")
+	for _, p := range []struct{ out, pkg string }{{"kha-lab", "./cmd/kha-lab"}, {"kha-supervisor", "./cmd/kha-supervisor"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", p.out), p.pkg)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", p.pkg, err, out)
+		}
+	}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	l, err := lab.New(lab.Config{Prefix: prefix, StateDir: filepath.Join(dir, "state"), DataDir: filepath.Join(dir, "etcd"),
+		Binary: filepath.Join(dir, "bin", "kha-lab"), Supervisor: filepath.Join(dir, "bin", "kha-supervisor"),
+		Packaging: filepath.Join(root, "packaging"), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plane.New(l, bin.Binaries, log)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := l.Down(ctx); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if err := p.Down(); err != nil {
+			t.Errorf("plane down: %v", err)
+		}
+		if nss, _ := topo.Namespaces(prefix); len(nss) > 0 {
+			t.Errorf("namespaces left behind: %v", nss)
+		}
+		if t.Failed() {
+			t.Logf("lab log:\n%s", logs.String())
+		}
+	})
+	start := time.Now()
+	if err := l.Up(ctx); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	t.Logf("up --plane real took %s", time.Since(start).Round(time.Millisecond))
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	r, err := plane.NewRunner(rctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := plane.Lookup(40)
+	if !ok {
+		t.Fatal("scenario 40 not registered")
+	}
+	res := r.Run(ctx, s, plane.Modes["kha-fast"], 1)
+	var table bytes.Buffer
+	plane.WriteTable(&table, []plane.Result{res})
+	t.Logf("figures:\n%s\nwrites %s, notes %v", table.String(), res.Writes, res.Notes)
+	for _, p := range res.Problems {
+		t.Errorf("problem: %s", p)
+	}
+	for _, o := range res.Overlaps {
+		t.Errorf("overlap at the resource: %s", o)
+	}
+	if res.DoubleBind > 0 || res.ExtraRS > 0 {
+		t.Errorf("harm: %d double bindings, %d ReplicaSet pods beyond replicas", res.DoubleBind, res.ExtraRS)
+	}
+	if res.NewLeader == res.Leader || res.NewLeader == "" {
+		t.Errorf("leader %s before the rack cut, %q after: no failover", res.Leader, res.NewLeader)
+	}
+	if res.SchedMS <= 0 || res.SchedMS > 60_000 {
+		t.Errorf("scheduler back after %.0f ms, want within 60 s of the fault", res.SchedMS)
+	}
+	if !strings.Contains(res.Writes, "kube-scheduler") || !res.Pass {
+		t.Errorf("no pass: writes %s, pass %v", res.Writes, res.Pass)
+	}
+}

@@ -1,0 +1,295 @@
+// Package probe is the user-visible side of a failover: from the lab's
+// observer namespace (which no fault touches) it creates a pod every 200 ms
+// with nodeName unset and records when each was created, and keeps a
+// ReplicaSet of one whose pod it deletes periodically, recording when the
+// controller-manager replaced it. It talks to both apiservers as a client
+// behind a load balancer would: whichever answers.
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Defaults.
+const (
+	Namespace   = "kha-probe"
+	RSName      = "probe-rs"
+	CreateEvery = 200 * time.Millisecond
+	DeleteEvery = 2 * time.Second
+	request     = 1500 * time.Millisecond
+)
+
+// Pod is one probe pod.
+type Pod struct {
+	Name    string
+	Created time.Time // the create was answered 201
+	Bound   time.Time // first seen with spec.nodeName (zero: not yet)
+	Node    string
+}
+
+// Deletion is one ReplicaSet pod the prober deleted.
+type Deletion struct {
+	Pod      string
+	At       time.Time
+	Replaced time.Time // first sight of a new pod of the ReplicaSet (zero: not yet)
+}
+
+// Prober runs the probes. Servers are tried in order, the last one that
+// answered first.
+type Prober struct {
+	Servers []kubernetes.Interface
+	Log     *slog.Logger
+
+	mu        sync.Mutex
+	seq       int
+	pods      map[string]*Pod
+	order     []string
+	deletions []*Deletion
+	rsSeen    map[string]bool
+	maxExtra  int // most ReplicaSet pods seen at once beyond replicas (1)
+	extraAt   time.Time
+	preferred int
+}
+
+// Snapshot is what the prober saw, copied.
+type Snapshot struct {
+	Pods      []Pod
+	Deletions []Deletion
+	MaxExtra  int
+	ExtraAt   time.Time
+}
+
+// Setup creates the namespace and the ReplicaSet (idempotent).
+func (p *Prober) Setup(ctx context.Context) error {
+	return p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		one := int32(1)
+		labels := map[string]string{"app": RSName}
+		_, err = c.AppsV1().ReplicaSets(Namespace).Create(ctx, &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: RSName},
+			Spec: appsv1.ReplicaSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec()}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
+}
+
+func podSpec() corev1.PodSpec {
+	zero := int64(0)
+	return corev1.PodSpec{
+		Containers:                    []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+		TerminationGracePeriodSeconds: &zero,
+		// The prober's pods never run; they must not hold a Node.
+		Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+	}
+}
+
+// any runs fn on the preferred server, then on the others.
+func (p *Prober) any(ctx context.Context, fn func(context.Context, kubernetes.Interface) error) error {
+	p.mu.Lock()
+	first := p.preferred
+	p.mu.Unlock()
+	var errs []error
+	for i := range p.Servers {
+		k := (first + i) % len(p.Servers)
+		rctx, cancel := context.WithTimeout(ctx, request)
+		err := fn(rctx, p.Servers[k])
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			p.preferred = k
+			p.mu.Unlock()
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Run probes until ctx ends.
+func (p *Prober) Run(ctx context.Context) {
+	p.mu.Lock()
+	if p.pods == nil {
+		p.pods, p.rsSeen = map[string]*Pod{}, map[string]bool{}
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, loop := range []struct {
+		every time.Duration
+		fn    func(context.Context)
+	}{{CreateEvery, p.createOne}, {CreateEvery, p.observe}, {DeleteEvery, p.deleteRSPod}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(loop.every)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					loop.fn(ctx)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (p *Prober) createOne(ctx context.Context) {
+	p.mu.Lock()
+	p.seq++
+	name := fmt.Sprintf("p-%d-%06d", time.Now().Unix()%100000, p.seq)
+	p.mu.Unlock()
+	err := p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+		_, err := c.CoreV1().Pods(Namespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "probe"}},
+			Spec: podSpec()}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the first try timed out after the apiserver had taken it
+		}
+		return err
+	})
+	if err != nil {
+		return // the pod does not exist: not a probe
+	}
+	p.mu.Lock()
+	p.pods[name] = &Pod{Name: name, Created: time.Now()}
+	p.order = append(p.order, name)
+	p.mu.Unlock()
+}
+
+// observe lists the namespace: binds, ReplicaSet pods, and deletes bound
+// probe pods (they would only pile up: nothing runs them).
+func (p *Prober) observe(ctx context.Context) {
+	var list *corev1.PodList
+	if err := p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+		var err error
+		list, err = c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+		return err
+	}); err != nil {
+		return
+	}
+	now := time.Now()
+	var done []string
+	p.mu.Lock()
+	active := 0
+	for _, pod := range list.Items {
+		if pod.Labels["app"] == RSName {
+			if pod.DeletionTimestamp == nil {
+				active++
+			}
+			if !p.rsSeen[pod.Name] {
+				p.rsSeen[pod.Name] = true
+				for _, d := range p.deletions {
+					if d.Replaced.IsZero() && d.Pod != pod.Name {
+						d.Replaced = now
+					}
+				}
+			}
+			continue
+		}
+		if rec, ok := p.pods[pod.Name]; ok && pod.Spec.NodeName != "" {
+			if rec.Bound.IsZero() {
+				rec.Bound, rec.Node = now, pod.Spec.NodeName
+			}
+			done = append(done, pod.Name)
+		}
+	}
+	if active-1 > p.maxExtra {
+		p.maxExtra, p.extraAt = active-1, now
+	}
+	p.mu.Unlock()
+	for _, name := range done {
+		_ = p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+			err := c.CoreV1().Pods(Namespace).Delete(ctx, name, *metav1.NewDeleteOptions(0))
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+	}
+}
+
+// deleteRSPod deletes the ReplicaSet's pod once the last deletion was
+// replaced: each deletion then measures one replacement.
+func (p *Prober) deleteRSPod(ctx context.Context) {
+	p.mu.Lock()
+	if n := len(p.deletions); n > 0 && p.deletions[n-1].Replaced.IsZero() {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	var victim string
+	_ = p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+		l, err := c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + RSName})
+		if err != nil {
+			return err
+		}
+		for _, pod := range l.Items {
+			if pod.DeletionTimestamp == nil {
+				victim = pod.Name
+				return nil
+			}
+		}
+		return nil
+	})
+	if victim == "" {
+		return
+	}
+	// Recorded before the call: the controller-manager may replace the
+	// pod before Delete returns, and a replacement seen before its
+	// deletion was recorded would leave the deletion "unreplaced" forever
+	// (seen: every later deletion waited on it, the figure stuck at the
+	// trial's timeout).
+	d := &Deletion{Pod: victim, At: time.Now()}
+	p.mu.Lock()
+	p.deletions = append(p.deletions, d)
+	p.mu.Unlock()
+	if err := p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+		return c.CoreV1().Pods(Namespace).Delete(ctx, victim, *metav1.NewDeleteOptions(0))
+	}); err != nil {
+		p.mu.Lock()
+		p.deletions = slices.DeleteFunc(p.deletions, func(x *Deletion) bool { return x == d })
+		p.mu.Unlock()
+	}
+}
+
+// Snapshot copies what was seen so far.
+func (p *Prober) Snapshot() Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Snapshot{MaxExtra: p.maxExtra, ExtraAt: p.extraAt}
+	for _, n := range p.order {
+		s.Pods = append(s.Pods, *p.pods[n])
+	}
+	for _, d := range p.deletions {
+		s.Deletions = append(s.Deletions, *d)
+	}
+	return s
+}
+
+// ResetExtra starts counting ReplicaSet pods beyond replicas anew (one
+// scenario's worth).
+func (p *Prober) ResetExtra() {
+	p.mu.Lock()
+	p.maxExtra, p.extraAt = 0, time.Time{}
+	p.mu.Unlock()
+}

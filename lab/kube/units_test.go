@@ -1,0 +1,78 @@
+package kube
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// examplesDir holds the example units operators copy; they must be what the
+// lab runs (regenerate: KHA_UPDATE_EXAMPLES=1 go test ./lab/kube -run TestExamples).
+const examplesDir = "../../packaging/examples/kubernetes"
+
+func TestExamplesMatchTheLabsUnits(t *testing.T) {
+	want, err := Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KHA_UPDATE_EXAMPLES") == "1" {
+		for name, b := range want {
+			if err := os.WriteFile(filepath.Join(examplesDir, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, b := range want {
+		got, err := os.ReadFile(filepath.Join(examplesDir, name))
+		if err != nil {
+			t.Fatalf("%v (regenerate with KHA_UPDATE_EXAMPLES=1)", err)
+		}
+		if !bytes.Equal(got, b) {
+			t.Errorf("%s drifted from lab/kube's units; regenerate with KHA_UPDATE_EXAMPLES=1 go test ./lab/kube -run TestExamples\n--- want\n%s", name, b)
+		}
+	}
+}
+
+func TestUnitsCarryTheFlagsThatMakeThemBehave(t *testing.T) {
+	ex, err := Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, cm := string(ex["kube-scheduler.service"]), string(ex["kube-controller-manager.service"])
+	for _, s := range []string{"--leader-elect=false", "SuccessExitStatus=1", "Restart=on-failure", "--kubeconfig=/etc/kubernetes/scheduler.conf"} {
+		if !strings.Contains(sched, s) {
+			t.Errorf("scheduler unit lacks %q:\n%s", s, sched)
+		}
+	}
+	for _, s := range []string{"--leader-elect=false", "--use-service-account-credentials=true", "--service-account-private-key-file=/etc/kubernetes/pki/sa.key"} {
+		if !strings.Contains(cm, s) {
+			t.Errorf("controller-manager unit lacks %q:\n%s", s, cm)
+		}
+	}
+	if strings.Contains(cm, "SuccessExitStatus") {
+		t.Errorf("controller-manager dies of SIGTERM; SuccessExitStatus would hide a real exit 1:\n%s", cm)
+	}
+}
+
+func TestLeaderElectUnitsCarryTheTiming(t *testing.T) {
+	c := Component{Name: Scheduler, Binary: "/b", Dir: "/d", CA: testAPIServer(t).CA, Server: "https://x:6443", Address: "10.0.0.1", Port: 10259,
+		LeaderElect: true, LeaseDuration: 5 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second}
+	u, err := c.Unit(ComponentFiles{Kubeconfig: "/k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"--leader-elect=true", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s"} {
+		if !strings.Contains(string(u), s) {
+			t.Errorf("unit lacks %q:\n%s", s, u)
+		}
+	}
+	if strings.Contains(string(u), "SuccessExitStatus") {
+		t.Errorf("a leader-electing scheduler does not exit 1 on SIGTERM by design; no SuccessExitStatus:\n%s", u)
+	}
+	if _, err := (Component{Name: "kube-proxy"}).Unit(ComponentFiles{}); err == nil {
+		t.Error("a unit for an unknown component rendered")
+	}
+}

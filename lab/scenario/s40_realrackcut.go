@@ -1,0 +1,28 @@
+package scenario
+
+import (
+	"context"
+	"slices"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+)
+
+// Scenario 40 (real plane): the leader's rack loses etcd and the other
+// rack; the prober's subnet still reaches both apiservers, the cut one
+// without its storage.
+func init() {
+	plane.Register(plane.Scenario{ID: 40, Name: "real: leader's rack cut off",
+		Fault: "the scheduler leader's rack (master, worker) cut from the etcd rack and the other rack",
+		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
+			topo := t.R.P.Lab.Topo
+			rack := "r1"
+			if t.Leader != "m1" {
+				rack = "r2"
+			}
+			other := map[string]string{"r1": "r2", "r2": "r1"}[rack]
+			a := topo.InRack(rack)
+			b := slices.Concat(topo.InRack("etcd"), topo.InRack(other))
+			heal := func(ctx context.Context) error { return topo.Heal(ctx, a, b) }
+			return heal, topo.Cut(ctx, a, b)
+		}})
+}

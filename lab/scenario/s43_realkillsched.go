@@ -1,0 +1,31 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+)
+
+// Scenario 43 (real plane): kill -9 of kube-scheduler on the leader. Under
+// kha-supervisor systemd restarts it in place (Restart=on-failure); with
+// leader election its lease must expire first. The main process is killed
+// by PID (`systemctl kill` fails on this VM's cgroups: "Failed to send
+// signal SIGKILL to auxiliary processes: Input/output error").
+func init() {
+	plane.Register(plane.Scenario{ID: 43, Name: "real: scheduler killed (SIGKILL) on the leader",
+		Fault: "kill -9 of kube-scheduler's main process on the scheduler's leader",
+		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
+			n := t.Node()
+			pid, err := n.MainPID(ctx, "kube-scheduler.service")
+			if err != nil {
+				return nil, err
+			}
+			if pid <= 0 {
+				return nil, fmt.Errorf("kube-scheduler does not run on %s", t.Leader)
+			}
+			_, err = n.Exec(ctx, "kill", "-9", strconv.Itoa(pid))
+			return nil, err
+		}})
+}
