@@ -7,19 +7,12 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/lab/etcdload"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
-
-// defaultProfile gives a harness member the packaged defaults' timing
-// (TTL 10 s, renew 1 s, stop 2 s + 1 s) instead of the harness's fast one.
-func defaultProfile(c *config.Config) {
-	d := config.Default()
-	c.Lease, c.Etcd.RequestTimeout = d.Lease, d.Etcd.RequestTimeout
-	c.Units.StopTimeout, c.Units.KillGrace, c.Units.PollInterval = d.Units.StopTimeout, d.Units.KillGrace, d.Units.PollInterval
-}
 
 // In production the supervisor shares etcd with the apiserver, whose
 // traffic and maintenance must not move leadership: under a steady write
@@ -27,16 +20,21 @@ func defaultProfile(c *config.Config) {
 // its duration), a snapshot, a compaction and a rolling restart of the
 // three members, the leader keeps its lease and no unit is restarted.
 func TestLeaderSurvivesEtcdMaintenanceUnderLoad(t *testing.T) {
-	for _, p := range []struct {
-		name    string
-		profile func(*config.Config)
-	}{{"default", defaultProfile}, {"fast", nil}} {
-		t.Run(p.name, func(t *testing.T) { survivesMaintenance(t, p.profile) })
+	for _, name := range []string{"default", "fast"} {
+		t.Run(name, func(t *testing.T) { survivesMaintenance(t, name) })
 	}
 }
 
-func survivesMaintenance(t *testing.T, profile func(*config.Config)) {
-	w := newWorld(t)
+// survivesMaintenance runs the shipped profile name, under its own
+// watchdog, against an etcd with stock timing (100 ms / 1 s).
+func survivesMaintenance(t *testing.T, name string) {
+	w := supervisortest.NewWorldWith(t, etcdtest.Options{Members: 3, Timing: etcdtest.Stock})
+	w.Options = func(_ string, o *supervisor.Options) { o.Watchdog = config.Profiles[name].Watchdog.D() }
+	profile := func(c *config.Config) {
+		if err := c.UseProfile(name); err != nil {
+			t.Fatal(err)
+		}
+	}
 	a, b := w.Start("m1", profile), w.Start("m2", profile)
 	leader, others := leaderOf(t, a, b)
 	ctx, cancel := context.WithCancel(context.Background())
