@@ -74,20 +74,61 @@ func ReadHistory(ctx context.Context, cli *clientv3.Client, k Keys, limit int) (
 	return out, nil
 }
 
-// historian appends this member's transitions off the loop. It drops
-// entries rather than block when etcd is slow: the history is for people,
-// and the loop must never wait for it.
+// historyBacklog bounds the entries kept while etcd does not answer; the
+// oldest go first when it is full.
+const historyBacklog = 256
+
+// historian appends this member's transitions off the loop, the loop never
+// waits for it. An entry etcd does not take (a partition, an outage) is
+// kept, with its original time, and written when etcd answers again.
 func (s *Supervisor) historian(bg context.Context) {
+	var pending []Event
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-bg.Done():
+			s.requeueHistory(pending)
 			return
 		case e := <-s.history:
-			ctx, cancel := s.reqCtx(bg)
-			if err := AppendHistory(ctx, s.cli, s.keys, e, s.cfg.History.Retain); err != nil {
-				s.log.Debug("history", "err", err)
+			pending = append(pending, e)
+			if len(pending) > historyBacklog {
+				s.log.Warn("history backlog full while etcd does not answer; oldest entry dropped", "at", pending[0].At, "to", pending[0].To)
+				pending = pending[1:]
 			}
-			cancel()
+		case <-retry.C:
+		}
+		pending = s.writeHistory(bg, pending)
+		if len(pending) > 0 {
+			retry.Reset(s.cfg.Units.PollInterval.D())
+		}
+	}
+}
+
+// writeHistory appends pending in order and returns what etcd did not take.
+func (s *Supervisor) writeHistory(bg context.Context, pending []Event) []Event {
+	for len(pending) > 0 {
+		ctx, cancel := s.reqCtx(bg)
+		err := AppendHistory(ctx, s.cli, s.keys, pending[0], s.cfg.History.Retain)
+		cancel()
+		if err != nil {
+			s.log.Debug("history not written yet; kept for the next try", "err", err, "pending", len(pending))
+			return pending
+		}
+		pending = pending[1:]
+	}
+	return nil
+}
+
+// requeueHistory hands entries not written back to the channel, so that
+// flushHistory gets one last try at them when Run returns.
+func (s *Supervisor) requeueHistory(pending []Event) {
+	for _, e := range pending {
+		select {
+		case s.history <- e:
+		default:
+			return
 		}
 	}
 }
