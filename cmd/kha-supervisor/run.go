@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
@@ -158,6 +159,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 	gsrv.Logger = log
 	gsrv.SetStatus(func() guard.Status { return guardStatus(sup.Status()) })
+	// Off the start-up path: the counters are for people, the history read
+	// may take a request timeout.
+	note := predecessorFence() // read before Run: its start-up publishes and clears the note
+	go func() { metrics.SeedFences(pastFences(ctx, cfg, cli, sup.Keys(), note, log)) }()
 	gctx, gcancel := context.WithCancel(context.Background())
 	defer gcancel()
 	go func() { _ = gsrv.Serve(gctx) }()
@@ -310,4 +315,37 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 		case <-t.C:
 		}
 	}
+}
+
+// pastFences are this node's fences before this process: from the history
+// in etcd, and the run state a fenced predecessor left (its successor, this
+// process, publishes that note to history only after start-up).
+func pastFences(ctx context.Context, cfg config.Config, cli *clientv3.Client, keys supervisor.Keys, note *runstate.Fenced, log *slog.Logger) []httpapi.PastFence {
+	var out []httpapi.PastFence
+	seen := map[time.Time]bool{}
+	hctx, cancel := context.WithTimeout(ctx, cfg.Etcd.RequestTimeout.D())
+	evs, err := supervisor.ReadHistory(hctx, cli, keys, 0)
+	cancel()
+	if err != nil {
+		log.Warn("cannot read the history for the fence metrics; they count from this start", "err", err)
+	}
+	for _, e := range evs {
+		if e.Node == cfg.Node && e.To == supervisor.Fenced {
+			out = append(out, httpapi.PastFence{At: e.At, Reason: e.Kind})
+			seen[e.At.UTC()] = true
+		}
+	}
+	if note != nil && !seen[note.At.UTC()] {
+		out = append(out, httpapi.PastFence{At: note.At, Reason: note.Kind})
+	}
+	return out
+}
+
+// predecessorFence is the fence note a fenced predecessor left, if any.
+func predecessorFence() *runstate.Fenced {
+	st, ok, err := runstate.Store{Dir: runstate.DefaultDir}.Load()
+	if err != nil || !ok {
+		return nil
+	}
+	return st.Fenced
 }

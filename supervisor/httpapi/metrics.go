@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +59,8 @@ type Metrics struct {
 	LeaseTimeLeft  prometheus.Gauge         // kha_lease_time_left_seconds
 	Transitions    *prometheus.CounterVec   // kha_transitions_total{from,to,reason}
 	Fences         *prometheus.CounterVec   // kha_fences_total{reason}
+	LastFence      prometheus.Gauge         // kha_last_fence_timestamp_seconds
+	LastFenceInfo  *prometheus.GaugeVec     // kha_last_fence_info{reason}
 	UnitActive     *prometheus.GaugeVec     // kha_unit_active{unit}
 	RenewDuration  *prometheus.HistogramVec // kha_renew_duration_seconds{lease}
 	RenewFailures  *prometheus.CounterVec   // kha_renew_failures_total{lease}
@@ -109,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.Role, m.LeaseTimeLeft, m.fenceSlack, m.Transitions, m.Fences, m.UnitActive,
+	cs := []prometheus.Collector{m.Role, m.LeaseTimeLeft, m.fenceSlack, m.Transitions, m.Fences, m.LastFence, m.LastFenceInfo, m.UnitActive,
 		m.RenewDuration, m.RenewFailures, m.DropinMismatch, m.StrayProcesses, m.BuildInfo}
 	if setup.runtime {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewBuildInfoCollector(),
@@ -138,6 +141,12 @@ func newCollectors() *Metrics {
 		}, []string{"from", "to", "reason"}),
 		Fences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kha_fences_total", Help: "Times this node fenced itself, by reason.",
+		}, []string{"reason"}),
+		LastFence: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kha_last_fence_timestamp_seconds", Help: "When this node last fenced itself (Unix time; from history across restarts), 0 if never.",
+		}),
+		LastFenceInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kha_last_fence_info", Help: "1 for the reason of this node's last fence; absent if it never fenced.",
 		}, []string{"reason"}),
 		UnitActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kha_unit_active", Help: "1 while the managed unit may have live processes on this node, else 0.",
@@ -207,7 +216,30 @@ func (m *Metrics) Transition(from, to, reason string) {
 }
 
 // Fenced counts one fence.
-func (m *Metrics) Fenced(reason string) { m.Fences.WithLabelValues(reason).Inc() }
+func (m *Metrics) Fenced(reason string) { m.fenced(time.Now(), reason) }
+
+func (m *Metrics) fenced(at time.Time, reason string) {
+	m.Fences.WithLabelValues(reason).Inc()
+	m.LastFence.Set(float64(at.UnixNano()) / 1e9)
+	m.LastFenceInfo.Reset()
+	m.LastFenceInfo.WithLabelValues(reason).Set(1)
+}
+
+// PastFence is one fence of this node before this process started.
+type PastFence struct {
+	At     time.Time
+	Reason string
+}
+
+// SeedFences counts the fences of earlier processes of this node (from the
+// history, and the run state its predecessor left), so that kha_fences_total
+// and the last-fence gauges survive the restart that follows every fence.
+func (m *Metrics) SeedFences(past []PastFence) {
+	slices.SortFunc(past, func(a, b PastFence) int { return a.At.Compare(b.At) })
+	for _, f := range past {
+		m.fenced(f.At, f.Reason)
+	}
+}
 
 // SetUnitActive records whether unit may have live processes.
 func (m *Metrics) SetUnitActive(unit string, active bool) {
