@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
-	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
+	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
 // dropinEvery is how many unit polls pass between two checks of the units'
@@ -78,7 +78,7 @@ func (s *Supervisor) readDropins(bg context.Context, br fencing.BindingReader) (
 	probs := []string{}
 	for _, u := range s.cfg.Units.Managed {
 		if b, ok := bs[u]; ok {
-			probs = append(probs, b.Problems(dropin.SupervisorUnit, s.cfg.Units.StopTimeout.D())...)
+			probs = append(probs, b.Problems(layout.SupervisorUnit, s.cfg.Units.StopTimeout.D())...)
 		}
 	}
 	return probs, nil
