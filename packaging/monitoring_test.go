@@ -34,7 +34,8 @@ var prometheusOwn = map[string]bool{"up": true}
 func daemonMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := httpapi.NewMetrics(reg, httpapi.WithUnits(config.Default().Units.Managed...))
+	m, err := httpapi.NewMetrics(reg, httpapi.WithUnits(config.Default().Units.Managed...),
+		httpapi.WithEndpoints(config.Default().Etcd.Endpoints...))
 	if err != nil {
 		t.Fatal(err)
 	}

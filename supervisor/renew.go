@@ -83,11 +83,11 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 			}
 			rctx, rcancel := s.reqCtx(ctx)
 			sent := time.Now()
-			ttl, err := s.keepAliveOnce(rctx, lease)
+			ttl, endpoint, err := s.keepAliveOnce(rctx, lease)
 			rcancel()
 			r := renewal{name: name, lease: lease, sent: sent, took: time.Since(sent), ttl: ttl, err: err}
 			if s.opts.RenewObserver != nil {
-				s.opts.RenewObserver(name, r.took, err)
+				s.opts.RenewObserver(name, endpoint, r.took, err)
 			}
 			select {
 			case s.renewals <- r:
@@ -112,7 +112,8 @@ func (s *Supervisor) stopRenewer(name string) {
 // same time and returns the first success (see etcdconn.Pool.KeepAliveOnce):
 // gRPC only notices a silently dead connection after its keepalive (10 s
 // at the least), and a balanced client would keep sending some renewals
-// into it; in parallel, one live member is enough.
-func (s *Supervisor) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
-	return s.pool.KeepAliveOnce(ctx, lease)
+// into it; in parallel, one live member is enough. The endpoint is the
+// member whose answer counted ("" when none did).
+func (s *Supervisor) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, string, error) {
+	return s.pool.KeepAliveOnceFrom(ctx, lease)
 }

@@ -52,9 +52,10 @@ type Options struct {
 	// kills with WatchdogSignal=SIGKILL; it enters the fence window (see
 	// fencing.Window). Zero without a watchdog.
 	Watchdog time.Duration
-	// RenewObserver is told of every renewal attempt (metrics). May be nil;
-	// called from the renewal goroutine.
-	RenewObserver func(lease string, took time.Duration, err error)
+	// RenewObserver is told of every renewal attempt (metrics): the lease,
+	// the etcd endpoint whose answer counted ("" when none did), the round
+	// trip and the error. May be nil; called from the renewal goroutine.
+	RenewObserver func(lease, endpoint string, took time.Duration, err error)
 	// APIFence is the fence at the API server (apifence.go); nil is off.
 	APIFence APIFence
 	// RunStateDir is where this process leaves what a restarted successor

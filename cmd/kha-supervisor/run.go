@@ -119,7 +119,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 
 	reg := prometheus.NewRegistry()
-	metrics, err := httpapi.NewMetrics(reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version))
+	metrics, err := httpapi.NewMetrics(reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version),
+		httpapi.WithEndpoints(cfg.Etcd.Endpoints...))
 	if err != nil {
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
@@ -145,7 +146,9 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 				metrics.Fenced(t.Kind)
 			}
 		},
-		RenewObserver: func(lease string, took time.Duration, err error) { metrics.Renewed(lease, took, err) },
+		RenewObserver: func(lease, endpoint string, took time.Duration, err error) {
+			metrics.Renewed(lease, endpoint, took, err)
+		},
 	})
 	if err != nil {
 		log.Error("cannot create supervisor", "err", err)

@@ -164,7 +164,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	}
 	opts := supervisor.Options{Config: cfg, Client: cli, Pool: pool, Units: m.Units, Log: log, Version: "test",
 		RunStateDir: w.StateDir(name),
-		RenewObserver: func(_ string, _ time.Duration, err error) {
+		RenewObserver: func(_, _ string, _ time.Duration, err error) {
 			if err != nil {
 				m.RenewFailures.Add(1)
 			}

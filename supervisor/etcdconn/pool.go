@@ -368,6 +368,14 @@ func notApplied(err error) bool {
 // from a member verified to be of our cluster: members forward renewals to
 // the etcd leader, so it is then the leader's answer.
 func (p *Pool) KeepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
+	ttl, _, err := p.KeepAliveOnceFrom(ctx, lease)
+	return ttl, err
+}
+
+// KeepAliveOnceFrom is KeepAliveOnce that also names the endpoint whose
+// answer counted (the first success, or the verified "lease not found"),
+// for the per-endpoint renewal latency; "" when every member failed.
+func (p *Pool) KeepAliveOnceFrom(ctx context.Context, lease clientv3.LeaseID) (time.Duration, string, error) {
 	results := make(chan result[*clientv3.LeaseKeepAliveResponse], len(p.members))
 	for _, m := range p.members {
 		go func() {
@@ -382,9 +390,9 @@ func (p *Pool) KeepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.
 		switch {
 		case r.err == nil:
 			p.preferMember(r.m)
-			return time.Duration(r.v.TTL) * time.Second, nil
+			return time.Duration(r.v.TTL) * time.Second, r.m.endpoint, nil
 		case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && p.verified(r.m):
-			return 0, r.err
+			return 0, r.m.endpoint, r.err
 		case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
 			// Not wrapped: from an unverified member it is no verdict.
 			errs = append(errs, fmt.Errorf("%s: lease not found, but this endpoint is not verified to be of our etcd cluster", r.m.endpoint))
@@ -393,7 +401,7 @@ func (p *Pool) KeepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", r.m.endpoint, r.err))
 	}
-	return 0, errors.Join(errs...)
+	return 0, "", errors.Join(errs...)
 }
 
 // recheck learns an unverified member's cluster ID from its status.

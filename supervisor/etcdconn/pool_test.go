@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
 )
 
 func newPool(t *testing.T, eps []string, hedge time.Duration) *etcdconn.Pool {
@@ -101,4 +104,63 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// The renewal names the member whose answer counted, and the metrics file
+// it under that endpoint: with two of three members silent (client side
+// only; the cluster keeps its quorum), every renewal is the third's.
+func TestKeepAliveNamesTheAnsweringEndpoint(t *testing.T) {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3})
+	eps, proxies := c.ProxiedEndpoints(t)
+	p := newPool(t, eps, 50*time.Millisecond)
+	reg := prometheus.NewRegistry()
+	m, err := httpapi.NewMetrics(reg, httpapi.WithoutRuntime(), httpapi.WithEndpoints(eps...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g, err := p.Grant(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxies.Proxy(0).Blackhole(true)
+	proxies.Proxy(1).Blackhole(true)
+	const n = 5
+	for i := range n {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		start := time.Now()
+		_, ep, err := p.KeepAliveOnceFrom(rctx, g.ID)
+		rcancel()
+		m.Renewed("election", ep, time.Since(start), err)
+		if err != nil || ep != eps[2] {
+			t.Fatalf("renewal %d: answered by %q (err %v), want the only live member %s", i, ep, err, eps[2])
+		}
+	}
+	for i, ep := range eps {
+		want := uint64(0)
+		if i == 2 {
+			want = n
+		}
+		if got := histogramCount(t, m.RenewDuration.WithLabelValues("election", ep)); got != want {
+			t.Errorf("kha_renew_duration_seconds_count{lease=election,endpoint=%s} = %d, want %d", ep, got, want)
+		}
+	}
+	// No member answers: no endpoint, and the failure is counted.
+	proxies.Proxy(2).Blackhole(true)
+	rctx, rcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, ep, err := p.KeepAliveOnceFrom(rctx, g.ID)
+	rcancel()
+	if err == nil || ep != "" {
+		t.Fatalf("renewal with every member silent: endpoint %q, err %v; want \"\" and an error", ep, err)
+	}
+}
+
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	var d dto.Metric
+	if err := o.(prometheus.Metric).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.GetHistogram().GetSampleCount()
 }

@@ -191,7 +191,8 @@ func TestStatusEncodeError(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, WithUnits("kube-scheduler.service", "kube-controller-manager.service"), WithVersion("1.2.3"))
+	m, err := NewMetrics(reg, WithUnits("kube-scheduler.service", "kube-controller-manager.service"), WithVersion("1.2.3"),
+		WithEndpoints("http://e1:2379", "http://e2:2379"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,8 +202,8 @@ func TestMetrics(t *testing.T) {
 	m.Fenced("deadline")
 	m.SetUnitActive("kube-scheduler.service", true)
 	m.SetUnitActive("kube-controller-manager.service", false)
-	m.Renewed("election", 3*time.Millisecond, nil)
-	m.Renewed("member", 0, errors.New("timeout"))
+	m.Renewed("election", "http://e1:2379", 3*time.Millisecond, nil)
+	m.Renewed("member", "", 0, errors.New("timeout"))
 	m.SetLease(6100*time.Millisecond, 3500*time.Millisecond, true)
 
 	_, body, _ := get(t, New(&fakeSource{}, reg), http.MethodGet, "/metrics")
@@ -218,10 +219,12 @@ func TestMetrics(t *testing.T) {
 		`kha_fences_total{reason="deadline"} 1`,
 		`kha_unit_active{unit="kube-scheduler.service"} 1`,
 		`kha_unit_active{unit="kube-controller-manager.service"} 0`,
-		`kha_renew_duration_seconds_bucket{lease="election",le="0.001"} 0`,
-		`kha_renew_duration_seconds_bucket{lease="election",le="0.005"} 1`,
-		`kha_renew_duration_seconds_bucket{lease="election",le="2"} 1`,
-		`kha_renew_duration_seconds_count{lease="election"} 1`,
+		`kha_renew_duration_seconds_bucket{endpoint="http://e1:2379",lease="election",le="0.001"} 0`,
+		`kha_renew_duration_seconds_bucket{endpoint="http://e1:2379",lease="election",le="0.005"} 1`,
+		`kha_renew_duration_seconds_bucket{endpoint="http://e1:2379",lease="election",le="2"} 1`,
+		`kha_renew_duration_seconds_count{endpoint="http://e1:2379",lease="election"} 1`,
+		`kha_renew_duration_seconds_count{endpoint="http://e2:2379",lease="election"} 0`,
+		`kha_renew_duration_seconds_count{endpoint="http://e2:2379",lease="member"} 0`,
 		`kha_renew_failures_total{lease="member"} 1`,
 		`kha_renew_failures_total{lease="election"} 0`,
 		`kha_build_info{goversion="` + runtime.Version() + `",version="1.2.3"} 1`,
@@ -245,7 +248,8 @@ func TestMetrics(t *testing.T) {
 		`kha_fences_total{reason="lease_lost"} 0`,
 		`kha_renew_failures_total{lease="member"} 0`,
 		`kha_transitions_total{from="active",reason="deadline",to="fencing"} 0`,
-		`kha_renew_duration_seconds_count{lease="member"} 0`,
+		`kha_renew_duration_seconds_count{endpoint="http://e1:2379",lease="member"} 0`,
+		`kha_renew_duration_seconds_count{endpoint="http://e2:2379",lease="election"} 0`,
 		`kha_dropin_mismatch{unit="kube-scheduler.service"} 0`,
 		`kha_stray_processes{unit="kube-controller-manager.service"} 0`,
 	} {

@@ -62,7 +62,7 @@ type Metrics struct {
 	LastFence      prometheus.Gauge         // kha_last_fence_timestamp_seconds
 	LastFenceInfo  *prometheus.GaugeVec     // kha_last_fence_info{reason}
 	UnitActive     *prometheus.GaugeVec     // kha_unit_active{unit}
-	RenewDuration  *prometheus.HistogramVec // kha_renew_duration_seconds{lease}
+	RenewDuration  *prometheus.HistogramVec // kha_renew_duration_seconds{lease,endpoint}
 	RenewFailures  *prometheus.CounterVec   // kha_renew_failures_total{lease}
 	DropinMismatch *prometheus.GaugeVec     // kha_dropin_mismatch{unit}
 	StrayProcesses *prometheus.GaugeVec     // kha_stray_processes{unit}
@@ -78,14 +78,22 @@ type Metrics struct {
 type MetricsOption func(*metricsSetup)
 
 type metricsSetup struct {
-	units   []string
-	version string
-	runtime bool
+	units     []string
+	endpoints []string
+	version   string
+	runtime   bool
 }
 
 // WithUnits starts the per-unit series of units (the managed units) at 0.
 func WithUnits(units ...string) MetricsOption {
 	return func(s *metricsSetup) { s.units = append(s.units, units...) }
+}
+
+// WithEndpoints starts kha_renew_duration_seconds at 0 for every lease and
+// each of endpoints (the configured etcd endpoints), so that a member that
+// never answers first still has a series.
+func WithEndpoints(endpoints ...string) MetricsOption {
+	return func(s *metricsSetup) { s.endpoints = append(s.endpoints, endpoints...) }
 }
 
 // WithVersion sets kha_build_info's version label.
@@ -152,11 +160,11 @@ func newCollectors() *Metrics {
 			Name: "kha_unit_active", Help: "1 while the managed unit may have live processes on this node, else 0.",
 		}, []string{"unit"}),
 		RenewDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "kha_renew_duration_seconds", Help: "Round trip of successful lease renewals, from send to the first answer, by lease (member, election).",
+			Name: "kha_renew_duration_seconds", Help: "Round trip of successful lease renewals, from send to the first answer, by lease (member, election) and the etcd endpoint that answered first (renewals go to every member at once).",
 			Buckets: RenewBuckets,
-		}, []string{"lease"}),
+		}, []string{"lease", "endpoint"}),
 		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kha_renew_failures_total", Help: "Lease renewals that failed or timed out, by lease (member, election).",
+			Name: "kha_renew_failures_total", Help: "Lease renewals that failed or timed out through every etcd member, by lease (member, election).",
 		}, []string{"lease"}),
 		DropinMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kha_dropin_mismatch", Help: "1 while a managed unit's drop-in differs from what `kha-supervisor install-dropins` writes (the unit may start unguarded), else 0.",
@@ -184,8 +192,10 @@ func (m *Metrics) preset(s metricsSetup) {
 		m.Transitions.WithLabelValues(t[0], t[1], t[2])
 	}
 	for _, l := range Leases {
-		m.RenewDuration.WithLabelValues(l)
 		m.RenewFailures.WithLabelValues(l)
+		for _, ep := range s.endpoints {
+			m.RenewDuration.WithLabelValues(l, ep)
+		}
 	}
 	for _, u := range s.units {
 		m.UnitActive.WithLabelValues(u).Set(0)
@@ -258,13 +268,16 @@ func (m *Metrics) SetStrayProcesses(unit string, n int) {
 }
 
 // Renewed records one renewal attempt of lease ("member" or "election"):
-// its duration when it succeeded, a failure otherwise.
-func (m *Metrics) Renewed(lease string, took time.Duration, err error) {
+// its duration under the endpoint that answered first when it succeeded, a
+// failure otherwise. Failures have no endpoint label: a renewal fails only
+// when every member failed, and a success does not wait for the slower
+// members, so no single member is to blame.
+func (m *Metrics) Renewed(lease, endpoint string, took time.Duration, err error) {
 	if err != nil {
 		m.RenewFailures.WithLabelValues(lease).Inc()
 		return
 	}
-	m.RenewDuration.WithLabelValues(lease).Observe(took.Seconds())
+	m.RenewDuration.WithLabelValues(lease, endpoint).Observe(took.Seconds())
 }
 
 // SetLease records the lease time left (clamped at 0: a lapsed lease has
