@@ -86,9 +86,9 @@ func busyEtcd(ctx context.Context, r *Run) error {
 
 // busyPrefill writes busyFillKeys values (every run: on a lab that ran
 // the scenario before, the rewrite leaves the old revisions in the
-// database until the compaction, as an apiserver's churn does, so the
-// first run defragments about 290 MB and later runs about 650 MB) and
-// notes the database size.
+// database until the compaction, as an apiserver's churn does: the first
+// run on a fresh lab defragments about 290 MB, later runs 650 MB to 1 GB)
+// and notes the database size.
 func (r *Run) busyPrefill(ctx context.Context, cli *clientv3.Client) error {
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
