@@ -17,7 +17,7 @@ import (
 // Issues are the scenarios of issues 13 (overlap paths the first matrix
 // could not see) and 11 (availability gaps), one file each (sNN_*.go). They
 // are long and not part of CI (CISubset); `kha-lab run issues` runs them.
-// ID 31 is left for issue 13.6 (groups), 37 for issue 11.7's groups' cost.
+// ID 31 is left for issue 13.6 (groups).
 // Each notes the failed promotions it saw (noted): on this host a unit's
 // start sometimes fails with status=219/CGROUP, and the cooldown that
 // follows shows in the figures.
@@ -48,6 +48,8 @@ var Issues = []Scenario{
 		"no leadership change, no unit or supervisor restart; zero overlap (renewal latency per member and failed renewals reported)", noted(busyEtcd)},
 	{36, "cooldown-alone", "the leader demotes into cooldown (unit crash loop); then the other master stops",
 		"the cooled-down node takes over (no other member eligible) before its cooldown ends", noted(cooldownAlone)},
+	{37, "groups-cost", "etcd's request rate and CPU with the lab's group (two supervisors) running, then with both supervisors stopped, 30 s each",
+		"a measurement: one group's cost as etcd sees it, extrapolated to 50 groups", noted(groupsCost)},
 	{38, "etcd-leader-stalled", "the etcd raft leader stalled (SIGSTOP) for 3 s, stock etcd timing",
 		"no leadership change: the leader's renewals resume through the new etcd leader inside its fence window", noted(etcdLeaderStalled)},
 }
