@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -21,7 +23,8 @@ type dropinCheck struct {
 
 // checkDropins reads each managed unit's BindsTo, After, ExecStartPre,
 // TimeoutStopUSec, KillMode and SendSIGKILL at start and every dropinEvery
-// polls (every poll while a check fails), on its own goroutine. A mismatch keeps this member from
+// polls (every poll while a check fails), on its own goroutine; the
+// campaign itself reads them once more (dropinsStillGood). A mismatch keeps this member from
 // campaigning (mayCampaign), is logged naming unit, property and the fix,
 // and shows in status and /healthz. Units that cannot report bindings are
 // not checked.
@@ -42,30 +45,63 @@ func (s *Supervisor) checkDropins(bg context.Context) {
 			// error must not hold up a failover, nor clear a known problem.
 			s.log.Warn("cannot read the managed units' drop-in settings", "err", err)
 		} else {
-			if !slices.Equal(probs, last) {
-				for _, p := range probs {
-					s.log.Error("managed unit not bound to the supervisor as required; refusing to campaign", "problem", p)
-				}
-				if len(probs) == 0 && last != nil {
-					s.log.Info("managed units' drop-ins are in order again")
-				}
-				last = probs
-			}
-			s.dropins.Store(&dropinCheck{checked: true, problems: probs})
+			last = s.noteDropins(probs, last)
 			if len(probs) > 0 {
 				every = s.cfg.Units.PollInterval.D()
 			}
-			s.mu.Lock()
-			s.snap.DropinProblems = probs
-			if len(probs) > 0 {
-				s.snap.DropinMismatches++
-			}
-			s.mu.Unlock()
 		}
 		if sleep(bg, every) != nil {
 			return
 		}
 	}
+}
+
+// noteDropins records a verdict (for mayCampaign, status and /healthz) and
+// logs it when it differs from last; it returns the verdict to compare the
+// next one with.
+func (s *Supervisor) noteDropins(probs, last []string) []string {
+	if !slices.Equal(probs, last) {
+		for _, p := range probs {
+			s.log.Error("managed unit not bound to the supervisor as required; refusing to campaign", "problem", p)
+		}
+		if len(probs) == 0 && last != nil {
+			s.log.Info("managed units' drop-ins are in order again")
+		}
+	}
+	s.dropins.Store(&dropinCheck{checked: true, problems: probs})
+	s.mu.Lock()
+	s.snap.DropinProblems = probs
+	if len(probs) > 0 {
+		s.snap.DropinMismatches++
+	}
+	s.mu.Unlock()
+	return probs
+}
+
+// errDropinsBroken stops a campaign: a unit's bindings changed since the
+// last periodic check (a daemon-reload loaded a bad drop-in).
+var errDropinsBroken = errors.New("a managed unit is not bound to the supervisor as required (see the error above); not campaigning")
+
+// dropinsStillGood reads the bindings once more right before a campaign:
+// the periodic check may be up to dropinEvery polls old. A read error
+// fails this campaign (it is tried again at the next step).
+func (s *Supervisor) dropinsStillGood(ctx context.Context) error {
+	br, ok := s.units.(fencing.BindingReader)
+	if !ok {
+		return nil
+	}
+	probs, err := s.readDropins(ctx, br)
+	if err != nil {
+		return fmt.Errorf("check the managed units' drop-ins before campaigning: %w", err)
+	}
+	var last []string
+	if c := s.dropins.Load(); c != nil {
+		last = c.problems
+	}
+	if len(s.noteDropins(probs, last)) > 0 {
+		return errDropinsBroken
+	}
+	return nil
 }
 
 func (s *Supervisor) readDropins(bg context.Context, br fencing.BindingReader) ([]string, error) {

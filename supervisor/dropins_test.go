@@ -65,3 +65,36 @@ func TestStandbyWithoutGuardDoesNotCampaign(t *testing.T) {
 	}
 	assertNoOverlap(t, a, b)
 }
+
+// A drop-in loaded by a daemon-reload just before the leader goes (lab
+// scenario 30 in the default profile: the standby won 41 ms after the
+// leader stopped, its periodic check 10 polls away) must stop the standby
+// from campaigning: the bindings are read again right before a campaign.
+func TestDropinBrokenJustBeforeTheLeaderStops(t *testing.T) {
+	w := newWorld(t)
+	good := func(u string) fencing.Binding {
+		return fencing.Binding{Unit: u, BindsTo: []string{"kha-supervisor.service"}, After: []string{"kha-supervisor.service"},
+			ExecStartPre: [][]string{{"/usr/bin/kha-supervisor", "guard", u}},
+			TimeoutStop:  time.Second, KillMode: "control-group", SendSIGKILL: true}
+	}
+	w.Options = func(_ string, o *supervisor.Options) {
+		for _, u := range units {
+			o.Units.(*fencing.Memory).SetBinding(good(u))
+		}
+	}
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	leader, others := leaderOf(t, a, b)
+	standby := others[0]
+	time.Sleep(time.Second) // the standby's periodic check has run and passed
+	broken := good(units[1])
+	broken.ExecStartPre = nil
+	standby.Units.SetBinding(broken)
+	leader.Cancel()
+	if err := leader.WaitExit(t, 10*time.Second, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if st := standby.State(); st != supervisor.Standby {
+		t.Fatalf("%s is %s: it campaigned with %s's guard gone", standby.Name, st, units[1])
+	}
+}

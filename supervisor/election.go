@@ -50,6 +50,9 @@ type acquireResult struct {
 // exactly one winner. The winner re-reads the key to confirm it is still
 // its own (same CreateRevision, same lease) before anything starts.
 func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
+	if err := s.dropinsStillGood(ctx); err != nil {
+		return nil, err
+	}
 	g, err := s.grant(ctx)
 	if err != nil {
 		return nil, err
