@@ -195,7 +195,7 @@ func runDocs(ctx context.Context, args []string) error {
 	f.register(&fs)
 	out := fs.String("out", "docs", "directory to write failure-modes.md and failover-timeline.svg into")
 	all := fs.Bool("all", false, "use every saved matrix run, not only the latest")
-	defaults := fs.String("defaults", "", "a saved matrix run with the default profile, shown as a section of its own")
+	defaults := fs.String("defaults", "", "saved matrix runs (comma list) with the default profile, shown as a section of their own")
 	before := fs.String("before", "", "saved runs (comma list) of the same scenarios on the code before a fix, shown as a table of their own")
 	rest, err := parse("docs", args, &fs)
 	if err != nil {
@@ -252,7 +252,7 @@ func runDocs(ctx context.Context, args []string) error {
 	}
 	var def []*scenario.Report
 	if *defaults != "" {
-		if def, err = scenario.Load(*defaults); err != nil {
+		if def, err = scenario.Load(strings.Split(*defaults, ",")...); err != nil {
 			return err
 		}
 	}
