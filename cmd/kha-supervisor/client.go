@@ -198,6 +198,17 @@ type session struct {
 
 // connect loads the client configuration and dials etcd; a refusal is
 // printed and becomes its exit code.
+// withSession connects, runs fn on the session and closes it: connect's or
+// fn's exit code becomes the command's.
+func withSession(e env, c *cobra.Command, f *clientFlags, fn func(*session) int) error {
+	s, code := connect(e, c, f)
+	if code != exitOK {
+		return exit(code)
+	}
+	defer s.close()
+	return exit(fn(s))
+}
+
 func connect(e env, c *cobra.Command, f *clientFlags) (*session, int) {
 	cc, err := loadClientConfig(e, c, f)
 	if err != nil {

@@ -49,12 +49,7 @@ func drillKind(e env, kind, short string) *cobra.Command {
 		if *timeout <= 0 {
 			return exit(fail(e, exitConfig, "--timeout must be positive"))
 		}
-		s, code := connect(e, c, cf)
-		if code != exitOK {
-			return exit(code)
-		}
-		defer s.close()
-		return exit(s.drill(e, kind, to, *expect, *timeout))
+		return withSession(e, c, cf, func(s *session) int { return s.drill(e, kind, to, *expect, *timeout) })
 	}
 	return c
 }

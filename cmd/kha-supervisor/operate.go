@@ -235,18 +235,15 @@ The leader keeps its units and keeps renewing; fencing stays armed. While frozen
 	cf := addClientFlags(c)
 	c.Flags().StringVar(&reason, "reason", "", "`text` saying why, shown by status")
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		s, code := connect(e, c, cf)
-		if code != exitOK {
-			return exit(code)
-		}
-		defer s.close()
-		ctx, cancel := s.ctx(e)
-		defer cancel()
-		if err := supervisor.SetFreeze(ctx, s.cli, s.keys, supervisor.Freeze{Reason: reason, By: operator(), At: time.Now()}); err != nil {
-			return exit(fail(e, exitFailure, "%v", err))
-		}
-		fmt.Fprintln(e.stdout, "frozen: no promotion and no handoff until `kha-supervisor unfreeze`; the leader keeps its units, fencing stays armed")
-		return nil
+		return withSession(e, c, cf, func(s *session) int {
+			ctx, cancel := s.ctx(e)
+			defer cancel()
+			if err := supervisor.SetFreeze(ctx, s.cli, s.keys, supervisor.Freeze{Reason: reason, By: operator(), At: time.Now()}); err != nil {
+				return fail(e, exitFailure, "%v", err)
+			}
+			fmt.Fprintln(e.stdout, "frozen: no promotion and no handoff until `kha-supervisor unfreeze`; the leader keeps its units, fencing stays armed")
+			return exitOK
+		})
 	}
 	return c
 }
@@ -255,18 +252,15 @@ func unfreezeCommand(e env) *cobra.Command {
 	c := &cobra.Command{Use: "unfreeze", GroupID: groupGroup, Short: "end maintenance mode", Long: "End maintenance mode."}
 	cf := addClientFlags(c)
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		s, code := connect(e, c, cf)
-		if code != exitOK {
-			return exit(code)
-		}
-		defer s.close()
-		ctx, cancel := s.ctx(e)
-		defer cancel()
-		if err := supervisor.ClearFreeze(ctx, s.cli, s.keys); err != nil {
-			return exit(fail(e, exitFailure, "%v", err))
-		}
-		fmt.Fprintln(e.stdout, "unfrozen")
-		return nil
+		return withSession(e, c, cf, func(s *session) int {
+			ctx, cancel := s.ctx(e)
+			defer cancel()
+			if err := supervisor.ClearFreeze(ctx, s.cli, s.keys); err != nil {
+				return fail(e, exitFailure, "%v", err)
+			}
+			fmt.Fprintln(e.stdout, "unfrozen")
+			return exitOK
+		})
 	}
 	return c
 }
@@ -292,12 +286,7 @@ Refused, unless --force, when NODE is not a live member, while the group is froz
 		if code := checkNode(e, "ban", node); code != exitOK {
 			return exit(code)
 		}
-		s, code := connect(e, c, cf)
-		if code != exitOK {
-			return exit(code)
-		}
-		defer s.close()
-		return exit(s.ban(e, node, *dur, reason, force))
+		return withSession(e, c, cf, func(s *session) int { return s.ban(e, node, *dur, reason, force) })
 	}
 	return c
 }
@@ -370,12 +359,7 @@ func unbanCommand(e env) *cobra.Command {
 		if code := checkNode(e, "unban", node); code != exitOK {
 			return exit(code)
 		}
-		s, code := connect(e, c, cf)
-		if code != exitOK {
-			return exit(code)
-		}
-		defer s.close()
-		return exit(s.unban(e, node, force))
+		return withSession(e, c, cf, func(s *session) int { return s.unban(e, node, force) })
 	}
 	return c
 }
@@ -419,12 +403,7 @@ Times are local (the TZ environment variable applies) and carry their zone.`,
 		if limit < 0 {
 			return exit(fail(e, exitConfig, "--limit %d: must be 0 (all) or more", limit))
 		}
-		s, code := connect(e, c, cf)
-		if code != exitOK {
-			return exit(code)
-		}
-		defer s.close()
-		return exit(s.history(e, limit, asJSON))
+		return withSession(e, c, cf, func(s *session) int { return s.history(e, limit, asJSON) })
 	}
 	return c
 }

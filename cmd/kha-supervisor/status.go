@@ -43,12 +43,7 @@ Exit status 8 when no member is active with all its units, 9 when this node (the
 		if *interval <= 0 {
 			return exit(fail(e, exitConfig, "--interval must be positive"))
 		}
-		s, code := connect(e, c, cf)
-		if code != exitOK {
-			return exit(code)
-		}
-		defer s.close()
-		return exit(s.status(e, output, watch, *interval))
+		return withSession(e, c, cf, func(s *session) int { return s.status(e, output, watch, *interval) })
 	}
 	return c
 }
