@@ -16,7 +16,7 @@ import (
 // (or grant) whose successful answer it last received. etcd fixes a lease's
 // expiry no earlier than it processes that request, so no other node can win
 // before t_s + TTL in real time, or t_s + TTL*(1-rho) on our clock when it may
-// run fast by rho. Everything must be stopped before then: stopping takes at
+// run slow by rho (a fast clock only fences earlier). Everything must be stopped before then: stopping takes at
 // most StopMax (TERM, wait, KILL, confirm) and Slack covers scheduling and
 // detection.
 //
