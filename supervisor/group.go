@@ -13,19 +13,18 @@ import (
 // before; they are a merge aid, to be inlined (group.X) and then removed.
 
 type (
-	State         = group.State
-	Keys          = group.Keys
-	Record        = group.Record
-	UnitStatus    = group.UnitStatus
-	Agreement     = group.Agreement
-	LeaderInfo    = group.LeaderInfo
-	Freeze        = group.Freeze
-	Ban           = group.Ban
-	Handoff       = group.Handoff
-	Drill         = group.Drill
-	Control       = group.Control
-	Event         = group.Event
-	ClusterStatus = group.ClusterStatus
+	State      = group.State
+	Keys       = group.Keys
+	Record     = group.Record
+	UnitStatus = group.UnitStatus
+	Agreement  = group.Agreement
+	LeaderInfo = group.LeaderInfo
+	Freeze     = group.Freeze
+	Ban        = group.Ban
+	Handoff    = group.Handoff
+	Drill      = group.Drill
+	Control    = group.Control
+	Event      = group.Event
 
 	// mvccKV was the parsers' own copy of an etcd key-value.
 	mvccKV = mvccpb.KeyValue
@@ -44,20 +43,13 @@ const (
 )
 
 var (
-	NewKeys        = group.NewKeys
-	ReadMembers    = group.ReadMembers
-	ReadLeader     = group.ReadLeader
-	ReadControl    = group.ReadControl
-	SetFreeze      = group.SetFreeze
-	ClearFreeze    = group.ClearFreeze
-	SetBan         = group.SetBan
-	ClearBan       = group.ClearBan
-	RequestHandoff = group.RequestHandoff
-	RequestDrill   = group.RequestDrill
-	NewID          = group.NewID
-	AppendHistory  = group.AppendHistory
-	ReadHistory    = group.ReadHistory
-	ReadCluster    = group.ReadCluster
+	NewKeys       = group.NewKeys
+	ReadMembers   = group.ReadMembers
+	ReadLeader    = group.ReadLeader
+	RequestDrill  = group.RequestDrill
+	NewID         = group.NewID
+	AppendHistory = group.AppendHistory
+	ReadHistory   = group.ReadHistory
 
 	decodeMembers = group.DecodeMembers
 	parseControl  = group.ParseControl
