@@ -2,77 +2,8 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"sort"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Event is one entry of the transition history kept in etcd.
-type Event struct {
-	At     time.Time `json:"at"`
-	Node   string    `json:"node"`
-	From   State     `json:"from"`
-	To     State     `json:"to"`
-	Kind   string    `json:"kind"`
-	Reason string    `json:"reason"`
-	Token  int64     `json:"token,omitempty"`
-}
-
-// historyKey sorts by time first (zero-padded nanoseconds), then node.
-func (k Keys) historyKey(e Event) string {
-	return fmt.Sprintf("%s%020d-%s", k.History(), e.At.UnixNano(), e.Node)
-}
-
-// AppendHistory writes e and trims the history to the newest retain
-// entries.
-func AppendHistory(ctx context.Context, cli *clientv3.Client, k Keys, e Event, retain int) error {
-	b, _ := json.Marshal(e)
-	if _, err := cli.Put(ctx, k.historyKey(e), string(b)); err != nil {
-		return fmt.Errorf("append history: %w", err)
-	}
-	cnt, err := cli.Get(ctx, k.History(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return fmt.Errorf("count history: %w", err)
-	}
-	excess := cnt.Count - int64(retain)
-	if excess <= 0 {
-		return nil
-	}
-	old, err := cli.Get(ctx, k.History(), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(excess))
-	if err != nil || len(old.Kvs) == 0 {
-		return err
-	}
-	last := string(old.Kvs[len(old.Kvs)-1].Key)
-	_, err = cli.Delete(ctx, k.History(), clientv3.WithRange(last+"\x00"))
-	return err
-}
-
-// ReadHistory returns the newest limit events, oldest first (all when
-// limit <= 0).
-func ReadHistory(ctx context.Context, cli *clientv3.Client, k Keys, limit int) ([]Event, error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend)}
-	if limit > 0 {
-		opts = append(opts, clientv3.WithLimit(int64(limit)))
-	}
-	resp, err := cli.Get(ctx, k.History(), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("read history: %w", err)
-	}
-	out := make([]Event, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		var e Event
-		if err := json.Unmarshal(kv.Value, &e); err != nil {
-			return nil, fmt.Errorf("history entry %s: %w", kv.Key, err)
-		}
-		out = append(out, e)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
-	return out, nil
-}
 
 // historyBacklog bounds the entries kept while etcd does not answer; the
 // oldest go first when it is full.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -209,7 +210,7 @@ func (f *apiFence) close() {
 // not passed. The Fence adds "and this term's token is published".
 func termOf(st supervisor.Status) gate.Term {
 	switch {
-	case st.State != supervisor.Active && st.State != supervisor.Promoting:
+	case st.State != group.Active && st.State != group.Promoting:
 		return gate.Term{Reason: fmt.Sprintf("this node is %s; leader is %s (token %d)", st.State, orNone(st.Leader), st.LeaderToken)}
 	case !st.UnitsAllowed || st.Token == 0:
 		return gate.Term{Reason: fmt.Sprintf("this node is %s and units may not run now", st.State)}

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
@@ -193,7 +193,7 @@ type session struct {
 	cfg      config.Config
 	fromFile bool // cfg.Node names this node
 	cli      *clientv3.Client
-	keys     supervisor.Keys
+	keys     group.Keys
 }
 
 // connect loads the client configuration and dials etcd; a refusal is
@@ -223,7 +223,7 @@ func connect(e env, c *cobra.Command, f *clientFlags) (*session, int) {
 		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
 		return nil, exitFailure
 	}
-	return &session{cfg: cfg, fromFile: cc.fromFile, cli: cli, keys: supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)}, exitOK
+	return &session{cfg: cfg, fromFile: cc.fromFile, cli: cli, keys: group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)}, exitOK
 }
 
 // completeMembers completes a node name from the live member records, for
@@ -246,7 +246,7 @@ func completeMembers(e env, cf *clientFlags) cobra.CompletionFunc {
 			return nil, none
 		}
 		defer cli.Close()
-		recs, _, err := supervisor.ReadMembers(ctx, cli, supervisor.NewKeys(cc.Etcd.Prefix, cc.Cluster))
+		recs, _, err := group.ReadMembers(ctx, cli, group.NewKeys(cc.Etcd.Prefix, cc.Cluster))
 		if err != nil {
 			return nil, none
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 func init() { register(drillCommand) }
@@ -101,10 +101,10 @@ func (t timeline) print(w io.Writer) {
 
 // fill reads the history after the request and finds the three events.
 // History is written asynchronously, so it polls briefly until complete.
-func (s *session) fill(e env, t *timeline, stoppedTo supervisor.State) {
+func (s *session) fill(e env, t *timeline, stoppedTo group.State) {
 	for range 50 {
 		ctx, cancel := s.ctx(e)
-		evs, err := supervisor.ReadHistory(ctx, s.cli, s.keys, 200)
+		evs, err := group.ReadHistory(ctx, s.cli, s.keys, 200)
 		cancel()
 		if err == nil {
 			for _, ev := range evs {
@@ -114,9 +114,9 @@ func (s *session) fill(e env, t *timeline, stoppedTo supervisor.State) {
 				switch {
 				case ev.Node == t.oldNode && ev.To == stoppedTo && t.oldStopped.IsZero():
 					t.oldStopped = ev.At
-				case ev.Node == t.newNode && ev.To == supervisor.Promoting && t.leaseWon.IsZero():
+				case ev.Node == t.newNode && ev.To == group.Promoting && t.leaseWon.IsZero():
 					t.leaseWon = ev.At
-				case ev.Node == t.newNode && ev.To == supervisor.Active && t.unitsActive.IsZero():
+				case ev.Node == t.newNode && ev.To == group.Active && t.unitsActive.IsZero():
 					t.unitsActive = ev.At
 				}
 			}
@@ -130,14 +130,14 @@ func (s *session) fill(e env, t *timeline, stoppedTo supervisor.State) {
 
 func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) int {
 	var t timeline
-	var stoppedTo supervisor.State
+	var stoppedTo group.State
 	if kind == "handoff" {
 		res, code := s.handoff(e, to, true, timeout)
 		if code != exitOK {
 			return code
 		}
 		t = timeline{requested: res.requested, oldNode: res.from, newNode: res.to}
-		stoppedTo = supervisor.UnitsDown
+		stoppedTo = group.UnitsDown
 	} else {
 		cs, err := s.cluster(e)
 		if err != nil {
@@ -151,9 +151,9 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) i
 		case len(successors(cs, time.Now())) == 0:
 			return fail(e, exitConfig, "refused: no standby member could take over; the drill would leave the group without units")
 		}
-		d := supervisor.Drill{ID: supervisor.NewID(), Kind: "failover", Token: cs.Token, At: time.Now()}
+		d := group.Drill{ID: group.NewID(), Kind: "failover", Token: cs.Token, At: time.Now()}
 		ctx, cancel := s.ctx(e)
-		err = supervisor.RequestDrill(ctx, s.cli, s.keys, d, 4*s.cfg.Lease.TTL.D())
+		err = group.RequestDrill(ctx, s.cli, s.keys, d, 4*s.cfg.Lease.TTL.D())
 		cancel()
 		if err != nil {
 			return fail(e, exitFailure, "%v", err)
@@ -165,7 +165,7 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) i
 			return fail(e, exitDrillFailed, "drill %s: %v", d.ID, err)
 		}
 		t = timeline{requested: d.At, oldNode: cs.Leader, newNode: ncs.Leader}
-		stoppedTo = supervisor.Fenced
+		stoppedTo = group.Fenced
 	}
 	s.fill(e, &t, stoppedTo)
 	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)

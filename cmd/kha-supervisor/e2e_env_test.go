@@ -29,13 +29,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/nspawn"
 	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // e2ePrefix starts the machine names of this harness's containers.
@@ -485,14 +485,14 @@ func (n *e2eNode) activeUnits() []string {
 }
 
 // status runs `kha-supervisor status --json` inside the node.
-func (n *e2eNode) status() supervisor.ClusterStatus {
+func (n *e2eNode) status() group.ClusterStatus {
 	n.t.Helper()
 	// 8 and 9 (no active member, this node unhealthy) still print the JSON.
 	out, code, err := n.exec(e2eBinary, "status", "--json", "-c", e2eConfig)
 	if err != nil || (code != exitOK && code != exitNoActive && code != exitLocalBad) {
 		n.t.Fatalf("%s: status --json: exit %d, %v: %s", n.name, code, err, out)
 	}
-	var cs supervisor.ClusterStatus
+	var cs group.ClusterStatus
 	if err := json.Unmarshal([]byte(out), &cs); err != nil {
 		n.t.Fatalf("%s: status --json: %v: %s", n.name, err, out)
 	}
@@ -500,13 +500,13 @@ func (n *e2eNode) status() supervisor.ClusterStatus {
 }
 
 // member returns name's record in cs.
-func member(cs supervisor.ClusterStatus, name string) (supervisor.Record, bool) {
+func member(cs group.ClusterStatus, name string) (group.Record, bool) {
 	for _, m := range cs.Members {
 		if m.Node == name {
 			return m, true
 		}
 	}
-	return supervisor.Record{}, false
+	return group.Record{}, false
 }
 
 // supervisorPID is the host PID of the running kha-supervisor process.
@@ -575,7 +575,7 @@ func (c *e2eCluster) dumpJournals() {
 // other runs none, and `status --json` (read on the standby) names that
 // node as leader with both members in their steady states. It returns the
 // leader and the standby.
-func (c *e2eCluster) waitStable(timeout time.Duration) (leader, standby *e2eNode, cs supervisor.ClusterStatus) {
+func (c *e2eCluster) waitStable(timeout time.Duration) (leader, standby *e2eNode, cs group.ClusterStatus) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last string
@@ -595,8 +595,8 @@ func (c *e2eCluster) waitStable(timeout time.Duration) (leader, standby *e2eNode
 			lr, ok1 := member(cs, leader.name)
 			sr, ok2 := member(cs, standby.name)
 			if cs.Leader == leader.name && cs.Token > 0 && ok1 && ok2 &&
-				lr.State == supervisor.Active && lr.UnitsRunning && lr.Token == cs.Token &&
-				sr.State == supervisor.Standby && !sr.UnitsRunning {
+				lr.State == group.Active && lr.UnitsRunning && lr.Token == cs.Token &&
+				sr.State == group.Standby && !sr.UnitsRunning {
 				return leader, standby, cs
 			}
 			last = fmt.Sprintf("units run on %s only, but status says leader %q token %d, members %+v", leader.name, cs.Leader, cs.Token, cs.Members)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // eligible lists, in name order, the members that could run the units at
@@ -13,14 +13,14 @@ import (
 // neither banned nor in cooldown. While the group is frozen nobody may
 // promote, so only an active leader counts. This is the one definition
 // that ban, handoff, drill and status apply.
-func eligible(cs supervisor.ClusterStatus, now time.Time, without string) []string {
+func eligible(cs group.ClusterStatus, now time.Time, without string) []string {
 	var out []string
 	for _, m := range cs.Members {
 		if m.Node == without || banned(cs.Control, m.Node, now) || m.Cooldown.After(now) {
 			continue
 		}
-		leading := m.Node == cs.Leader && (m.State == supervisor.Active || m.State == supervisor.Promoting)
-		standby := m.State == supervisor.Standby && cs.Control.Freeze == nil
+		leading := m.Node == cs.Leader && (m.State == group.Active || m.State == group.Promoting)
+		standby := m.State == group.Standby && cs.Control.Freeze == nil
 		if leading || standby {
 			out = append(out, m.Node)
 		}
@@ -30,13 +30,13 @@ func eligible(cs supervisor.ClusterStatus, now time.Time, without string) []stri
 
 // banned reports a ban in force at now (one whose expiry passed is gone
 // from etcd soon after, with its lease).
-func banned(c supervisor.Control, node string, now time.Time) bool {
+func banned(c group.Control, node string, now time.Time) bool {
 	b, ok := c.Bans[node]
 	return ok && (b.Until.IsZero() || b.Until.After(now))
 }
 
 // successors are the members that could take over from the leader.
-func successors(cs supervisor.ClusterStatus, now time.Time) []string {
+func successors(cs group.ClusterStatus, now time.Time) []string {
 	return eligible(cs, now, cs.Leader)
 }
 

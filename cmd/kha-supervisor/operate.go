@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -32,10 +32,10 @@ func (s *session) ctx(e env) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(e.ctx, 5*s.cfg.Etcd.RequestTimeout.D()+time.Second)
 }
 
-func (s *session) cluster(e env) (supervisor.ClusterStatus, error) {
+func (s *session) cluster(e env) (group.ClusterStatus, error) {
 	ctx, cancel := s.ctx(e)
 	defer cancel()
-	return supervisor.ReadCluster(ctx, s.cli, s.keys, s.cfg.Cluster)
+	return group.ReadCluster(ctx, s.cli, s.keys, s.cfg.Cluster)
 }
 
 // operator names who asked, for the records.
@@ -111,7 +111,7 @@ type switchover struct {
 	requested  time.Time
 	took       time.Duration
 	oldToken   int64
-	newMembers map[string]supervisor.Record
+	newMembers map[string]group.Record
 }
 
 // handoff validates and writes a switchover request and optionally waits
@@ -137,7 +137,7 @@ func (s *session) handoff(e env, to string, wait bool, timeout time.Duration) (s
 			return switchover{}, fail(e, exitConfig, "refused: no live member named %q%s (see kha-supervisor status)", to, didYouMean(cs, to))
 		case cs.Control.Banned(to):
 			return switchover{}, fail(e, exitConfig, "refused: %s is banned; unban it first", to)
-		case rec.State != supervisor.Standby:
+		case rec.State != group.Standby:
 			return switchover{}, fail(e, exitConfig, "refused: %s is %s, not standby", to, rec.State)
 		case rec.Cooldown.After(time.Now()):
 			return switchover{}, fail(e, exitConfig, "refused: %s is in cooldown after unit failures until %s", to, rec.Cooldown.Format(time.RFC3339))
@@ -145,10 +145,10 @@ func (s *session) handoff(e env, to string, wait bool, timeout time.Duration) (s
 	} else if len(successors(cs, time.Now())) == 0 {
 		return switchover{}, fail(e, exitConfig, "refused: no standby member could take over (all banned, in cooldown or not standby)")
 	}
-	h := supervisor.Handoff{ID: supervisor.NewID(), From: cs.Leader, To: to, Token: cs.Token, At: time.Now()}
+	h := group.Handoff{ID: group.NewID(), From: cs.Leader, To: to, Token: cs.Token, At: time.Now()}
 	ctx, cancel := s.ctx(e)
 	// The request outlives a slow switchover but not a failed one.
-	err = supervisor.RequestHandoff(ctx, s.cli, s.keys, h, max(timeout, 4*s.cfg.Lease.TTL.D()))
+	err = group.RequestHandoff(ctx, s.cli, s.keys, h, max(timeout, 4*s.cfg.Lease.TTL.D()))
 	cancel()
 	if err != nil {
 		return switchover{}, fail(e, exitFailure, "%v", err)
@@ -167,12 +167,12 @@ func (s *session) handoff(e env, to string, wait bool, timeout time.Duration) (s
 
 // waitNewLeader polls until a leadership other than oldToken is active
 // (held by want, if set).
-func (s *session) waitNewLeader(e env, oldToken int64, want string, timeout time.Duration) (supervisor.ClusterStatus, error) {
+func (s *session) waitNewLeader(e env, oldToken int64, want string, timeout time.Duration) (group.ClusterStatus, error) {
 	end := time.Now().Add(timeout)
 	for {
 		cs, err := s.cluster(e)
 		if err == nil && cs.Leader != "" && cs.Token != oldToken && (want == "" || cs.Leader == want) {
-			if r, ok := findMember(cs, cs.Leader); ok && r.State == supervisor.Active && r.Token == cs.Token {
+			if r, ok := findMember(cs, cs.Leader); ok && r.State == group.Active && r.Token == cs.Token {
 				return cs, nil
 			}
 		}
@@ -192,7 +192,7 @@ func (s *session) waitNewLeader(e env, oldToken int64, want string, timeout time
 
 // didYouMean suggests the live members or banned names closest to a
 // mistyped node name: "; did you mean m1?", or "".
-func didYouMean(cs supervisor.ClusterStatus, node string) string {
+func didYouMean(cs group.ClusterStatus, node string) string {
 	var near []string
 	seen := map[string]bool{}
 	consider := func(n string) {
@@ -214,13 +214,13 @@ func didYouMean(cs supervisor.ClusterStatus, node string) string {
 	return "; did you mean " + names(near) + "?"
 }
 
-func findMember(cs supervisor.ClusterStatus, node string) (supervisor.Record, bool) {
+func findMember(cs group.ClusterStatus, node string) (group.Record, bool) {
 	for _, m := range cs.Members {
 		if m.Node == node {
 			return m, true
 		}
 	}
-	return supervisor.Record{}, false
+	return group.Record{}, false
 }
 
 func freezeCommand(e env) *cobra.Command {
@@ -238,7 +238,7 @@ The leader keeps its units and keeps renewing; fencing stays armed. While frozen
 		return withSession(e, c, cf, func(s *session) int {
 			ctx, cancel := s.ctx(e)
 			defer cancel()
-			if err := supervisor.SetFreeze(ctx, s.cli, s.keys, supervisor.Freeze{Reason: reason, By: operator(), At: time.Now()}); err != nil {
+			if err := group.SetFreeze(ctx, s.cli, s.keys, group.Freeze{Reason: reason, By: operator(), At: time.Now()}); err != nil {
 				return fail(e, exitFailure, "%v", err)
 			}
 			fmt.Fprintln(e.stdout, "frozen: no promotion and no handoff until `kha-supervisor unfreeze`; the leader keeps its units, fencing stays armed")
@@ -255,7 +255,7 @@ func unfreezeCommand(e env) *cobra.Command {
 		return withSession(e, c, cf, func(s *session) int {
 			ctx, cancel := s.ctx(e)
 			defer cancel()
-			if err := supervisor.ClearFreeze(ctx, s.cli, s.keys); err != nil {
+			if err := group.ClearFreeze(ctx, s.cli, s.keys); err != nil {
 				return fail(e, exitFailure, "%v", err)
 			}
 			fmt.Fprintln(e.stdout, "unfrozen")
@@ -311,13 +311,13 @@ func (s *session) ban(e env, node string, dur time.Duration, reason string, forc
 			return fail(e, exitConfig, "refused: banning %s would leave no eligible member (the others are banned, in cooldown or not standby); --force bans it anyway", node)
 		}
 	}
-	b := supervisor.Ban{Node: node, Reason: reason, By: operator(), At: now}
+	b := group.Ban{Node: node, Reason: reason, By: operator(), At: now}
 	if dur > 0 {
 		b.Until = b.At.Add(dur)
 	}
 	ctx, cancel := s.ctx(e)
 	defer cancel()
-	if err := supervisor.SetBan(ctx, s.cli, s.keys, b); err != nil {
+	if err := group.SetBan(ctx, s.cli, s.keys, b); err != nil {
 		return fail(e, exitFailure, "%v", err)
 	}
 	until := "until `kha-supervisor unban " + node + "`"
@@ -329,7 +329,7 @@ func (s *session) ban(e env, node string, dur time.Duration, reason string, forc
 }
 
 // takeover says what a ban of node does to the leadership.
-func takeover(cs supervisor.ClusterStatus, node string, left []string) string {
+func takeover(cs group.ClusterStatus, node string, left []string) string {
 	switch {
 	case len(left) == 0:
 		return "nobody is eligible to take over"
@@ -374,7 +374,7 @@ func (s *session) unban(e env, node string, force bool) int {
 	}
 	ctx, cancel := s.ctx(e)
 	defer cancel()
-	had, err := supervisor.ClearBan(ctx, s.cli, s.keys, node)
+	had, err := group.ClearBan(ctx, s.cli, s.keys, node)
 	if err != nil {
 		return fail(e, exitFailure, "%v", err)
 	}
@@ -411,7 +411,7 @@ Times are local (the TZ environment variable applies) and carry their zone.`,
 func (s *session) history(e env, limit int, asJSON bool) int {
 	ctx, cancel := s.ctx(e)
 	defer cancel()
-	evs, err := supervisor.ReadHistory(ctx, s.cli, s.keys, limit)
+	evs, err := group.ReadHistory(ctx, s.cli, s.keys, limit)
 	if err != nil {
 		return fail(e, exitFailure, "%v", err)
 	}

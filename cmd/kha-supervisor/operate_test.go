@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // cli runs one command as an operator would, against the world's etcd.
@@ -40,7 +40,7 @@ func TestStatusHandoffBanHistory(t *testing.T) {
 
 	// status --json names the leader and both members.
 	code, out := cli(t, w, "status", "--json")
-	var cs supervisor.ClusterStatus
+	var cs group.ClusterStatus
 	if code != exitOK || json.Unmarshal([]byte(out), &cs) != nil || cs.Leader != leader.Name || len(cs.Members) != 2 || cs.Token == 0 {
 		t.Fatalf("status --json: code %d, %+v", code, cs)
 	}
@@ -54,7 +54,7 @@ func TestStatusHandoffBanHistory(t *testing.T) {
 		t.Fatalf("handoff: %d %q", code, out)
 	}
 	supervisortest.LeaderOf(t, a, b)
-	if standby.State() != supervisor.Active {
+	if standby.State() != group.Active {
 		t.Fatalf("target %s is %s after handoff", standby.Name, standby.State())
 	}
 	supervisortest.AssertNoOverlap(t, a, b)
@@ -74,7 +74,7 @@ func TestStatusHandoffBanHistory(t *testing.T) {
 		t.Fatalf("ban: %d", code)
 	}
 	supervisortest.WaitFor(t, "the other node to take over from the banned leader", 20*time.Second, func() bool {
-		return standby.State() == supervisor.Active
+		return standby.State() == group.Active
 	})
 	code, out = cli(t, w, "status")
 	if code != exitOK || !strings.Contains(out, "BANNED") {
@@ -94,7 +94,7 @@ func TestStatusHandoffBanHistory(t *testing.T) {
 
 	// The history has every transition, newest last, bounded by --limit.
 	code, out = cli(t, w, "history", "--json", "--limit", "0")
-	var evs []supervisor.Event
+	var evs []group.Event
 	if code != exitOK || json.Unmarshal([]byte(out), &evs) != nil {
 		t.Fatalf("history: %d %q", code, out)
 	}
@@ -140,7 +140,7 @@ func TestFreezeBlocksPromotionButNotFencing(t *testing.T) {
 	}
 	// Nobody promotes while frozen, even though the lease has lapsed.
 	time.Sleep(6 * time.Second)
-	if others[0].State() != supervisor.Standby || others[0].Units.Running(supervisortest.Units[0]) {
+	if others[0].State() != group.Standby || others[0].Units.Running(supervisortest.Units[0]) {
 		t.Fatalf("standby promoted while frozen: %s", others[0].State())
 	}
 	if code, _ = cli(t, w, "unfreeze"); code != exitOK {
@@ -177,7 +177,7 @@ func TestDrills(t *testing.T) {
 	// a reasonable expectation: TTL plus start-up.
 	back := w.Start(leader.Name, nil)
 	supervisortest.WaitFor(t, "the fenced member to rejoin as standby", 20*time.Second, func() bool {
-		return back.State() == supervisor.Standby
+		return back.State() == group.Standby
 	})
 	code, out = cli(t, w, "drill", "failover", "--expect-within", "20s")
 	if code != exitOK || !strings.Contains(out, "PASS") {

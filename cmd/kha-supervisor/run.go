@@ -19,6 +19,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
@@ -125,7 +126,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
-	group, err := httpapi.NewGroupMetrics(reg)
+	gm, err := httpapi.NewGroupMetrics(reg)
 	if err != nil {
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
@@ -142,7 +143,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		Hook: hooks.Steps{Hooks: hooksNow, FencingEnv: hooks.FencingEnvPath}.Hook,
 		Observer: func(t supervisor.Transition) {
 			metrics.Transition(string(t.From), string(t.To), t.Kind)
-			if t.To == supervisor.Fencing {
+			if t.To == group.Fencing {
 				metrics.Fenced(t.Kind)
 			}
 		},
@@ -184,7 +185,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 
 	fence.start(sup)
-	go exportGauges(gctx, sup, metrics, group, cfg.Units.Managed)
+	go exportGauges(gctx, sup, metrics, gm, cfg.Units.Managed)
 	err = sup.Run(ctx)
 	var fe *supervisor.FenceError
 	switch {
@@ -272,7 +273,7 @@ type statusSource struct{ sup *supervisor.Supervisor }
 func (s statusSource) Status() any         { return s.sup.Status() }
 func (s statusSource) Active() bool        { return s.sup.Status().Active() }
 func (s statusSource) LastTick() time.Time { return s.sup.Status().LastTick }
-func (s statusSource) Standby() bool       { return s.sup.Status().State == supervisor.Standby }
+func (s statusSource) Standby() bool       { return s.sup.Status().State == group.Standby }
 func (s statusSource) Warnings() []string  { return s.sup.Status().Warnings() }
 func (s statusSource) Problems() []string  { return s.sup.Status().DropinProblems }
 
@@ -323,17 +324,17 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 // pastFences are this node's fences before this process: from the history
 // in etcd, and the run state a fenced predecessor left (its successor, this
 // process, publishes that note to history only after start-up).
-func pastFences(ctx context.Context, cfg config.Config, cli *clientv3.Client, keys supervisor.Keys, note *runstate.Fenced, log *slog.Logger) []httpapi.PastFence {
+func pastFences(ctx context.Context, cfg config.Config, cli *clientv3.Client, keys group.Keys, note *runstate.Fenced, log *slog.Logger) []httpapi.PastFence {
 	var out []httpapi.PastFence
 	seen := map[time.Time]bool{}
 	hctx, cancel := context.WithTimeout(ctx, cfg.Etcd.RequestTimeout.D())
-	evs, err := supervisor.ReadHistory(hctx, cli, keys, 0)
+	evs, err := group.ReadHistory(hctx, cli, keys, 0)
 	cancel()
 	if err != nil {
 		log.Warn("cannot read the history for the fence metrics; they count from this start", "err", err)
 	}
 	for _, e := range evs {
-		if e.Node == cfg.Node && e.To == supervisor.Fenced {
+		if e.Node == cfg.Node && e.To == group.Fenced {
 			out = append(out, httpapi.PastFence{At: e.At, Reason: e.Kind})
 			seen[e.At.UTC()] = true
 		}

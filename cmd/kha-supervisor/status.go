@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 func init() { register(statusCommand) }
@@ -76,7 +76,7 @@ func (s *session) status(e env, output string, watch bool, interval time.Duratio
 	}
 }
 
-func (s *session) printOnce(e env, cs supervisor.ClusterStatus, output, local string, watch bool) int {
+func (s *session) printOnce(e env, cs group.ClusterStatus, output, local string, watch bool) int {
 	now := time.Now()
 	v := judge(cs, now, local)
 	if output == "json" {
@@ -108,14 +108,14 @@ type verdict struct {
 }
 
 // judge gives status's exit code: no active member first, then this node.
-func judge(cs supervisor.ClusterStatus, now time.Time, local string) verdict {
+func judge(cs group.ClusterStatus, now time.Time, local string) verdict {
 	leader, ok := findMember(cs, cs.Leader)
 	switch {
 	case cs.Leader == "":
 		return verdict{exitNoActive, "no member holds the lease"}
 	case !ok:
 		return verdict{exitNoActive, cs.Leader + " holds the lease but has no member record"}
-	case leader.State != supervisor.Active:
+	case leader.State != group.Active:
 		return verdict{exitNoActive, fmt.Sprintf("the leader %s is %s, not active", cs.Leader, leader.State)}
 	case active(leader) < len(leader.Units):
 		return verdict{exitNoActive, fmt.Sprintf("the leader %s has %s", cs.Leader, unitSummary(leader))}
@@ -127,7 +127,7 @@ func judge(cs supervisor.ClusterStatus, now time.Time, local string) verdict {
 	switch {
 	case !ok:
 		return verdict{exitLocalBad, "this node " + local + " has no member record (is kha-supervisor running here?)"}
-	case m.State == supervisor.Fencing || m.State == supervisor.Stopped || m.State == supervisor.Fenced:
+	case m.State == group.Fencing || m.State == group.Stopped || m.State == group.Fenced:
 		return verdict{exitLocalBad, fmt.Sprintf("this node %s is %s", local, m.State)}
 	case m.Cooldown.After(now):
 		return verdict{exitLocalBad, fmt.Sprintf("this node %s is in cooldown after unit failures until %s", local, stamp(m.Cooldown))}
@@ -135,7 +135,7 @@ func judge(cs supervisor.ClusterStatus, now time.Time, local string) verdict {
 	return verdict{exitOK, ""}
 }
 
-func active(m supervisor.Record) int {
+func active(m group.Record) int {
 	n := 0
 	for _, u := range m.Units {
 		if u.State == "active" {
@@ -145,7 +145,7 @@ func active(m supervisor.Record) int {
 	return n
 }
 
-func unitSummary(m supervisor.Record) string {
+func unitSummary(m group.Record) string {
 	if len(m.Units) == 0 {
 		return "-"
 	}
@@ -155,7 +155,7 @@ func unitSummary(m supervisor.Record) string {
 // stamp is a wall-clock time for people: date, time and zone, local (TZ).
 func stamp(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05 MST") }
 
-func printStatus(w io.Writer, cs supervisor.ClusterStatus, now time.Time, wide bool) {
+func printStatus(w io.Writer, cs group.ClusterStatus, now time.Time, wide bool) {
 	leader := "none"
 	if cs.Leader != "" {
 		leader = fmt.Sprintf("%s (token %d, lease %s left in etcd)", cs.Leader, cs.Token, cs.LeaseLeft)
@@ -180,7 +180,7 @@ func printStatus(w io.Writer, cs supervisor.ClusterStatus, now time.Time, wide b
 	_ = tw.Flush()
 }
 
-func memberRow(cs supervisor.ClusterStatus, m supervisor.Record, now time.Time, wide bool) []string {
+func memberRow(cs group.ClusterStatus, m group.Record, now time.Time, wide bool) []string {
 	role := "standby"
 	lease := "-"
 	if m.Node == cs.Leader {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // TestOperatorBanGuards: ban refuses what would leave nobody running
@@ -60,7 +60,7 @@ func TestOperatorBanGuards(t *testing.T) {
 	// Frozen: a banned leader would step down and nobody may take over.
 	expect(exitOK, "frozen", "freeze", "--reason", "etcd upgrade")
 	expect(exitConfig, "refused: the group is frozen (etcd upgrade)", "ban", leader.Name)
-	if leader.State() != supervisor.Active {
+	if leader.State() != group.Active {
 		t.Fatalf("the refused ban moved the leader: %s", leader.State())
 	}
 	expect(exitOK, "unfrozen", "unfreeze")
@@ -68,7 +68,7 @@ func TestOperatorBanGuards(t *testing.T) {
 	// A ban that is allowed names the successor, who takes over.
 	expect(exitOK, "it steps down; "+standby.Name+" takes over", "ban", leader.Name)
 	supervisortest.WaitFor(t, "the standby to take over from the banned leader", 20*time.Second, func() bool {
-		return standby.State() == supervisor.Active
+		return standby.State() == group.Active
 	})
 	supervisortest.AssertNoOverlap(t, a, b)
 
@@ -77,7 +77,7 @@ func TestOperatorBanGuards(t *testing.T) {
 	expect(exitConfig, "refused: banning "+standby.Name+" would leave no eligible member", "ban", standby.Name)
 	expect(exitOK, "nobody is eligible to take over", "ban", standby.Name, "--force")
 	supervisortest.WaitFor(t, "the last leader to step down", 20*time.Second, func() bool {
-		return standby.State() == supervisor.Standby
+		return standby.State() == group.Standby
 	})
 	code, out := cli(t, w, "status")
 	if code != exitNoActive || !strings.Contains(out, "WARNING: no member is eligible to run the units") ||

@@ -15,10 +15,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // Env is a lab opened for scenarios.
@@ -28,7 +28,7 @@ type Env struct {
 	W       *witness.Log
 	Nodes   map[string]*master.Node
 	Profile lab.Profile
-	Keys    supervisor.Keys
+	Keys    group.Keys
 	Cli     *clientv3.Client
 	Log     *slog.Logger
 
@@ -48,7 +48,7 @@ func Open(ctx context.Context, l *lab.Lab, log *slog.Logger) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := supervisor.NewKeys(lab.EtcdPrefix, lab.Cluster)
+	keys := group.NewKeys(lab.EtcdPrefix, lab.Cluster)
 	octx, cancel := context.WithCancel(context.Background())
 	obs, err := Observe(octx, cli, keys, log)
 	if err != nil {
@@ -173,9 +173,9 @@ func (e *Env) Steady(ctx context.Context, timeout time.Duration) (leader, standb
 		lr, ok1 := snap.Records[l]
 		sr, ok2 := snap.Records[s]
 		switch {
-		case !ok1 || lr.State != supervisor.Active || !lr.UnitsRunning:
+		case !ok1 || lr.State != group.Active || !lr.UnitsRunning:
 			return false, fmt.Sprintf("leader %s record %s", l, describe(lr, ok1))
-		case !ok2 || sr.State != supervisor.Standby:
+		case !ok2 || sr.State != group.Standby:
 			return false, fmt.Sprintf("standby %s record %s", s, describe(sr, ok2))
 		case sr.Cooldown.After(time.Now()):
 			return false, fmt.Sprintf("standby %s in cooldown until %s", s, sr.Cooldown.Format("15:04:05"))
@@ -190,7 +190,7 @@ func (e *Env) Steady(ctx context.Context, timeout time.Duration) (leader, standb
 	return leader, standby, err
 }
 
-func describe(r supervisor.Record, ok bool) string {
+func describe(r group.Record, ok bool) string {
 	if !ok {
 		return "missing"
 	}

@@ -11,19 +11,19 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // Event is one change the observer saw in etcd, stamped with the observer's
 // wall clock when it arrived (an upper bound of when it happened; the
 // observer sits on an uncut subnet a few hundred microseconds from etcd).
 type Event struct {
-	At       time.Time          `json:"at"`
-	Leader   *string            `json:"leader,omitempty"` // election key changed: new holder ("" = deleted)
-	Token    int64              `json:"token,omitempty"`
-	Record   *supervisor.Record `json:"record,omitempty"` // a member record was written
-	Gone     string             `json:"gone,omitempty"`   // a member record expired or was deleted
-	Revision int64              `json:"revision"`
+	At       time.Time     `json:"at"`
+	Leader   *string       `json:"leader,omitempty"` // election key changed: new holder ("" = deleted)
+	Token    int64         `json:"token,omitempty"`
+	Record   *group.Record `json:"record,omitempty"` // a member record was written
+	Gone     string        `json:"gone,omitempty"`   // a member record expired or was deleted
+	Revision int64         `json:"revision"`
 }
 
 // Snapshot is the group as last seen.
@@ -31,7 +31,7 @@ type Snapshot struct {
 	Leader  string
 	Token   int64
 	Since   time.Time // when the observer saw the current holder win
-	Records map[string]supervisor.Record
+	Records map[string]group.Record
 }
 
 // Observer watches the supervisors' keys in etcd from the lab's observer
@@ -39,7 +39,7 @@ type Snapshot struct {
 // and the instant each change arrived.
 type Observer struct {
 	cli  *clientv3.Client
-	keys supervisor.Keys
+	keys group.Keys
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -49,8 +49,8 @@ type Observer struct {
 }
 
 // Observe reads the current state and keeps watching until ctx ends.
-func Observe(ctx context.Context, cli *clientv3.Client, keys supervisor.Keys, log *slog.Logger) (*Observer, error) {
-	o := &Observer{cli: cli, keys: keys, log: log, cur: Snapshot{Records: map[string]supervisor.Record{}}}
+func Observe(ctx context.Context, cli *clientv3.Client, keys group.Keys, log *slog.Logger) (*Observer, error) {
+	o := &Observer{cli: cli, keys: keys, log: log, cur: Snapshot{Records: map[string]group.Record{}}}
 	if err := o.resync(ctx); err != nil {
 		return nil, err
 	}
@@ -76,14 +76,14 @@ func (o *Observer) resync(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	leader, token := "", int64(0)
-	recs := map[string]supervisor.Record{}
+	recs := map[string]group.Record{}
 	for _, kv := range resp.Kvs {
 		k := string(kv.Key)
 		switch {
 		case k == o.keys.Leader():
 			leader, token = string(kv.Value), kv.CreateRevision
 		case strings.HasPrefix(k, o.keys.Members()):
-			var r supervisor.Record
+			var r group.Record
 			if json.Unmarshal(kv.Value, &r) == nil {
 				recs[r.Node] = r
 			}
@@ -160,7 +160,7 @@ func (o *Observer) apply(resp clientv3.WatchResponse) {
 				o.events = append(o.events, Event{At: now, Gone: node, Revision: ev.Kv.ModRevision})
 				continue
 			}
-			var r supervisor.Record
+			var r group.Record
 			if err := json.Unmarshal(ev.Kv.Value, &r); err != nil {
 				continue
 			}
@@ -182,7 +182,7 @@ func (o *Observer) Now() Snapshot {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s := o.cur
-	s.Records = make(map[string]supervisor.Record, len(o.cur.Records))
+	s.Records = make(map[string]group.Record, len(o.cur.Records))
 	for k, v := range o.cur.Records {
 		s.Records[k] = v
 	}

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // Operator are the operator scenarios (issue 5, and the package upgrade of
@@ -272,8 +272,8 @@ func stopSpan(journal string, since time.Time) (first, last time.Time) {
 }
 
 // clusterStatus runs `kha-supervisor status --json` in node.
-func (r *Run) clusterStatus(ctx context.Context, node string) (supervisor.ClusterStatus, error) {
-	var cs supervisor.ClusterStatus
+func (r *Run) clusterStatus(ctx context.Context, node string) (group.ClusterStatus, error) {
+	var cs group.ClusterStatus
 	out, code := r.kha(ctx, node, "status", "--json")
 	if code != 0 && code != 8 && code != 9 { // 8, 9: no active member, local member unhealthy; the JSON is complete
 		return cs, fmt.Errorf("status --json on %s: exit %d: %s", node, code, out)
@@ -429,7 +429,7 @@ func (r *Run) measureHandoff(ctx context.Context, i int) (handoffSample, error) 
 		s.unitStop = ms(d)
 	}
 	for _, ev := range r.Obs.Events(t0, newFirst) {
-		if ev.Record != nil && ev.Record.Node == from && ev.Record.State == supervisor.Demoting {
+		if ev.Record != nil && ev.Record.Node == from && ev.Record.State == group.Demoting {
 			s.demoting = ms(ev.At.Sub(t0))
 			break
 		}
@@ -454,7 +454,7 @@ func freezeScenario(ctx context.Context, r *Run) error {
 	r.Undo(func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		return supervisor.ClearFreeze(cctx, r.Cli, r.Keys)
+		return group.ClearFreeze(cctx, r.Cli, r.Keys)
 	})
 	r.Mark(time.Now(), r.Leader, "frozen")
 	if out, _ := r.kha(ctx, r.Standby, "status"); !strings.Contains(out, "FROZEN") {
@@ -504,7 +504,7 @@ func freezeScenario(ctx context.Context, r *Run) error {
 			r.Failf("%s ran on the standby %s while frozen", u, r.Standby)
 		}
 	}
-	if rec, ok := r.Obs.Now().Records[r.Standby]; !ok || rec.State != supervisor.Standby {
+	if rec, ok := r.Obs.Now().Records[r.Standby]; !ok || rec.State != group.Standby {
 		r.Failf("standby %s while frozen: %s", r.Standby, describe(rec, ok))
 	}
 	r.Notef("frozen and cut: %s's units stopped %.0f ms after the cut; nobody promoted for %.1f s", r.Leader, ms(oldLast.Sub(fault)), held.Sub(fault).Seconds())
@@ -556,7 +556,7 @@ func banScenario(ctx context.Context, r *Run) error {
 	r.Undo(func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := supervisor.ClearBan(cctx, r.Cli, r.Keys, banned)
+		_, err := group.ClearBan(cctx, r.Cli, r.Keys, banned)
 		return err
 	})
 	fault, err := r.Fault("`kha-supervisor ban "+banned+"` on "+banned, func() error {
@@ -574,7 +574,7 @@ func banScenario(ctx context.Context, r *Run) error {
 	r.expectStoppedBeforeWin()
 	err = WaitFor(ctx, r.steadyTimeout(), "banned node standby", func() (bool, string) {
 		rec, ok := r.Obs.Now().Records[banned]
-		return ok && rec.State == supervisor.Standby, describe(rec, ok)
+		return ok && rec.State == group.Standby, describe(rec, ok)
 	})
 	if err != nil {
 		return err
@@ -831,7 +831,7 @@ func (r *Run) reconfigure(ctx context.Context, cfg func(node string) []byte, dro
 		err := WaitFor(ctx, r.steadyTimeout(), name+" restarted", func() (bool, string) {
 			rec, ok := r.Obs.Now().Records[name]
 			// Standby, or leader again when the other's promotion failed.
-			return ok && rec.Incarnation != before && (rec.State == supervisor.Standby || rec.State == supervisor.Active), describe(rec, ok)
+			return ok && rec.Incarnation != before && (rec.State == group.Standby || rec.State == group.Active), describe(rec, ok)
 		})
 		if err != nil {
 			return err

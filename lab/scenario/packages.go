@@ -15,11 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 const pkgName = "kha-supervisor"
@@ -251,13 +251,13 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 		return err
 	}
 	r.expectStoppedBeforeWin()
-	wantState := supervisor.Standby
+	wantState := group.Standby
 	if winner == old {
 		if !r.promotionFailedSince(fault) {
 			r.Failf("the upgraded %s won again although %s's promotion did not fail", old, other)
 		}
 		r.Notef("%s's promotion failed; the upgraded %s won again after its restart", other, old)
-		wantState = supervisor.Active
+		wantState = group.Active
 	}
 	err = WaitFor(ctx, r.steadyTimeout(), old+" back on "+up, func() (bool, string) {
 		rec, ok := r.Obs.Now().Records[old]
@@ -351,7 +351,7 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	}
 	err = WaitFor(ctx, r.steadyTimeout(), leader+" reinstalled, standby", func() (bool, string) {
 		rec, ok := r.Obs.Now().Records[leader]
-		return ok && rec.State == supervisor.Standby && rec.Version == up, describe(rec, ok)
+		return ok && rec.State == group.Standby && rec.Version == up, describe(rec, ok)
 	})
 	if err != nil {
 		return err

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/lab"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // takeoverDelay holds the winner of scenario 27 between its win and its
@@ -58,7 +58,7 @@ func startAtBarrier(ctx context.Context, r *Run) error {
 	// catch up, as an operator's command would come seconds later anyway.
 	err = WaitFor(ctx, takeoverDelay/2, s+" promoting", func() (bool, string) {
 		rec, ok := r.Obs.Now().Records[s]
-		return ok && rec.State == supervisor.Promoting && !rec.UnitsRunning, describe(rec, ok)
+		return ok && rec.State == group.Promoting && !rec.UnitsRunning, describe(rec, ok)
 	})
 	if err != nil {
 		return err

@@ -1,14 +1,13 @@
-package supervisor
+package group
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -72,19 +71,12 @@ type Control struct {
 // Banned reports whether node is banned.
 func (c Control) Banned(node string) bool { _, ok := c.Bans[node]; return ok }
 
-// Control keys.
-func (k Keys) Control() string        { return k.Root + "/control/" }
-func (k Keys) Freeze() string         { return k.Control() + "freeze" }
-func (k Keys) Ban(node string) string { return k.Control() + "ban/" + node }
-func (k Keys) Handoff() string        { return k.Control() + "handoff" }
-func (k Keys) Drill() string          { return k.Control() + "drill" }
-func (k Keys) History() string        { return k.Root + "/history/" }
-
-// parseControl decodes the control prefix. A record it cannot decode is
+// ParseControl decodes the control prefix (the result of a get of
+// Keys.Control). A record it cannot decode is
 // ignored and listed in Unreadable (the daemon logs it as an ERROR and
 // shows it in status): honouring half of it, or refusing to campaign until
 // someone notices, would each leave the group without a leader.
-func parseControl(k Keys, kvs []*mvccKV) Control {
+func ParseControl(k Keys, kvs []*mvccpb.KeyValue) Control {
 	c := Control{}
 	for _, kv := range kvs {
 		if err := c.apply(k, string(kv.Key), kv.Value); err != nil {
@@ -129,26 +121,13 @@ func (c *Control) apply(k Keys, key string, value []byte) error {
 	return nil
 }
 
-// mvccKV is the part of an etcd key-value the parsers need.
-type mvccKV struct {
-	Key, Value []byte
-}
-
-func toKVs(resp *clientv3.GetResponse) []*mvccKV {
-	out := make([]*mvccKV, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out = append(out, &mvccKV{Key: kv.Key, Value: kv.Value})
-	}
-	return out
-}
-
 // ReadControl reads every operator request.
 func ReadControl(ctx context.Context, cli *clientv3.Client, k Keys) (Control, error) {
 	resp, err := cli.Get(ctx, k.Control(), clientv3.WithPrefix())
 	if err != nil {
 		return Control{}, fmt.Errorf("read control records: %w", err)
 	}
-	return parseControl(k, toKVs(resp)), nil
+	return ParseControl(k, resp.Kvs), nil
 }
 
 // putJSON writes v at key, on a fresh lease of ttl when ttl > 0.
@@ -159,7 +138,7 @@ func putJSON(ctx context.Context, cli *clientv3.Client, key string, v any, ttl t
 	}
 	var opts []clientv3.OpOption
 	if ttl > 0 {
-		g, err := cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+		g, err := cli.Grant(ctx, TTLSeconds(ttl))
 		if err != nil {
 			return fmt.Errorf("grant lease for %s: %w", key, err)
 		}
@@ -222,7 +201,7 @@ func putIfToken(ctx context.Context, cli *clientv3.Client, k Keys, key string, v
 	if err != nil {
 		return err
 	}
-	g, err := cli.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+	g, err := cli.Grant(ctx, TTLSeconds(ttl))
 	if err != nil {
 		return fmt.Errorf("grant lease for %s: %w", key, err)
 	}
@@ -237,11 +216,4 @@ func putIfToken(ctx context.Context, cli *clientv3.Client, k Keys, key string, v
 		return fmt.Errorf("the leadership with token %d is over; nothing requested", token)
 	}
 	return nil
-}
-
-// NewID returns a short random identifier for a request.
-func NewID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

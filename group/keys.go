@@ -1,0 +1,45 @@
+package group
+
+import (
+	"fmt"
+	"path"
+	"strings"
+)
+
+// Keys is the etcd key layout of one cluster:
+//
+//	PREFIX/CLUSTER/leader          election key: value = node name, on the election lease;
+//	                               its CreateRevision is the fencing token
+//	PREFIX/CLUSTER/members/NODE    member record (JSON) on the member's own lease
+//	PREFIX/CLUSTER/control/...     operator requests (control.go)
+//	PREFIX/CLUSTER/history/...     transition history (history.go)
+type Keys struct{ Root string }
+
+// NewKeys returns the layout under prefix for cluster.
+func NewKeys(prefix, cluster string) Keys {
+	return Keys{Root: path.Join("/", strings.TrimSuffix(prefix, "/"), cluster)}
+}
+
+// Leader is the election key.
+func (k Keys) Leader() string { return k.Root + "/leader" }
+
+// Members is the prefix of all member records.
+func (k Keys) Members() string { return k.Root + "/members/" }
+
+// Member is one member's record key.
+func (k Keys) Member(node string) string { return k.Members() + node }
+
+// Control keys.
+func (k Keys) Control() string        { return k.Root + "/control/" }
+func (k Keys) Freeze() string         { return k.Control() + "freeze" }
+func (k Keys) Ban(node string) string { return k.Control() + "ban/" + node }
+func (k Keys) Handoff() string        { return k.Control() + "handoff" }
+func (k Keys) Drill() string          { return k.Control() + "drill" }
+
+// History is the prefix of the transition history.
+func (k Keys) History() string { return k.Root + "/history/" }
+
+// historyKey sorts by time first (zero-padded nanoseconds), then node.
+func (k Keys) historyKey(e Event) string {
+	return fmt.Sprintf("%s%020d-%s", k.History(), e.At.UnixNano(), e.Node)
+}
