@@ -147,12 +147,12 @@ func (s *Supervisor) barrier(ctx context.Context, prev holderMark) error {
 	var goneAt time.Time
 	downBy := prev.DownBy
 	if prev.Unknown && prev.Seen.IsZero() {
-		prev.Seen = time.Now()
+		prev.Seen = s.now()
 	}
 	s.log.Debug("promotion barrier", "previous_holder", prev.Node, "lease", fmt.Sprintf("%x", prev.Lease), "token", prev.Token, "unknown", prev.Unknown)
 	for {
 		v, err := s.barrierLook(ctx, prev)
-		now := time.Now()
+		now := s.now()
 		if err == nil {
 			if v.PrevLeaseAlive || v.PrevRecord != nil {
 				goneAt = time.Time{}
@@ -235,7 +235,7 @@ func (s *Supervisor) leaseLeft(ctx context.Context, l clientv3.LeaseID) (alive b
 		}
 		return r, err
 	}, nil)
-	at = time.Now()
+	at = s.now()
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return false, 0, at, nil

@@ -28,7 +28,7 @@ func (s *Supervisor) grant(ctx context.Context) (grantResult, error) {
 	ttl := s.cfg.Lease.TTL.D()
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	sent := time.Now()
+	sent := deadlineNow()
 	resp, err := s.pool.Grant(rctx, int64((ttl+time.Second-1)/time.Second))
 	if err != nil {
 		return grantResult{}, fmt.Errorf("grant lease: %w", err)
@@ -49,13 +49,13 @@ type acquireResult struct {
 // transaction succeeds only if no key exists, so two members racing get
 // exactly one winner. The winner re-reads the key to confirm it is still
 // its own (same CreateRevision, same lease) before anything starts.
-func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
+func (s *Supervisor) acquireJob(ctx context.Context) (acquireResult, error) {
 	if err := s.dropinsStillGood(ctx); err != nil {
-		return nil, err
+		return acquireResult{}, err
 	}
 	g, err := s.grant(ctx)
 	if err != nil {
-		return nil, err
+		return acquireResult{}, err
 	}
 	key := s.keys.Leader()
 	rctx, cancel := s.reqCtx(ctx)
@@ -68,7 +68,7 @@ func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
 	cancel()
 	if err != nil {
 		s.revoke(g.lease)
-		return nil, fmt.Errorf("campaign: %w", err)
+		return acquireResult{}, fmt.Errorf("campaign: %w", err)
 	}
 	token := resp.Header.Revision
 	if kv := ownKey(resp, g.lease); kv != nil {
@@ -89,7 +89,7 @@ func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
 		if err == nil {
 			err = fmt.Errorf("election key changed right after winning it (token %d, now %d by %q)", token, li.Token, li.Node)
 		}
-		return nil, fmt.Errorf("verify election key: %w", err)
+		return acquireResult{}, fmt.Errorf("verify election key: %w", err)
 	}
 	// Before anything can start under this lease: a successor started after
 	// a crash must find it to give it back.

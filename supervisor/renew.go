@@ -43,7 +43,7 @@ func (s *Supervisor) onRenewal(r renewal) {
 			s.memberLease = 0
 		}
 	default:
-		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.deadline.Left(time.Now()).Round(time.Millisecond))
+		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.deadline.Left(deadlineNow()).Round(time.Millisecond))
 	}
 }
 
@@ -82,10 +82,10 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 				}
 			}
 			rctx, rcancel := s.reqCtx(ctx)
-			sent := time.Now()
+			sent := deadlineNow()
 			ttl, endpoint, err := s.keepAliveOnce(rctx, lease)
 			rcancel()
-			r := renewal{name: name, lease: lease, sent: sent, took: time.Since(sent), ttl: ttl, err: err}
+			r := renewal{name: name, lease: lease, sent: sent, took: deadlineNow().Sub(sent), ttl: ttl, err: err}
 			if s.opts.RenewObserver != nil {
 				s.opts.RenewObserver(name, endpoint, r.took, err)
 			}

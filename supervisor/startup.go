@@ -13,15 +13,15 @@ import (
 
 // startupJob reconciles (stops whatever managed unit runs: this process
 // holds nothing yet), then registers the member record on a fresh lease.
-func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
+func (s *Supervisor) startupJob(ctx context.Context) (grantResult, error) {
 	states, err := s.units.States(ctx, s.cfg.Units.Managed)
 	if err != nil {
-		return nil, fmt.Errorf("read managed units: %w", err)
+		return grantResult{}, fmt.Errorf("read managed units: %w", err)
 	}
 	if r := runningUnits(states); len(r) > 0 {
 		s.log.Warn("start-up: managed units found running; stopping them before anything else", "units", r)
 		if err := fencing.StopAll(ctx, s.units, s.cfg.Units.Managed, s.timeout); err != nil {
-			return nil, fmt.Errorf("start-up reconcile: %w", err)
+			return grantResult{}, fmt.Errorf("start-up reconcile: %w", err)
 		}
 	}
 	s.unitsMayRun.Store(false)
@@ -30,7 +30,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 	for {
 		g, err := s.grant(ctx)
 		if err != nil {
-			return nil, err
+			return grantResult{}, err
 		}
 		rec := marshalRecord(s.record())
 		key := s.keys.Member(s.cfg.Node)
@@ -58,7 +58,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 		}
 		s.revoke(g.lease)
 		if err != nil {
-			return nil, fmt.Errorf("register member record: %w", err)
+			return grantResult{}, fmt.Errorf("register member record: %w", err)
 		}
 		// A record under our name is alive: an earlier incarnation of this
 		// process (killed, its lease not yet expired) or, if it never goes
@@ -69,7 +69,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
 			warned = true
 		}
 		if err := sleep(ctx, s.cfg.Units.PollInterval.D()); err != nil {
-			return nil, err
+			return grantResult{}, err
 		}
 	}
 }
@@ -105,10 +105,10 @@ func (s *Supervisor) warnNameInUse(resp *clientv3.TxnResponse) {
 // peer's barrier can read that rather than find no trace at all (which it
 // must wait out); a successor on this machine replaces it at once (see
 // replacePredecessorRecord).
-func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) (any, error) {
-	return func(ctx context.Context) (any, error) {
+func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) error {
+	return func(ctx context.Context) error {
 		if lease == 0 {
-			return nil, nil
+			return nil
 		}
 		err := s.putRecord(ctx, func(r *Record) {
 			r.State, r.UnitsRunning, r.Released, r.Reason = Stopped, false, true, "left the group"
@@ -117,6 +117,6 @@ func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) (any
 			s.log.Warn("could not publish that we left; revoking our record", "err", err)
 			s.revoke(lease)
 		}
-		return nil, nil
+		return nil
 	}
 }

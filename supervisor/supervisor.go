@@ -62,6 +62,9 @@ type Options struct {
 	// needs to give back its leases at once (runstate.DefaultDir in the
 	// daemon). Empty: nothing is kept, and a successor waits them out.
 	RunStateDir string
+	// Clock is the loop's time of day (see Clock: the fence clock is not
+	// on it). Nil means the real clock.
+	Clock Clock
 }
 
 // Transition is one change of state, with its reason.
@@ -103,6 +106,7 @@ type Supervisor struct {
 	window  fencing.Window
 	timeout fencing.Timeouts
 	inc     string // incarnation
+	clock   Clock
 
 	// Owned by the loop goroutine.
 	state       State
@@ -145,12 +149,12 @@ type Supervisor struct {
 
 	pubMu          sync.Mutex // serialises record writes, see writeRecord
 	pub            chan struct{}
-	pending        *pendingJob
-	ctl            Control              // operator requests, as last read
-	publishedUnits string               // unit states in the last published record
-	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
-	ctlProblems    string               // the unreadable control records last reported
-	keyProblem     string               // the election key's problem, if any (loop-owned)
+	pending        func(context.Context) // a job queued by launchAfter
+	ctl            Control               // operator requests, as last read
+	publishedUnits string                // unit states in the last published record
+	startPre       map[string]time.Time  // standby: when a unit was first seen in start-pre
+	ctlProblems    string                // the unreadable control records last reported
+	keyProblem     string                // the election key's problem, if any (loop-owned)
 	history        chan Event
 	notes          chan string // sd_notify messages for the notifier goroutine
 	status         statusNote  // what STATUS= last said (notify.go)
@@ -163,7 +167,7 @@ type Supervisor struct {
 	renewals chan renewal
 	leaders  chan leaderObs
 	unitObs  chan unitObs
-	jobDone  chan jobResult
+	jobDone  chan jobEnd
 
 	gate gate
 
@@ -196,10 +200,13 @@ func New(o Options) (*Supervisor, error) {
 		}
 		o.Pool = p
 	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	s := &Supervisor{
-		cfg: c, cli: o.Client, pool: o.Pool, units: o.Units, opts: o,
+		cfg: c, cli: o.Client, clock: o.Clock, pool: o.Pool, units: o.Units, opts: o,
 		log:       o.Log.With("node", c.Node, "cluster", c.Cluster),
 		keys:      NewKeys(c.Etcd.Prefix, c.Cluster),
 		window:    w,
@@ -213,11 +220,11 @@ func New(o Options) (*Supervisor, error) {
 		renewals:  make(chan renewal, 4),
 		leaders:   make(chan leaderObs, 1),
 		unitObs:   make(chan unitObs, 1),
-		jobDone:   make(chan jobResult, 1),
+		jobDone:   make(chan jobEnd, 1),
 		pub:       make(chan struct{}, 1),
 		history:   make(chan Event, 64),
 		notes:     make(chan string, 32),
-		since:     time.Now(),
+		since:     o.Clock.Now(),
 	}
 	if o.RunStateDir != "" {
 		s.runStore = &runstate.Store{Dir: o.RunStateDir}
@@ -287,10 +294,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-s.fenceTimer.C:
 			// handled by the deadline check below
 		}
-		if s.state.Holding() && s.deadline.Expired(time.Now()) {
+		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
 			s.drainRenewals()
 		}
-		if s.state.Holding() && s.deadline.Expired(time.Now()) {
+		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
 			return s.fenceNoted(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
 		if s.fenceNow != "" {
@@ -298,7 +305,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		s.step(bg)
 		s.updateSnapshot()
-		s.refreshStatus(time.Now())
+		s.refreshStatus(s.now())
 		s.notify("WATCHDOG=1")
 	}
 }
