@@ -16,22 +16,22 @@ import (
 // edges; step (loop.go) takes the others. Every edge either takes is in the
 // table in state.go.
 
-func (s *Supervisor) startupWork() work[grantResult] {
-	return work[grantResult]{kind: jobStartup, run: s.startupJob, done: s.startupDone}
+func (s *Supervisor) startupWork() work[registration] {
+	return work[registration]{kind: jobStartup, run: s.startupJob, done: s.startupDone}
 }
 
 // startupDone: registered (Starting -> Standby), or retry after a renew
 // interval.
-func (s *Supervisor) startupDone(bg context.Context, o outcome[grantResult]) (error, bool) {
+func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (error, bool) {
 	if o.err != nil {
 		s.log.Error("start-up failed; retrying", "err", o.err)
 		s.retryAt = s.now().Add(s.cfg.Lease.RenewInterval.D())
 		return nil, false
 	}
 	res := o.val
-	s.memberLease = res.lease
-	s.deadline.Renewed(memberLease, res.sent, res.ttl)
-	s.startRenewer(bg, memberLease, res.lease)
+	s.memberLease = res.lease.id
+	s.deadline.Renewed(memberLease, res.lease.sent, res.lease.ttl)
+	s.startRenewer(bg, memberLease, res.lease.id)
 	if res.crashed {
 		// Our previous incarnation died holding its records; they lapse
 		// at about the time its election key does. Give the members that
@@ -61,11 +61,11 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 		s.notePrevHolder(res.leader)
 		return nil, false
 	}
-	s.elecLease, s.token = res.lease, res.token
-	s.deadline.Renewed(electionLease, res.sent, res.ttl)
+	s.elecLease, s.token = res.lease.id, res.token
+	s.deadline.Renewed(electionLease, res.lease.sent, res.lease.ttl)
 	s.resetFenceTimer()
-	s.startRenewer(bg, electionLease, res.lease)
-	s.leader = LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease, Revision: res.token}
+	s.startRenewer(bg, electionLease, res.lease.id)
+	s.leader = LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
 	s.failures, s.restarts = nil, map[string]uint32{}
 	s.transition(Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
 	if s.shutting {

@@ -87,10 +87,10 @@ func (s *Supervisor) givePredecessorLeasesBack(p predecessor) {
 	}
 	if p.ElectionLease != 0 && (p.Fenced == nil || !p.Fenced.KeepLease) {
 		s.log.Info("giving back our previous incarnation's election lease", "lease", fmt.Sprintf("%x", p.ElectionLease), "token", p.Token)
-		s.revoke(clientv3.LeaseID(p.ElectionLease))
+		s.leases.revoke(clientv3.LeaseID(p.ElectionLease))
 	}
 	if p.MemberLease != 0 {
-		s.revoke(clientv3.LeaseID(p.MemberLease))
+		s.leases.revoke(clientv3.LeaseID(p.MemberLease))
 	}
 }
 

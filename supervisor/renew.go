@@ -83,7 +83,7 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 			}
 			rctx, rcancel := s.reqCtx(ctx)
 			sent := deadlineNow()
-			ttl, endpoint, err := s.keepAliveOnce(rctx, lease)
+			ttl, endpoint, err := s.leases.keepAliveOnce(rctx, lease)
 			rcancel()
 			r := renewal{name: name, lease: lease, sent: sent, took: deadlineNow().Sub(sent), ttl: ttl, err: err}
 			if s.opts.RenewObserver != nil {
@@ -106,14 +106,4 @@ func (s *Supervisor) stopRenewer(name string) {
 	if name == memberLease {
 		s.memberLeaseID.Store(0)
 	}
-}
-
-// keepAliveOnce renews lease once through every member of the pool at the
-// same time and returns the first success (see etcdconn.Pool.KeepAliveOnce):
-// gRPC only notices a silently dead connection after its keepalive (10 s
-// at the least), and a balanced client would keep sending some renewals
-// into it; in parallel, one live member is enough. The endpoint is the
-// member whose answer counted ("" when none did).
-func (s *Supervisor) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, string, error) {
-	return s.pool.KeepAliveOnceFrom(ctx, lease)
 }

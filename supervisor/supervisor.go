@@ -96,17 +96,19 @@ func (e *FenceError) Error() string {
 
 // Supervisor is one member. Create with New, then call Run once.
 type Supervisor struct {
-	cfg     config.Config
-	cli     *clientv3.Client
-	pool    *etcdconn.Pool
-	units   fencing.Units
-	log     *slog.Logger
-	opts    Options
-	keys    Keys
-	window  fencing.Window
-	timeout fencing.Timeouts
-	inc     string // incarnation
-	clock   Clock
+	cfg      config.Config
+	cli      *clientv3.Client
+	pool     *etcdconn.Pool
+	units    fencing.Units
+	log      *slog.Logger
+	opts     Options
+	keys     Keys
+	window   fencing.Window
+	timeout  fencing.Timeouts
+	inc      string      // incarnation
+	leases   leases      // grant, keep-alive, revoke
+	election electionKey // campaign, resign, read
+	clock    Clock
 
 	// Owned by the loop goroutine.
 	state       State
@@ -226,6 +228,8 @@ func New(o Options) (*Supervisor, error) {
 		notes:     make(chan string, 32),
 		since:     o.Clock.Now(),
 	}
+	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout.D(), log: s.log}
+	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout.D()}
 	if o.RunStateDir != "" {
 		s.runStore = &runstate.Store{Dir: o.RunStateDir}
 	}
