@@ -86,7 +86,10 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 			s.promoteDone(bg, outcome[struct{}]{err: errors.New("barrier")})
 		}, Demoting},
 		{"fenced while promoting", Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "deadline", "test") }, Fencing},
-		{"banned", Active, func(_ *testing.T, s *Supervisor, bg context.Context) { s.ctl.Bans = map[string]Ban{"m1": {}}; s.step(bg) }, Demoting},
+		{"banned", Active, func(_ *testing.T, s *Supervisor, bg context.Context) {
+			s.ctl.Bans = map[string]Ban{"m1": {}}
+			s.step(bg)
+		}, Demoting},
 		{"fenced while active", Active, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "key_lost", "test") }, Fencing},
 		{"released", Demoting, func(t *testing.T, s *Supervisor, bg context.Context) { s.demoteDone(bg, outcome[struct{}]{}) }, Standby},
 		{"released on shutdown, then left", Demoting, func(t *testing.T, s *Supervisor, bg context.Context) {
