@@ -18,9 +18,10 @@ type job struct {
 // jobKind names a job (logs, tests) and says how a shutdown treats it.
 type jobKind struct {
 	name string
-	// cancelOnShutdown: a SIGTERM cancels the job at once. Only jobs that
-	// start or stop units on their way to a state the shutdown undoes
-	// anyway; the others (etcd writes, the demotion) must finish.
+	// cancelOnShutdown: a SIGTERM cancels the job at once: a promotion, a
+	// restart or a standby's enforcement, which the demotion or the leave
+	// that follows makes moot. The others (the demotion's confirmed stop,
+	// the etcd writes) must finish.
 	cancelOnShutdown bool
 }
 
