@@ -73,6 +73,9 @@ func launch[T any](s *Supervisor, bg context.Context, w work[T]) {
 	}()
 }
 
+// pendingJob is a job queued by launchAfter: it launches it.
+type pendingJob func(bg context.Context)
+
 // launchAfter starts w now, or as soon as the running job has ended.
 func launchAfter[T any](s *Supervisor, bg context.Context, w work[T]) {
 	if s.job == nil {

@@ -96,19 +96,20 @@ func (e *FenceError) Error() string {
 
 // Supervisor is one member. Create with New, then call Run once.
 type Supervisor struct {
-	cfg      config.Config
-	cli      *clientv3.Client
-	pool     *etcdconn.Pool
-	units    fencing.Units
-	log      *slog.Logger
-	opts     Options
-	keys     Keys
-	window   fencing.Window
-	timeout  fencing.Timeouts
-	inc      string      // incarnation
+	cfg     config.Config
+	cli     *clientv3.Client
+	pool    *etcdconn.Pool
+	units   fencing.Units
+	log     *slog.Logger
+	opts    Options
+	keys    Keys
+	window  fencing.Window
+	timeout fencing.Timeouts
+	inc     string // incarnation
+
 	leases   leases      // grant, keep-alive, revoke
 	election electionKey // campaign, resign, read
-	clock    Clock
+	clock    Clock       // the loop's time of day (not the fence clock)
 
 	// Owned by the loop goroutine.
 	state       State
@@ -151,12 +152,12 @@ type Supervisor struct {
 
 	pubMu          sync.Mutex // serialises record writes, see writeRecord
 	pub            chan struct{}
-	pending        func(context.Context) // a job queued by launchAfter
-	ctl            Control               // operator requests, as last read
-	publishedUnits string                // unit states in the last published record
-	startPre       map[string]time.Time  // standby: when a unit was first seen in start-pre
-	ctlProblems    string                // the unreadable control records last reported
-	keyProblem     string                // the election key's problem, if any (loop-owned)
+	pending        pendingJob
+	ctl            Control              // operator requests, as last read
+	publishedUnits string               // unit states in the last published record
+	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
+	ctlProblems    string               // the unreadable control records last reported
+	keyProblem     string               // the election key's problem, if any (loop-owned)
 	history        chan Event
 	notes          chan string // sd_notify messages for the notifier goroutine
 	status         statusNote  // what STATUS= last said (notify.go)
