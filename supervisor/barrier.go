@@ -144,26 +144,16 @@ func (s *Supervisor) blindWait() time.Duration {
 // barrier blocks the promotion until decideBarrier passes.
 func (s *Supervisor) barrier(ctx context.Context, prev holderMark) error {
 	var last string
-	var goneAt time.Time
-	downBy := prev.DownBy
+	track := barrierTrack{downBy: prev.DownBy}
 	if prev.Unknown && prev.Seen.IsZero() {
-		prev.Seen = time.Now()
+		prev.Seen = s.now()
 	}
 	s.log.Debug("promotion barrier", "previous_holder", prev.Node, "lease", fmt.Sprintf("%x", prev.Lease), "token", prev.Token, "unknown", prev.Unknown)
 	for {
 		v, err := s.barrierLook(ctx, prev)
-		now := time.Now()
+		now := s.now()
 		if err == nil {
-			if v.PrevLeaseAlive || v.PrevRecord != nil {
-				goneAt = time.Time{}
-			} else if goneAt.IsZero() {
-				goneAt = now
-			}
-			if !v.DownBy.IsZero() && (downBy.IsZero() || v.DownBy.Before(downBy)) {
-				downBy = v.DownBy
-			}
-			v.GoneAt, v.DownBy = goneAt, downBy
-			d := decideBarrier(now, v, s.blindWait())
+			d := decideBarrier(now, track.fold(now, v), s.blindWait())
 			if d.Pass {
 				if last != "" {
 					s.log.Info("promotion barrier passed", "why", d.Why)
@@ -179,6 +169,28 @@ func (s *Supervisor) barrier(ctx context.Context, prev holderMark) error {
 			return err
 		}
 	}
+}
+
+// barrierTrack is what the barrier carries from one look to the next.
+type barrierTrack struct {
+	goneAt time.Time // when the previous holder's lease and record were first both found gone
+	downBy time.Time // the earliest proof yet that its units are down
+}
+
+// fold adds the look v taken at now and returns v with GoneAt and DownBy
+// as decideBarrier wants them: a lease or record seen again restarts the
+// blind wait, and a proof once found is kept.
+func (b *barrierTrack) fold(now time.Time, v barrierView) barrierView {
+	if v.PrevLeaseAlive || v.PrevRecord != nil {
+		b.goneAt = time.Time{}
+	} else if b.goneAt.IsZero() {
+		b.goneAt = now
+	}
+	if !v.DownBy.IsZero() && (b.downBy.IsZero() || v.DownBy.Before(b.downBy)) {
+		b.downBy = v.DownBy
+	}
+	v.GoneAt, v.DownBy = b.goneAt, b.downBy
+	return v
 }
 
 // barrierLook reads every record and, when a previous holder is known, its
@@ -235,7 +247,7 @@ func (s *Supervisor) leaseLeft(ctx context.Context, l clientv3.LeaseID) (alive b
 		}
 		return r, err
 	}, nil)
-	at = time.Now()
+	at = s.now()
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return false, 0, at, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
@@ -21,19 +23,23 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 	s.gate.closeWait(500 * time.Millisecond)
 	s.cutAPI()
 	if cooldown > 0 {
-		s.cooldown = time.Now().Add(cooldown)
+		s.cooldown = s.now().Add(cooldown)
 	}
 	s.transition(Demoting, kind, reason)
 	s.reason = "demoted: " + reason
-	token, lease := s.token, s.elecLease
-	s.startAfter(bg, "demote", func(ctx context.Context) (any, error) {
+	launchAfter(s, bg, s.demoteWork(s.token, s.elecLease))
+}
+
+// demoteJob stops the units, says so, and gives the key and its lease back.
+func (s *Supervisor) demoteJob(token int64, lease clientv3.LeaseID) func(context.Context) error {
+	return func(ctx context.Context) error {
 		if err := fencing.StopAll(ctx, s.units, s.cfg.Units.Managed, s.timeout); err != nil {
-			return nil, err
+			return err
 		}
 		s.unitsMayRun.Store(false)
 		// Dated before the release, so that a drill can check that the old
 		// units were down before anyone else could win.
-		s.recordHistory(Event{At: time.Now(), Node: s.cfg.Node, From: Demoting, To: UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
+		s.recordHistory(Event{At: s.now(), Node: s.cfg.Node, From: Demoting, To: UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
 		s.runHook(ctx, "on_demote", token)
 		if err := s.writeRecord(ctx, true); err != nil {
 			s.log.Warn("could not publish units stopped before release", "err", err)
@@ -41,6 +47,6 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 		if s.release(ctx, token, lease) {
 			s.saveRunState(func(st *runstate.State) { st.ElectionLease, st.Token = 0, 0 })
 		}
-		return nil, nil
-	})
+		return nil
+	}
 }

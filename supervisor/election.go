@@ -2,141 +2,115 @@ package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
-type grantResult struct {
-	lease clientv3.LeaseID
-	sent  time.Time
-	ttl   time.Duration
-	// crashed: a record of an earlier incarnation of this member was
-	// still alive, so that incarnation ended without leaving the group.
-	crashed bool
+// electionKey is the group's election key, in the style of etcd's
+// concurrency.Election: one holder at a time, on the holder's election
+// lease, its CreateRevision the holder's token.
+type electionKey struct {
+	leases  leases
+	keys    Keys
+	node    string
+	timeout time.Duration
 }
 
-// grant creates a lease, recording when the request was sent: the proof of
-// validity starts then, not when the answer arrived.
-func (s *Supervisor) grant(ctx context.Context) (grantResult, error) {
-	ttl := s.cfg.Lease.TTL.D()
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
-	sent := time.Now()
-	resp, err := s.pool.Grant(rctx, int64((ttl+time.Second-1)/time.Second))
-	if err != nil {
-		return grantResult{}, fmt.Errorf("grant lease: %w", err)
-	}
-	return grantResult{lease: resp.ID, sent: sent, ttl: time.Duration(resp.TTL) * time.Second}, nil
-}
-
-type acquireResult struct {
+// campaignResult: won with token, or lost to leader.
+type campaignResult struct {
 	won    bool
-	lease  clientv3.LeaseID
-	sent   time.Time
-	ttl    time.Duration
 	token  int64
 	leader LeaderInfo
 }
 
-// acquireJob tries once to create the election key on a fresh lease. The
-// transaction succeeds only if no key exists, so two members racing get
-// exactly one winner. The winner re-reads the key to confirm it is still
-// its own (same CreateRevision, same lease) before anything starts.
-func (s *Supervisor) acquireJob(ctx context.Context) (any, error) {
-	if err := s.dropinsStillGood(ctx); err != nil {
-		return nil, err
-	}
-	g, err := s.grant(ctx)
+// campaign tries once to create the key on lease id. The transaction
+// succeeds only if no key exists, so two members racing get exactly one
+// winner. The winner re-reads the key to confirm it is still its own (same
+// CreateRevision, same lease) before anything starts: an error then means
+// the win cannot be trusted.
+func (e electionKey) campaign(ctx context.Context, id clientv3.LeaseID) (campaignResult, error) {
+	c, err := e.leases.putOnLease(ctx, e.keys.Leader(), e.node, id)
 	if err != nil {
-		return nil, err
+		return campaignResult{}, fmt.Errorf("campaign: %w", err)
 	}
-	key := s.keys.Leader()
-	rctx, cancel := s.reqCtx(ctx)
-	// Hedged: a copy that lands after another won finds the key on our
-	// own lease (ownKey), so a retry never wins twice.
-	resp, err := s.pool.Hedged().Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, s.cfg.Node, clientv3.WithLease(g.lease))).
-		Else(clientv3.OpGet(key)).Commit()
-	cancel()
-	if err != nil {
-		s.revoke(g.lease)
-		return nil, fmt.Errorf("campaign: %w", err)
-	}
-	token := resp.Header.Revision
-	if kv := ownKey(resp, g.lease); kv != nil {
-		token = kv.CreateRevision
-	} else if !resp.Succeeded {
-		s.revoke(g.lease)
-		li := LeaderInfo{Revision: resp.Header.Revision}
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			li.Node, li.Token, li.Lease = string(kvs[0].Value), kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease)
+	if !c.ours {
+		li := LeaderInfo{Revision: c.rev}
+		if kv := c.other; kv != nil {
+			li.Node, li.Token, li.Lease = string(kv.Value), kv.CreateRevision, clientv3.LeaseID(kv.Lease)
 		}
-		return acquireResult{leader: li}, nil
+		return campaignResult{leader: li}, nil
 	}
-	rctx, cancel = s.reqCtx(ctx)
-	li, err := ReadLeader(rctx, s.pool.Hedged(), s.keys)
-	cancel()
-	if err != nil || li.Token != token || li.Lease != g.lease {
-		s.revoke(g.lease)
+	token := c.createRev
+	li, err := e.read(ctx)
+	if err != nil || li.Token != token || li.Lease != id {
 		if err == nil {
 			err = fmt.Errorf("election key changed right after winning it (token %d, now %d by %q)", token, li.Token, li.Node)
 		}
-		return nil, fmt.Errorf("verify election key: %w", err)
+		return campaignResult{}, fmt.Errorf("verify election key: %w", err)
+	}
+	return campaignResult{won: true, token: token}, nil
+}
+
+// resign deletes the key if it is still the one created at token.
+func (e electionKey) resign(ctx context.Context, token int64) error {
+	key := e.keys.Leader()
+	rctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	_, err := e.leases.pool.Hedged().Txn(rctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
+		Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
+
+// read returns who holds the key (hedged).
+func (e electionKey) read(ctx context.Context) (LeaderInfo, error) {
+	rctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	return ReadLeader(rctx, e.leases.pool.Hedged(), e.keys)
+}
+
+type acquireResult struct {
+	won    bool
+	lease  lease
+	token  int64
+	leader LeaderInfo
+}
+
+// acquireJob campaigns once on a fresh lease: grant, campaign, and on a win
+// note the lease for a successor; any lease not won with goes back.
+func (s *Supervisor) acquireJob(ctx context.Context) (acquireResult, error) {
+	if err := s.dropinsStillGood(ctx); err != nil {
+		return acquireResult{}, err
+	}
+	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL.D())
+	if err != nil {
+		return acquireResult{}, err
+	}
+	c, err := s.election.campaign(ctx, l.id)
+	if err != nil || !c.won {
+		s.leases.revoke(l.id)
+		return acquireResult{leader: c.leader}, err
 	}
 	// Before anything can start under this lease: a successor started after
 	// a crash must find it to give it back.
-	s.saveRunState(func(st *runstate.State) { st.ElectionLease, st.Token = int64(g.lease), token })
-	return acquireResult{won: true, lease: g.lease, sent: g.sent, ttl: g.ttl, token: token}, nil
+	s.saveRunState(func(st *runstate.State) { st.ElectionLease, st.Token = int64(l.id), c.token })
+	return acquireResult{won: true, lease: l, token: c.token}, nil
 }
 
 // release gives up the election key (only if it is still ours) and its
 // lease, so the next member can win at once instead of after the TTL. It
 // reports whether etcd confirmed both.
-func (s *Supervisor) release(ctx context.Context, token int64, lease clientv3.LeaseID) bool {
+func (s *Supervisor) release(ctx context.Context, token int64, id clientv3.LeaseID) bool {
 	if token == 0 {
 		return true
 	}
-	key := s.keys.Leader()
-	rctx, cancel := s.reqCtx(ctx)
-	_, err := s.pool.Hedged().Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
-		Then(clientv3.OpDelete(key)).Commit()
-	cancel()
+	err := s.election.resign(ctx, token)
 	if err != nil {
 		s.log.Warn("release election key", "err", err)
 	}
-	return s.revoke(lease) && err == nil
-}
-
-// revoke gives a lease back; it reports whether the lease is gone (revoked
-// now, or not found).
-func (s *Supervisor) revoke(lease clientv3.LeaseID) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Etcd.RequestTimeout.D())
-	defer cancel()
-	if err := s.pool.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		s.log.Debug("revoke lease", "lease", fmt.Sprintf("%x", lease), "err", err)
-		return false
-	}
-	return true
-}
-
-// ownKey is the key an Else(OpGet) found when it is on lease: a hedged
-// copy of a CreateRevision == 0 transaction that came after the first one
-// had already put it. Nil otherwise.
-func ownKey(resp *clientv3.TxnResponse, lease clientv3.LeaseID) *mvccpb.KeyValue {
-	if resp.Succeeded || len(resp.Responses) == 0 {
-		return nil
-	}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && clientv3.LeaseID(kvs[0].Lease) == lease {
-		return kvs[0]
-	}
-	return nil
+	return s.leases.revoke(id) && err == nil
 }

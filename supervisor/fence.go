@@ -23,7 +23,7 @@ const secondLookMin = 200 * time.Millisecond
 // history, lease revocation and on_fence come only after the units are
 // confirmed down, each bounded.
 func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
-	start := time.Now()
+	start := deadlineNow()
 	hard := start.Add(s.timeout.StopMax())
 	s.fenceNow, s.fenceKind = "", ""
 	s.cutAPI()
@@ -38,7 +38,7 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	s.log.Error("FENCING", "reason", reason, "token", s.token, "lease_left", s.deadline.LeaseLeft(start).Round(time.Millisecond))
 
 	err := s.fenceUnits(bg, hard)
-	took := time.Since(start)
+	took := deadlineNow().Sub(start)
 	if err != nil {
 		// Not even the cgroups confirm the units gone: exit now, unpinged,
 		// and let BindsTo= stop them. Nothing may delay that, not even the
@@ -74,7 +74,7 @@ func (s *Supervisor) fenceUnits(bg context.Context, hard time.Time) error {
 	}
 	// A second look: something may have started behind our back or the
 	// cancelled start may have landed after the stop.
-	vctx, vcancel := context.WithDeadline(bg, later(hard, time.Now().Add(secondLookMin)))
+	vctx, vcancel := context.WithDeadline(bg, later(hard, deadlineNow().Add(secondLookMin)))
 	defer vcancel()
 	return fencing.ConfirmDown(vctx, s.units, s.cfg.Units.Managed, s.timeout)
 }
@@ -98,7 +98,7 @@ func (s *Supervisor) fenceEpilogue(bg context.Context, kind string, took time.Du
 		rcancel()
 	}
 	hctx, hcancel := s.reqCtx(bg)
-	_ = AppendHistory(hctx, s.cli, s.keys, Event{At: time.Now(), Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: kind, Reason: fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond)), Token: s.token}, s.cfg.History.Retain)
+	_ = AppendHistory(hctx, s.cli, s.keys, Event{At: s.now(), Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: kind, Reason: fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond)), Token: s.token}, s.cfg.History.Retain)
 	hcancel()
 	s.runHook(bg, "on_fence", s.token)
 }

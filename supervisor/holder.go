@@ -13,7 +13,7 @@ import (
 // for the next promotion's barrier (see decideBarrier).
 func (s *Supervisor) notePrevHolder(li LeaderInfo) {
 	if s.firstLook.IsZero() {
-		s.firstLook = time.Now()
+		s.firstLook = s.now()
 	}
 	// Our own key (a read that raced our win, or an earlier incarnation
 	// of ours, whose units start-up stopped) is nobody to wait for.
@@ -24,7 +24,7 @@ func (s *Supervisor) notePrevHolder(li LeaderInfo) {
 	if s.prevHolder.Token == li.Token {
 		downBy = s.prevHolder.DownBy
 	}
-	s.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: time.Now(), DownBy: downBy}
+	s.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: s.now(), DownBy: downBy}
 }
 
 // noteProof keeps the earliest proof that the holder's units are down.
@@ -97,8 +97,8 @@ func (s *Supervisor) noteLeaselessKey(li LeaderInfo) {
 // clearLeaselessKey deletes the election key read as li if it is still that
 // key and still on no lease. The next promotion's barrier then waits for
 // whoever li names exactly as for any previous holder whose lease is gone.
-func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) (any, error) {
-	return func(ctx context.Context) (any, error) {
+func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) error {
+	return func(ctx context.Context) error {
 		key := s.keys.Leader()
 		rctx, cancel := s.reqCtx(ctx)
 		defer cancel()
@@ -107,9 +107,9 @@ func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) (any
 			clientv3.Compare(clientv3.LeaseValue(key), "=", 0),
 		).Then(clientv3.OpDelete(key)).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("delete %s: %w", key, err)
+			return fmt.Errorf("delete %s: %w", key, err)
 		}
-		return nil, nil
+		return nil
 	}
 }
 
@@ -128,7 +128,7 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li LeaderInfo)
 	if !li.Present() || li.Lease == 0 || li.Node == s.cfg.Node {
 		return time.Time{}
 	}
-	now := time.Now()
+	now := s.now()
 	if w.lease == li.Lease && now.Before(w.next) {
 		return time.Time{}
 	}

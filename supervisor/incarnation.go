@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -22,7 +21,7 @@ func (s *Supervisor) saveRunState(update func(*runstate.State)) {
 	s.rsMu.Lock()
 	defer s.rsMu.Unlock()
 	update(&s.rs)
-	s.rs.Node, s.rs.Cluster, s.rs.Incarnation, s.rs.SavedAt = s.cfg.Node, s.cfg.Cluster, s.inc, time.Now()
+	s.rs.Node, s.rs.Cluster, s.rs.Incarnation, s.rs.SavedAt = s.cfg.Node, s.cfg.Cluster, s.inc, s.now()
 	if err := s.runStore.Save(s.rs); err != nil {
 		s.log.Warn("could not save run state; a restart will wait out our leases", "err", err)
 	}
@@ -88,10 +87,10 @@ func (s *Supervisor) givePredecessorLeasesBack(p predecessor) {
 	}
 	if p.ElectionLease != 0 && (p.Fenced == nil || !p.Fenced.KeepLease) {
 		s.log.Info("giving back our previous incarnation's election lease", "lease", fmt.Sprintf("%x", p.ElectionLease), "token", p.Token)
-		s.revoke(clientv3.LeaseID(p.ElectionLease))
+		s.leases.revoke(clientv3.LeaseID(p.ElectionLease))
 	}
 	if p.MemberLease != 0 {
-		s.revoke(clientv3.LeaseID(p.MemberLease))
+		s.leases.revoke(clientv3.LeaseID(p.MemberLease))
 	}
 }
 
@@ -127,7 +126,7 @@ func (s *Supervisor) publishPredecessorFence(ctx context.Context, p predecessor)
 // leaves a note of it in the run state: the successor publishes it if the
 // history lacks it, and leaves a drill's election lease to expire.
 func (s *Supervisor) fenceNoted(bg context.Context, kind, reason string) error {
-	at, token := time.Now(), s.token
+	at, token := s.now(), s.token
 	err := s.fence(bg, kind, reason)
 	s.SaveFenced(runstate.Fenced{At: at, Kind: kind, Reason: reason, Token: token, KeepLease: kind == "drill"})
 	return err

@@ -7,50 +7,96 @@ import (
 
 // A job is the one piece of slow work (etcd transactions, unit jobs) under
 // way at a time. Jobs run in their own goroutine so the loop never blocks:
-// it must keep watching the fence clock and pinging the watchdog.
+// it must keep watching the fence clock and pinging the watchdog. Each job
+// carries its own completion handler (a work value), typed by what its body
+// returns; the loop runs that handler when the job ends.
 type job struct {
-	name   string
+	kind   jobKind
 	cancel context.CancelFunc
 }
 
-type jobResult struct {
-	name  string
-	val   any
+// jobKind names a job (logs, tests) and says how a shutdown treats it.
+type jobKind struct {
+	name string
+	// cancelOnShutdown: a SIGTERM cancels the job at once: a promotion, a
+	// restart or a standby's enforcement, which the demotion or the leave
+	// that follows makes moot. The others (the demotion's confirmed stop,
+	// the etcd writes) must finish.
+	cancelOnShutdown bool
+}
+
+var (
+	jobStartup  = jobKind{name: "startup"}
+	jobAcquire  = jobKind{name: "acquire"}
+	jobPromote  = jobKind{name: "promote", cancelOnShutdown: true}
+	jobRestart  = jobKind{name: "restart", cancelOnShutdown: true}
+	jobEnforce  = jobKind{name: "enforce", cancelOnShutdown: true}
+	jobClearKey = jobKind{name: "clear_key"}
+	jobDemote   = jobKind{name: "demote"}
+	jobLeave    = jobKind{name: "leave"}
+)
+
+// outcome is what a job's body produced, handed to its completion handler.
+type outcome[T any] struct {
+	val   T
 	err   error
 	units unitObs // read after the job's last action
 }
 
-type pendingJob struct {
-	name string
-	fn   func(context.Context) (any, error)
+// work is a job: its body, run in its own goroutine, and its completion
+// handler, run by the loop. done's exit reports that Run must return err.
+type work[T any] struct {
+	kind jobKind
+	run  func(context.Context) (T, error)
+	done func(bg context.Context, o outcome[T]) (err error, exit bool)
 }
 
-func (s *Supervisor) start(bg context.Context, name string, fn func(context.Context) (any, error)) {
+// jobEnd is a finished job on its way to the loop: finish runs the job's
+// completion handler on its outcome.
+type jobEnd struct {
+	kind   jobKind
+	units  unitObs
+	finish func(bg context.Context) (err error, exit bool)
+}
+
+// launch starts w now; the loop must be idle (s.job == nil).
+func launch[T any](s *Supervisor, bg context.Context, w work[T]) {
 	ctx, cancel := context.WithCancel(bg)
-	s.job = &job{name: name, cancel: cancel}
+	s.job = &job{kind: w.kind, cancel: cancel}
 	go func() {
-		v, err := fn(ctx)
+		v, err := w.run(ctx)
 		cancel()
-		s.jobDone <- jobResult{name: name, val: v, err: err, units: s.readUnits(bg)}
+		units := s.readUnits(bg)
+		s.jobDone <- jobEnd{kind: w.kind, units: units, finish: func(bg context.Context) (error, bool) {
+			return w.done(bg, outcome[T]{val: v, err: err, units: units})
+		}}
 	}()
 }
 
-// startAfter starts fn now, or as soon as the running job has ended.
-func (s *Supervisor) startAfter(bg context.Context, name string, fn func(context.Context) (any, error)) {
+// pendingJob is a job queued by launchAfter: it launches it.
+type pendingJob func(bg context.Context)
+
+// launchAfter starts w now, or as soon as the running job has ended.
+func launchAfter[T any](s *Supervisor, bg context.Context, w work[T]) {
 	if s.job == nil {
-		s.start(bg, name, fn)
+		launch(s, bg, w)
 		return
 	}
-	s.pending = &pendingJob{name: name, fn: fn}
+	s.pending = func(bg context.Context) { launch(s, bg, w) }
 }
 
-// runPending starts a job queued by startAfter once the loop is idle.
+// runPending starts a job queued by launchAfter once the loop is idle.
 func (s *Supervisor) runPending(bg context.Context) {
 	if s.job == nil && s.pending != nil {
 		p := s.pending
 		s.pending = nil
-		s.start(bg, p.name, p.fn)
+		p(bg)
 	}
+}
+
+// noResult adapts a job body that returns only an error.
+func noResult(fn func(context.Context) error) func(context.Context) (struct{}, error) {
+	return func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) }
 }
 
 func (s *Supervisor) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {

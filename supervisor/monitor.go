@@ -29,7 +29,7 @@ func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
 	if s.state != Active {
 		return
 	}
-	now := time.Now()
+	now := s.now()
 	for _, u := range o.states {
 		base, seen := s.restarts[u.Name]
 		s.restarts[u.Name] = u.NRestarts
@@ -103,7 +103,7 @@ func (s *Supervisor) observeUnits(bg context.Context) {
 // readUnits reads the managed units' states once, bounded by the poll
 // interval.
 func (s *Supervisor) readUnits(bg context.Context) unitObs {
-	started := time.Now()
+	started := s.now()
 	ctx, cancel := context.WithTimeout(bg, s.cfg.Units.PollInterval.D())
 	defer cancel()
 	states, err := s.units.States(ctx, s.cfg.Units.Managed)

@@ -50,7 +50,7 @@ func (s *Supervisor) notify(msg string) {
 	if strings.HasPrefix(msg, "STATUS=") {
 		// Whoever sent it (a transition or the refresh), the next refresh
 		// counts from now.
-		s.status = statusNote{key: s.statusKey(), at: time.Now()}
+		s.status = statusNote{key: s.statusKey(), at: s.now()}
 	}
 	select {
 	case s.notes <- msg:

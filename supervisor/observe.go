@@ -94,7 +94,7 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 
 // readLeaderAndControl reads both in one transaction (one revision).
 func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
-	start := time.Now()
+	start := s.now()
 	resp, err := s.pool.Hedged().Txn(ctx).Then(
 		clientv3.OpGet(s.keys.Leader()),
 		clientv3.OpGet(s.keys.Control(), clientv3.WithPrefix()),

@@ -30,7 +30,7 @@ type peerCheck struct {
 // configured peers without a record for longer than a TTL: two groups that
 // each elect a leader are otherwise invisible to each other.
 func (s *Supervisor) watchPeers(bg context.Context) {
-	pc := &peerCheck{started: time.Now(), seen: map[string]time.Time{}, missing: map[string]bool{}, mismatch: map[string]string{}}
+	pc := &peerCheck{started: s.now(), seen: map[string]time.Time{}, missing: map[string]bool{}, mismatch: map[string]string{}}
 	t := time.NewTicker(max(s.cfg.Lease.TTL.D()/4, 100*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -43,7 +43,7 @@ func (s *Supervisor) watchPeers(bg context.Context) {
 		recs, _, err := ReadMembers(rctx, s.pool.Hedged(), s.keys)
 		cancel()
 		if err == nil {
-			s.checkPeers(pc, recs, time.Now())
+			s.checkPeers(pc, recs, s.now())
 		}
 	}
 }

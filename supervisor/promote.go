@@ -27,42 +27,42 @@ func (s *Supervisor) clearHandoff(bg context.Context, id string) {
 }
 
 // promoteJob runs the promotion barrier, then starts the units in order.
-func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Context) (any, error) {
-	return func(ctx context.Context) (any, error) {
+func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Context) error {
+	return func(ctx context.Context) error {
 		// Barrier: the previous holder's leadership must be over (lease
 		// gone, record says stopped, or one full lease waited out), and no
 		// other record may say its units may run.
 		if err := s.barrier(ctx, prev); err != nil {
-			return nil, err
+			return err
 		}
 		if d := s.cfg.Lease.TakeoverDelay.D(); d > 0 {
 			s.log.Info("takeover delay", "delay", d)
 			if err := sleep(ctx, d); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		// Say that units may run BEFORE the first one starts, and make sure
 		// etcd has it: that is what the next leader's barrier reads.
 		s.unitsMayRun.Store(true)
 		if err := s.writeRecord(ctx, false); err != nil {
-			return nil, fmt.Errorf("publish record before starting units: %w", err)
+			return fmt.Errorf("publish record before starting units: %w", err)
 		}
 		if s.opts.Hook != nil {
 			if err := s.opts.Hook(ctx, "on_promote", s.hookEnv(token)); err != nil {
 				if s.cfg.Hooks.AbortOnPromoteErr {
-					return nil, fmt.Errorf("on_promote hook: %w", err)
+					return fmt.Errorf("on_promote hook: %w", err)
 				}
 				s.log.Warn("on_promote hook failed; promoting anyway (abort_on_promote_failure = false)", "err", err)
 			}
 		}
 		if err := s.publishAPIFence(ctx, token); err != nil {
-			return nil, fmt.Errorf("api fence: %w", err)
+			return fmt.Errorf("api fence: %w", err)
 		}
 		// Only now would the promotion itself start the units (fencing.env
 		// written by the on_promote step, the token handed to the
 		// apiservers): from here the guard may let one start too.
 		s.startsAllowed.Store(true)
-		return nil, s.gate.do(func() error {
+		return s.gate.do(func() error {
 			return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 		})
 	}

@@ -43,7 +43,7 @@ func (s *Supervisor) onRenewal(r renewal) {
 			s.memberLease = 0
 		}
 	default:
-		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.deadline.Left(time.Now()).Round(time.Millisecond))
+		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.deadline.Left(deadlineNow()).Round(time.Millisecond))
 	}
 }
 
@@ -82,10 +82,10 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 				}
 			}
 			rctx, rcancel := s.reqCtx(ctx)
-			sent := time.Now()
-			ttl, endpoint, err := s.keepAliveOnce(rctx, lease)
+			sent := deadlineNow()
+			ttl, endpoint, err := s.leases.keepAliveOnce(rctx, lease)
 			rcancel()
-			r := renewal{name: name, lease: lease, sent: sent, took: time.Since(sent), ttl: ttl, err: err}
+			r := renewal{name: name, lease: lease, sent: sent, took: deadlineNow().Sub(sent), ttl: ttl, err: err}
 			if s.opts.RenewObserver != nil {
 				s.opts.RenewObserver(name, endpoint, r.took, err)
 			}
@@ -106,14 +106,4 @@ func (s *Supervisor) stopRenewer(name string) {
 	if name == memberLease {
 		s.memberLeaseID.Store(0)
 	}
-}
-
-// keepAliveOnce renews lease once through every member of the pool at the
-// same time and returns the first success (see etcdconn.Pool.KeepAliveOnce):
-// gRPC only notices a silently dead connection after its keepalive (10 s
-// at the least), and a balanced client would keep sending some renewals
-// into it; in parallel, one live member is enough. The endpoint is the
-// member whose answer counted ("" when none did).
-func (s *Supervisor) keepAliveOnce(ctx context.Context, lease clientv3.LeaseID) (time.Duration, string, error) {
-	return s.pool.KeepAliveOnceFrom(ctx, lease)
 }

@@ -5,96 +5,111 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
+// registration is a finished start-up: the member record is on lease.
+type registration struct {
+	lease lease
+	// crashed: a record of an earlier incarnation of this member was
+	// still alive, so that incarnation ended without leaving the group.
+	crashed bool
+}
+
 // startupJob reconciles (stops whatever managed unit runs: this process
 // holds nothing yet), then registers the member record on a fresh lease.
-func (s *Supervisor) startupJob(ctx context.Context) (any, error) {
+func (s *Supervisor) startupJob(ctx context.Context) (registration, error) {
 	states, err := s.units.States(ctx, s.cfg.Units.Managed)
 	if err != nil {
-		return nil, fmt.Errorf("read managed units: %w", err)
+		return registration{}, fmt.Errorf("read managed units: %w", err)
 	}
 	if r := runningUnits(states); len(r) > 0 {
 		s.log.Warn("start-up: managed units found running; stopping them before anything else", "units", r)
 		if err := fencing.StopAll(ctx, s.units, s.cfg.Units.Managed, s.timeout); err != nil {
-			return nil, fmt.Errorf("start-up reconcile: %w", err)
+			return registration{}, fmt.Errorf("start-up reconcile: %w", err)
 		}
 	}
 	s.unitsMayRun.Store(false)
-	prev := s.loadPredecessor()
+	return s.register(ctx, s.loadPredecessor())
+}
+
+// register puts our member record on a fresh lease, waiting while a live
+// record under our name (not our predecessor's to replace) is in the way.
+func (s *Supervisor) register(ctx context.Context, prev predecessor) (registration, error) {
 	crashed, warned := false, false
 	for {
-		g, err := s.grant(ctx)
-		if err != nil {
-			return nil, err
-		}
-		rec := marshalRecord(s.record())
-		key := s.keys.Member(s.cfg.Node)
-		rctx, cancel := s.reqCtx(ctx)
-		resp, err := s.pool.Hedged().Txn(rctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(rec), clientv3.WithLease(g.lease))).
-			Else(clientv3.OpGet(key)).Commit()
-		cancel()
-		if err == nil && resp.Succeeded {
-			return s.registered(g, resp.Header.Revision, crashed, prev), nil
-		}
-		if err == nil {
-			if kv := ownKey(resp, g.lease); kv != nil {
-				// A hedged copy of our own create landed first.
-				return s.registered(g, kv.ModRevision, crashed, prev), nil
-			}
-			// Our previous incarnation's record, on the lease it saved?
-			rev, ok, rerr := s.replacePredecessorRecord(ctx, prev, g.lease, rec)
-			if rerr == nil && ok {
-				s.log.Info("replaced the record our previous incarnation left; giving back its leases", "incarnation", prev.Incarnation)
-				return s.registered(g, rev, true, prev), nil
-			}
-			err = rerr
-		}
-		s.revoke(g.lease)
-		if err != nil {
-			return nil, fmt.Errorf("register member record: %w", err)
+		reg, other, err := s.registerOnce(ctx, prev)
+		if err != nil || reg.lease.id != 0 {
+			reg.crashed = reg.crashed || crashed
+			return reg, err
 		}
 		// A record under our name is alive: an earlier incarnation of this
 		// process (killed, its lease not yet expired) or, if it never goes
 		// away, another machine configured with the same node name.
 		crashed = true
 		if !warned {
-			s.warnNameInUse(resp)
+			s.warnNameInUse(other)
 			warned = true
 		}
 		if err := sleep(ctx, s.cfg.Units.PollInterval.D()); err != nil {
-			return nil, err
+			return registration{}, err
 		}
 	}
 }
 
+// registerOnce is one attempt: grant, create the record on the lease (or
+// replace our predecessor's), or give the lease back and report the record
+// in the way (a zero registration and no error).
+func (s *Supervisor) registerOnce(ctx context.Context, prev predecessor) (registration, *mvccpb.KeyValue, error) {
+	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL.D())
+	if err != nil {
+		return registration{}, nil, err
+	}
+	rec := marshalRecord(s.record())
+	c, err := s.leases.putOnLease(ctx, s.keys.Member(s.cfg.Node), string(rec), l.id)
+	if err == nil && c.ours {
+		return s.registered(l, c.modRev, false, prev), nil, nil
+	}
+	if err == nil {
+		// Our previous incarnation's record, on the lease it saved?
+		rev, ok, rerr := s.replacePredecessorRecord(ctx, prev, l.id, rec)
+		if rerr == nil && ok {
+			s.log.Info("replaced the record our previous incarnation left; giving back its leases", "incarnation", prev.Incarnation)
+			return s.registered(l, rev, true, prev), nil, nil
+		}
+		err = rerr
+	}
+	s.leases.revoke(l.id)
+	if err != nil {
+		return registration{}, nil, fmt.Errorf("register member record: %w", err)
+	}
+	return registration{}, c.other, nil
+}
+
 // registered finishes a registration at rev: our predecessor's leases go
 // back (our units are confirmed stopped), and the run state is ours.
-func (s *Supervisor) registered(g grantResult, rev int64, crashed bool, prev predecessor) grantResult {
+func (s *Supervisor) registered(l lease, rev int64, crashed bool, prev predecessor) registration {
 	s.pubMu.Lock()
 	s.wrote(rev, false)
 	s.pubMu.Unlock()
 	s.givePredecessorLeasesBack(prev)
 	s.publishPredecessorFence(context.Background(), prev)
 	s.saveRunState(func(st *runstate.State) {
-		*st = runstate.State{MemberLease: int64(g.lease)}
+		*st = runstate.State{MemberLease: int64(l.id)}
 	})
-	g.crashed = crashed
-	return g
+	return registration{lease: l, crashed: crashed}
 }
 
 // warnNameInUse says once (not every poll) that another record holds our
 // name, and what it says.
-func (s *Supervisor) warnNameInUse(resp *clientv3.TxnResponse) {
+func (s *Supervisor) warnNameInUse(kv *mvccpb.KeyValue) {
 	var other Record
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		_ = json.Unmarshal(kvs[0].Value, &other)
+	if kv != nil {
+		_ = json.Unmarshal(kv.Value, &other)
 	}
 	s.log.Warn("a live member record already uses this node name; waiting for it to expire",
 		"incarnation", other.Incarnation, "state", other.State, "hint", "if this persists, two machines share the node name")
@@ -105,18 +120,18 @@ func (s *Supervisor) warnNameInUse(resp *clientv3.TxnResponse) {
 // peer's barrier can read that rather than find no trace at all (which it
 // must wait out); a successor on this machine replaces it at once (see
 // replacePredecessorRecord).
-func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) (any, error) {
-	return func(ctx context.Context) (any, error) {
+func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) error {
+	return func(ctx context.Context) error {
 		if lease == 0 {
-			return nil, nil
+			return nil
 		}
 		err := s.putRecord(ctx, func(r *Record) {
 			r.State, r.UnitsRunning, r.Released, r.Reason = Stopped, false, true, "left the group"
 		})
 		if err != nil {
 			s.log.Warn("could not publish that we left; revoking our record", "err", err)
-			s.revoke(lease)
+			s.leases.revoke(lease)
 		}
-		return nil, nil
+		return nil
 	}
 }

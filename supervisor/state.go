@@ -2,19 +2,31 @@ package supervisor
 
 import "slices"
 
-// The lifecycle as a table (docs/architecture.md, "The lifecycle"):
+// The lifecycle as a table (docs/architecture.md, "The lifecycle", has the
+// same diagram):
 //
-//	            +-------------------------------------------+
-//	            v                                           |
-//	starting -> standby -> promoting -> active -> demoting -+-> standby
-//	   |  ^        |           |          |          |
-//	   |  +--------+           +----------+----------+--> fencing -> (process exits 3 or 4)
-//	   |           |                                 |
-//	   +-----------+---------------------------------+--> stopped (SIGTERM: left the group, exit 0)
+//	                  member lease lost
+//	            +-----------------------+
+//	            v                       |
+//	start --> starting --registered--> standby --elected--> promoting --units started--> active
+//	            |                       ^ |                     |                          |
+//	            |                       | |                     | promotion failed,        | SIGTERM, failure threshold,
+//	            |                       | |                     | SIGTERM                  | ban, handoff
+//	            |                       | |                     v                          |
+//	            |                       +-|------released---- demoting <-------------------+
+//	            |                         |                     |
+//	            v                         v                     v
+//	         stopped <--------------------+----- SIGTERM -------+    (left the group: exit 0)
+//
+//	promoting, active, demoting --(deadline passed; key, lease or record lost; drill;
+//	                               demotion not confirmed)--> fencing --> exit 3 (4 if incomplete)
 //
 // starting -> starting and standby -> standby are a change of reason only
 // (a retried start-up, a new leader seen). Fenced and units-down are history
-// entries, never states of the loop.
+// entries, never states of the loop. The edges that follow an observation
+// are taken by step (loop.go), assessUnits (monitor.go) and Run's fence
+// checks; those that follow a job by its completion handler (done.go).
+// TestEveryEdgeTakenIsInTheTable drives each against this table.
 var lifecycle = map[State][]State{
 	Starting:  {Starting, Standby, Stopped},
 	Standby:   {Standby, Starting, Promoting, Stopped},

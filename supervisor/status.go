@@ -63,7 +63,7 @@ func (s *Supervisor) Status() Status {
 	st := s.snap
 	s.mu.Unlock()
 	if st.State.Holding() && !st.fenceAt.IsZero() {
-		now := time.Now()
+		now := deadlineNow() // fenceAt is on the fence clock
 		st.FenceIn = st.fenceAt.Sub(now)
 		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Margin()).Sub(now)
 	}
@@ -95,10 +95,10 @@ func (s *Supervisor) updateSnapshot() {
 		s.snap.Units = s.lastUnits
 	}
 	s.snap.CooldownUntil = s.cooldown
-	s.snap.LastTick = time.Now()
+	s.snap.LastTick = s.now()
 	s.snap.Frozen, s.snap.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
-	s.snap.CooldownOverride = s.overriding && time.Now().Before(s.cooldown)
-	s.snap.Eligible = s.eligible(time.Now())
+	s.snap.CooldownOverride = s.overriding && s.now().Before(s.cooldown)
+	s.snap.Eligible = s.eligible(s.now())
 	s.snap.Problems = append([]string(nil), s.ctl.Unreadable...)
 	if s.keyProblem != "" {
 		s.snap.Problems = append(s.snap.Problems, s.keyProblem)

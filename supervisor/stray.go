@@ -55,7 +55,7 @@ const strayRescan = time.Minute
 func (s *Supervisor) scanStrays(bg context.Context) {
 	st := &strayScan{pending: map[int]procscan.Proc{}, killAt: map[int]time.Time{}, seen: map[string]bool{}, warned: map[string]bool{}}
 	for {
-		s.strayPass(bg, st, time.Now())
+		s.strayPass(bg, st, s.now())
 		if sleep(bg, s.cfg.Units.PollInterval.D()) != nil {
 			return
 		}

@@ -62,6 +62,9 @@ type Options struct {
 	// needs to give back its leases at once (runstate.DefaultDir in the
 	// daemon). Empty: nothing is kept, and a successor waits them out.
 	RunStateDir string
+	// Clock is the loop's time of day (see Clock: the fence clock is not
+	// on it). Nil means the real clock.
+	Clock Clock
 }
 
 // Transition is one change of state, with its reason.
@@ -104,6 +107,10 @@ type Supervisor struct {
 	timeout fencing.Timeouts
 	inc     string // incarnation
 
+	leases   leases      // grant, keep-alive, revoke
+	election electionKey // campaign, resign, read
+	clock    Clock       // the loop's time of day (not the fence clock)
+
 	// Owned by the loop goroutine.
 	state       State
 	deadline    *fencing.Deadline
@@ -145,7 +152,7 @@ type Supervisor struct {
 
 	pubMu          sync.Mutex // serialises record writes, see writeRecord
 	pub            chan struct{}
-	pending        *pendingJob
+	pending        pendingJob
 	ctl            Control              // operator requests, as last read
 	publishedUnits string               // unit states in the last published record
 	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
@@ -163,7 +170,7 @@ type Supervisor struct {
 	renewals chan renewal
 	leaders  chan leaderObs
 	unitObs  chan unitObs
-	jobDone  chan jobResult
+	jobDone  chan jobEnd
 
 	gate gate
 
@@ -196,10 +203,13 @@ func New(o Options) (*Supervisor, error) {
 		}
 		o.Pool = p
 	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	s := &Supervisor{
-		cfg: c, cli: o.Client, pool: o.Pool, units: o.Units, opts: o,
+		cfg: c, cli: o.Client, clock: o.Clock, pool: o.Pool, units: o.Units, opts: o,
 		log:       o.Log.With("node", c.Node, "cluster", c.Cluster),
 		keys:      NewKeys(c.Etcd.Prefix, c.Cluster),
 		window:    w,
@@ -213,12 +223,14 @@ func New(o Options) (*Supervisor, error) {
 		renewals:  make(chan renewal, 4),
 		leaders:   make(chan leaderObs, 1),
 		unitObs:   make(chan unitObs, 1),
-		jobDone:   make(chan jobResult, 1),
+		jobDone:   make(chan jobEnd, 1),
 		pub:       make(chan struct{}, 1),
 		history:   make(chan Event, 64),
 		notes:     make(chan string, 32),
-		since:     time.Now(),
+		since:     o.Clock.Now(),
 	}
+	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout.D(), log: s.log}
+	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout.D()}
 	if o.RunStateDir != "" {
 		s.runStore = &runstate.Store{Dir: o.RunStateDir}
 	}
@@ -287,10 +299,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-s.fenceTimer.C:
 			// handled by the deadline check below
 		}
-		if s.state.Holding() && s.deadline.Expired(time.Now()) {
+		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
 			s.drainRenewals()
 		}
-		if s.state.Holding() && s.deadline.Expired(time.Now()) {
+		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
 			return s.fenceNoted(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
 		if s.fenceNow != "" {
@@ -298,7 +310,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		s.step(bg)
 		s.updateSnapshot()
-		s.refreshStatus(time.Now())
+		s.refreshStatus(s.now())
 		s.notify("WATCHDOG=1")
 	}
 }

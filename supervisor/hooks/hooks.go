@@ -90,90 +90,121 @@ func (r *Runner) Run(ctx context.Context, name string, argv []string, env map[st
 	if len(argv) == 0 {
 		return nil
 	}
-	log := r.logger().With("hook", name, "argv", argv)
-	fail := func(err error) error {
-		e := &Error{Hook: name, Argv: argv, ExitCode: -1, Err: err}
-		log.Error("hook not run", "err", err)
-		return e
-	}
+	h := &hookRun{r: r, name: name, argv: argv, log: r.logger().With("hook", name, "argv", argv)}
 	if timeout <= 0 {
-		return fail(fmt.Errorf("timeout %v must be positive", timeout))
+		return h.fail(fmt.Errorf("timeout %v must be positive", timeout))
 	}
 	if err := ctx.Err(); err != nil {
-		return fail(fmt.Errorf("not started: %w", err))
+		return h.fail(fmt.Errorf("not started: %w", err))
 	}
 	envv, err := buildEnv(env)
 	if err != nil {
-		return fail(err)
+		return h.fail(err)
 	}
 	bin, err := lookPath(argv[0])
 	if err != nil {
-		return fail(err)
+		return h.fail(err)
 	}
+	if err := h.start(bin, envv); err != nil {
+		return h.fail(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	waitErr, timedOut := h.wait(tctx, timeout)
+	h.drain()
+	return h.result(ctx, tctx, timeout, waitErr, timedOut)
+}
 
-	// Output goes to a pipe we own (not an io.Writer), so that cmd.Wait
-	// returns when the hook exits even if a child still holds the pipe; the
-	// reader drains until the group is gone.
+// hookRun is one run of a hook, from its start to its result.
+type hookRun struct {
+	r        *Runner
+	name     string
+	argv     []string
+	log      *slog.Logger
+	cmd      *exec.Cmd
+	pgid     int
+	pr       *os.File
+	tail     *tailBuffer
+	readDone chan struct{}
+	waited   chan error
+	started  time.Time
+}
+
+func (h *hookRun) fail(err error) error {
+	h.log.Error("hook not run", "err", err)
+	return &Error{Hook: h.name, Argv: h.argv, ExitCode: -1, Err: err}
+}
+
+// start runs the hook in a process group of its own. Output goes to a pipe
+// we own (not an io.Writer), so that cmd.Wait returns when the hook exits
+// even if a child still holds the pipe; the reader drains until the group
+// is gone.
+func (h *hookRun) start(bin string, envv []string) error {
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return fail(fmt.Errorf("output pipe: %w", err))
+		return fmt.Errorf("output pipe: %w", err)
 	}
-	tail := &tailBuffer{max: r.outputMax()}
-	readDone := make(chan struct{})
+	h.pr, h.tail, h.readDone = pr, &tailBuffer{max: h.r.outputMax()}, make(chan struct{})
 	go func() {
-		defer close(readDone)
-		_, _ = tail.ReadFrom(pr)
+		defer close(h.readDone)
+		_, _ = h.tail.ReadFrom(pr)
 	}()
-
 	cmd := exec.Command(bin)
-	cmd.Args = argv // argv[0] as the operator wrote it
+	cmd.Args = h.argv // argv[0] as the operator wrote it
 	cmd.Env = envv
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	start := time.Now()
+	h.started = time.Now()
 	err = cmd.Start()
 	pw.Close() // the child holds its own copy
 	if err != nil {
 		pr.Close()
-		<-readDone
-		return fail(fmt.Errorf("start: %w", err))
+		<-h.readDone
+		return fmt.Errorf("start: %w", err)
 	}
-	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is named after the hook
+	h.cmd, h.pgid = cmd, cmd.Process.Pid // Setpgid with Pgid 0: the group is named after the hook
+	h.waited = make(chan error, 1)
+	go func() { h.waited <- cmd.Wait() }()
+	return nil
+}
 
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
-	var waitErr error
-	timedOut := false
+// wait waits for the hook to exit or tctx to end, and leaves nothing of its
+// process group running either way.
+func (h *hookRun) wait(tctx context.Context, timeout time.Duration) (waitErr error, timedOut bool) {
 	select {
-	case waitErr = <-waited:
+	case waitErr = <-h.waited:
 		// The hook is done; anything it left running in its group is not
 		// part of a synchronous hook.
-		if groupRunning(pgid) {
-			log.Warn("hook left processes behind; killing its process group", "pgid", pgid)
-			r.killGroup(pgid)
+		if groupRunning(h.pgid) {
+			h.log.Warn("hook left processes behind; killing its process group", "pgid", h.pgid)
+			h.r.killGroup(h.pgid)
 		}
+		return waitErr, false
 	case <-tctx.Done():
-		timedOut = true
-		log.Warn("hook did not finish in time; killing its process group", "timeout", timeout, "pgid", pgid, "cause", context.Cause(tctx))
-		r.killGroup(pgid)
-		waitErr = <-waited
+		h.log.Warn("hook did not finish in time; killing its process group", "timeout", timeout, "pgid", h.pgid, "cause", context.Cause(tctx))
+		h.r.killGroup(h.pgid)
+		return <-h.waited, true
 	}
-	// Everyone in the group is gone, so the pipe is closed unless a process
-	// escaped into a group of its own; do not wait for such a one forever.
-	select {
-	case <-readDone:
-	case <-time.After(r.killGrace()):
-		pr.Close()
-		<-readDone
-	}
-	pr.Close()
-	elapsed := time.Since(start)
-	out := tail.String()
+}
 
+// drain ends the output reader. Everyone in the group is gone, so the pipe
+// is closed unless a process escaped into a group of its own; do not wait
+// for such a one forever.
+func (h *hookRun) drain() {
+	select {
+	case <-h.readDone:
+	case <-time.After(h.r.killGrace()):
+		h.pr.Close()
+		<-h.readDone
+	}
+	h.pr.Close()
+}
+
+// result logs and returns how the hook ended.
+func (h *hookRun) result(ctx, tctx context.Context, timeout time.Duration, waitErr error, timedOut bool) error {
+	elapsed := time.Since(h.started)
+	out := h.tail.String()
 	if timedOut {
 		cause := tctx.Err()
 		if ctx.Err() != nil {
@@ -181,21 +212,19 @@ func (r *Runner) Run(ctx context.Context, name string, argv []string, env map[st
 		} else {
 			cause = fmt.Errorf("after %v: %w", timeout, cause)
 		}
-		e := &Error{Hook: name, Argv: argv, ExitCode: exitCode(cmd), TimedOut: true, Output: out, Err: cause}
-		log.Error("hook killed", "elapsed", elapsed, "output", out, "err", e)
+		e := &Error{Hook: h.name, Argv: h.argv, ExitCode: exitCode(h.cmd), TimedOut: true, Output: out, Err: cause}
+		h.log.Error("hook killed", "elapsed", elapsed, "output", out, "err", e)
 		return e
 	}
 	if waitErr != nil {
-		e := &Error{Hook: name, Argv: argv, ExitCode: exitCode(cmd), Output: out, Err: waitErr}
-		log.Error("hook failed", "exit_code", e.ExitCode, "elapsed", elapsed, "output", out)
+		e := &Error{Hook: h.name, Argv: h.argv, ExitCode: exitCode(h.cmd), Output: out, Err: waitErr}
+		h.log.Error("hook failed", "exit_code", e.ExitCode, "elapsed", elapsed, "output", out)
 		return e
 	}
-	log.Info("hook succeeded", "elapsed", elapsed, "output", out)
+	h.log.Info("hook succeeded", "elapsed", elapsed, "output", out)
 	return nil
 }
 
-// killGroup sends SIGTERM to the group, waits up to the grace period for it
-// to empty, then SIGKILLs whatever is left and waits for that to land.
 func (r *Runner) killGroup(pgid int) {
 	_ = unix.Kill(-pgid, unix.SIGTERM)
 	if waitGroupGone(pgid, r.killGrace()) {

@@ -1,0 +1,193 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+)
+
+// Each job as a work value: its body (in the file of its subject) and its
+// completion handler, here. The handlers are the lifecycle's job-driven
+// edges; step (loop.go) takes the others. Every edge either takes is in the
+// table in state.go.
+
+func (s *Supervisor) startupWork() work[registration] {
+	return work[registration]{kind: jobStartup, run: s.startupJob, done: s.startupDone}
+}
+
+// startupDone: registered (Starting -> Standby), or retry after a renew
+// interval.
+func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (error, bool) {
+	if o.err != nil {
+		s.log.Error("start-up failed; retrying", "err", o.err)
+		s.retryAt = s.now().Add(s.cfg.Lease.RenewInterval.D())
+		return nil, false
+	}
+	res := o.val
+	s.memberLease = res.lease.id
+	s.deadline.Renewed(memberLease, res.lease.sent, res.lease.ttl)
+	s.startRenewer(bg, memberLease, res.lease.id)
+	if res.crashed {
+		// Our previous incarnation died holding its records; they lapse
+		// at about the time its election key does. Give the members that
+		// stayed healthy a head start instead of racing them for the key
+		// as an equal.
+		s.cooldown = s.now().Add(crashCooldown(s.cfg.Lease.RenewInterval.D(), s.cfg.Units.PollInterval.D()))
+	}
+	s.transition(Standby, "registered", "registered; units stopped")
+	s.notify("READY=1")
+	return nil, false
+}
+
+func (s *Supervisor) acquireWork() work[acquireResult] {
+	return work[acquireResult]{kind: jobAcquire, run: s.acquireJob, done: s.acquireDone}
+}
+
+// acquireDone: lost (note who won), or won (Standby -> Promoting, then the
+// promotion starts).
+func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (error, bool) {
+	if o.err != nil {
+		s.log.Warn("campaign failed", "err", o.err)
+		return nil, false
+	}
+	res := o.val
+	if !res.won {
+		s.leader = res.leader
+		s.notePrevHolder(res.leader)
+		return nil, false
+	}
+	s.elecLease, s.token = res.lease.id, res.token
+	s.deadline.Renewed(electionLease, res.lease.sent, res.lease.ttl)
+	s.resetFenceTimer()
+	s.startRenewer(bg, electionLease, res.lease.id)
+	s.leader = LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
+	s.failures, s.restarts = nil, map[string]uint32{}
+	s.transition(Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
+	if s.shutting {
+		s.demote(bg, "shutdown", "shutdown requested", 0)
+		return nil, false
+	}
+	s.startsAllowed.Store(false)
+	s.gate.open()
+	launch(s, bg, s.promoteWork(s.token, s.barrierHolder()))
+	return nil, false
+}
+
+func (s *Supervisor) promoteWork(token int64, prev holderMark) work[struct{}] {
+	return work[struct{}]{kind: jobPromote, run: noResult(s.promoteJob(token, prev)), done: s.promoteDone}
+}
+
+// promoteDone: units started (Promoting -> Active), or the promotion is
+// undone (Promoting -> Demoting).
+func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error, bool) {
+	switch {
+	case s.state != Promoting:
+		// cancelled by a demotion already under way
+	case s.shutting:
+		s.demote(bg, "shutdown", "shutdown requested", 0)
+	case o.err != nil:
+		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown.D())
+	default:
+		s.transition(Active, "units_started", "units started")
+		if h := s.ctl.Handoff; h != nil && h.Token != s.token {
+			go s.clearHandoff(bg, h.ID)
+		}
+	}
+	return nil, false
+}
+
+func (s *Supervisor) restartWork() work[struct{}] {
+	run := func(ctx context.Context) error {
+		return s.gate.do(func() error { return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout) })
+	}
+	return work[struct{}]{kind: jobRestart, run: noResult(run), done: s.restartDone}
+}
+
+// restartDone judges a restart of the leader's units by what runs now.
+func (s *Supervisor) restartDone(bg context.Context, o outcome[struct{}]) (error, bool) {
+	if errors.Is(o.err, fencing.ErrStopPending) {
+		// An operator is stopping the supervisor: systemd stopped the
+		// bound units first and refused our start rather than cancel that
+		// stop. SIGTERM follows; this is no unit failure.
+		s.log.Info("restart refused: a stop of kha-supervisor is pending", "err", o.err)
+		return nil, false
+	}
+	// Judge the restart by what runs now, not by the job's error, so one
+	// failure is never counted twice.
+	if o.units.err == nil {
+		s.assessUnits(bg, o.units)
+	} else if o.err != nil && s.state == Active {
+		s.failed(s.now(), o.err.Error())
+	}
+	return nil, false
+}
+
+func (s *Supervisor) clearKeyWork(li LeaderInfo) work[struct{}] {
+	return work[struct{}]{kind: jobClearKey, run: noResult(s.clearLeaselessKey(li)), done: s.clearKeyDone}
+}
+
+func (s *Supervisor) clearKeyDone(_ context.Context, o outcome[struct{}]) (error, bool) {
+	if o.err != nil {
+		s.log.Error("could not delete the election key put without a lease", "err", o.err)
+	}
+	return nil, false
+}
+
+func (s *Supervisor) enforceWork(running []string) work[struct{}] {
+	run := func(ctx context.Context) error { return fencing.StopAll(ctx, s.units, running, s.timeout) }
+	return work[struct{}]{kind: jobEnforce, run: noResult(run), done: s.enforceDone}
+}
+
+func (s *Supervisor) enforceDone(_ context.Context, o outcome[struct{}]) (error, bool) {
+	if o.err != nil {
+		s.log.Error("could not stop a unit on standby", "err", o.err)
+	}
+	return nil, false
+}
+
+func (s *Supervisor) demoteWork(token int64, lease clientv3.LeaseID) work[struct{}] {
+	return work[struct{}]{kind: jobDemote, run: noResult(s.demoteJob(token, lease)), done: s.demoteDone}
+}
+
+// demoteDone: units confirmed stopped and the key released (Demoting ->
+// Standby, or on to leave on shutdown), or a fence when they could not be
+// confirmed stopped.
+func (s *Supervisor) demoteDone(bg context.Context, o outcome[struct{}]) (error, bool) {
+	if o.err != nil {
+		return s.fenceNoted(bg, "demote_failed", "demotion could not confirm units stopped: "+o.err.Error()), true
+	}
+	s.stopRenewer(electionLease)
+	s.deadline.Forget(electionLease)
+	s.elecLease, s.token = 0, 0
+	s.leader = LeaderInfo{}
+	if s.shutting {
+		// Leave too, so that a restarted supervisor (an upgrade) finds no
+		// record of ours to wait for.
+		launch(s, bg, s.leaveWork(s.memberLease))
+		return nil, false
+	}
+	s.transition(Standby, "released", s.reason)
+	return nil, false
+}
+
+func (s *Supervisor) leaveWork(lease clientv3.LeaseID) work[struct{}] {
+	return work[struct{}]{kind: jobLeave, run: noResult(s.leaveJob(lease)), done: s.leaveDone}
+}
+
+// leaveDone: the member left the group (-> Stopped); Run returns.
+func (s *Supervisor) leaveDone(context.Context, outcome[struct{}]) (error, bool) {
+	s.transition(Stopped, "shutdown", "units stopped, lease released, left the group")
+	return nil, true
+}
+
+// crashCooldown is how long a member that found its previous incarnation's
+// records alive stays out of the election: about until those records and
+// that incarnation's election key have lapsed.
+func crashCooldown(renewInterval, pollInterval time.Duration) time.Duration {
+	return 2*renewInterval + pollInterval
+}
