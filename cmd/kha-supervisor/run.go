@@ -19,6 +19,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
+	"github.com/kha-supervisor/kha-supervisor/fencing/systemd"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
@@ -66,7 +67,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	// systemd first: if it cannot be reached nothing can be stopped, so
 	// nothing may be started either. As root over its private socket, so
 	// that a stuck dbus-daemon cannot hold up a fence.
-	units, err := fencing.OpenSystemd(context.Background(), fencing.HostSystemd(log))
+	units, err := systemd.Open(context.Background(), systemd.Host(log))
 	if err != nil {
 		log.Error("cannot reach systemd over D-Bus", "err", err)
 		return exitFailure

@@ -12,7 +12,7 @@ import (
 const DefaultStartTimeout = 30 * time.Second
 
 // busConnect bounds the first D-Bus connection to systemd
-// (fencing.NewSystemd).
+// (fencing/systemd.New).
 const busConnect = 10 * time.Second
 
 // startMargin covers scheduling and the work between the steps below.

@@ -1,4 +1,4 @@
-package fencing_test
+package systemd_test
 
 // Tests of fencing.Systemd against a real systemd (252 on Debian 12) in a
 // systemd-nspawn container booted once per package run. The host talks to
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/fencing/systemd"
 	"github.com/kha-supervisor/kha-supervisor/internal/nspawn"
 	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
 )
@@ -163,12 +164,12 @@ func TestMain(m *testing.M) {
 
 // newSystemd connects to the container's systemd with a logger that writes
 // to the test log and counts warnings.
-func newSystemd(t *testing.T, c *nspawn.Container) (*fencing.Systemd, *counter) {
+func newSystemd(t *testing.T, c *nspawn.Container) (*systemd.Units, *counter) {
 	t.Helper()
 	cnt := &counter{}
 	lg := slog.New(&testHandler{t: t, cnt: cnt})
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := fencing.NewSystemd(ctx, c.SystemBus(), lg)
+	s, err := systemd.New(ctx, c.SystemBus(), lg)
 	if err != nil {
 		cancel()
 		t.Fatalf("NewSystemd: %v", err)
@@ -214,7 +215,7 @@ func showUint(t *testing.T, c *nspawn.Container, unit, prop string) uint64 {
 	return n
 }
 
-func state(t *testing.T, s *fencing.Systemd, unit string) fencing.UnitState {
+func state(t *testing.T, s *systemd.Units, unit string) fencing.UnitState {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -521,7 +522,7 @@ type watcher struct {
 	done            chan struct{}
 }
 
-func watch(s *fencing.Systemd, unit string) *watcher {
+func watch(s *systemd.Units, unit string) *watcher {
 	w := &watcher{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)

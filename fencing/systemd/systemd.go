@@ -1,4 +1,4 @@
-package fencing
+package systemd
 
 import (
 	"context"
@@ -20,13 +20,14 @@ import (
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/cgroup"
 )
 
-// Systemd implements Units over systemd's D-Bus API.
+// Units implements fencing.Units over systemd's D-Bus API.
 //
 // Rules it follows (design brief, section 6):
-//   - The connection lives on the context given to NewSystemd; each call gets
+//   - The connection lives on the context given to New; each call gets
 //     its own deadline from the caller's ctx.
 //   - A job result only says the job ended. After every job the unit's
 //     ActiveState is re-read; Start returns once it is "active", Stop once it
@@ -39,8 +40,8 @@ import (
 //     until the caller's ctx expires. A failure to read is always an error,
 //     never a state: the supervisor must not mistake "cannot see" for
 //     "stopped".
-type Systemd struct {
-	base     context.Context // lives as long as the Systemd; governs connections
+type Units struct {
+	base     context.Context // lives as long as the Units; governs connections
 	address  string          // "" = the system bus
 	private  string          // systemd's private socket; "" = the bus only
 	privConn func(ctx context.Context) (net.Conn, error)
@@ -63,10 +64,10 @@ type Systemd struct {
 }
 
 var (
-	_ Units         = (*Systemd)(nil)
-	_ DirectKiller  = (*Systemd)(nil)
-	_ ExecReader    = (*Systemd)(nil)
-	_ BindingReader = (*Systemd)(nil)
+	_ fencing.Units         = (*Units)(nil)
+	_ fencing.DirectKiller  = (*Units)(nil)
+	_ fencing.ExecReader    = (*Units)(nil)
+	_ fencing.BindingReader = (*Units)(nil)
 )
 
 // PrivateSocket is systemd's private D-Bus socket, which systemctl itself
@@ -75,8 +76,8 @@ var (
 // it.
 const PrivateSocket = "/run/systemd/private"
 
-// SystemdOptions say how to reach systemd.
-type SystemdOptions struct {
+// Options say how to reach systemd.
+type Options struct {
 	// Private is the path of systemd's private socket (PrivateSocket on
 	// the host); "" uses the bus only. When it cannot be used (not root,
 	// no such socket) the bus is the fallback, with a warning.
@@ -95,18 +96,18 @@ type SystemdOptions struct {
 	Log        *slog.Logger
 }
 
-// HostSystemd are the options for the host's own systemd, as the daemon
+// Host are the options for the host's own systemd, as the daemon
 // runs: the private socket when root, the system bus otherwise, and the
 // host's cgroups for direct kills.
-func HostSystemd(logger *slog.Logger) SystemdOptions {
-	o := SystemdOptions{CgroupRoot: cgroup.DefaultRoot, Log: logger}
+func Host(logger *slog.Logger) Options {
+	o := Options{CgroupRoot: cgroup.DefaultRoot, Log: logger}
 	if os.Geteuid() == 0 {
 		o.Private = PrivateSocket
 	}
 	return o
 }
 
-// NewSystemd connects to systemd. ctx must live as long as the returned
+// New connects to systemd. ctx must live as long as the returned
 // value: it governs the bus connection and every reconnection (go-systemd
 // closes a connection when the context it was made with ends), so pass a
 // long-lived one and bound calls with their own contexts. The first
@@ -114,17 +115,17 @@ func HostSystemd(logger *slog.Logger) SystemdOptions {
 // example "unix:path=/proc/123/root/run/dbus/system_bus_socket" to reach a
 // container's systemd); "" means the host's system bus. logger may be nil
 // (slog.Default()).
-func NewSystemd(ctx context.Context, address string, logger *slog.Logger) (*Systemd, error) {
-	return OpenSystemd(ctx, SystemdOptions{Bus: address, Log: logger})
+func New(ctx context.Context, address string, logger *slog.Logger) (*Units, error) {
+	return Open(ctx, Options{Bus: address, Log: logger})
 }
 
-// OpenSystemd is NewSystemd with every option (see SystemdOptions).
-func OpenSystemd(ctx context.Context, o SystemdOptions) (*Systemd, error) {
+// Open is New with every option (see Options).
+func Open(ctx context.Context, o Options) (*Units, error) {
 	logger := o.Log
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Systemd{
+	s := &Units{
 		base:     ctx,
 		address:  o.Bus,
 		private:  o.Private,
@@ -146,7 +147,7 @@ func OpenSystemd(ctx context.Context, o SystemdOptions) (*Systemd, error) {
 }
 
 // Close closes the bus connection; later calls fail.
-func (s *Systemd) Close() {
+func (s *Units) Close() {
 	s.sem <- struct{}{}
 	defer func() { <-s.sem }()
 	s.closed = true
@@ -154,7 +155,7 @@ func (s *Systemd) Close() {
 }
 
 // get returns a live connection, dialling one if there is none.
-func (s *Systemd) get(ctx context.Context) (*sd.Conn, error) {
+func (s *Units) get(ctx context.Context) (*sd.Conn, error) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -184,7 +185,7 @@ func (s *Systemd) get(ctx context.Context) (*sd.Conn, error) {
 }
 
 // drop discards conn if it is still the current connection.
-func (s *Systemd) drop(conn *sd.Conn) {
+func (s *Units) drop(conn *sd.Conn) {
 	s.sem <- struct{}{}
 	defer func() { <-s.sem }()
 	if s.conn == conn {
@@ -193,7 +194,7 @@ func (s *Systemd) drop(conn *sd.Conn) {
 	}
 }
 
-func (s *Systemd) dropLocked() {
+func (s *Units) dropLocked() {
 	if s.conn != nil {
 		s.conn.Close()
 		s.connCancel()
@@ -201,7 +202,7 @@ func (s *Systemd) dropLocked() {
 	}
 }
 
-func (s *Systemd) busName() string {
+func (s *Units) busName() string {
 	if s.private != "" && !s.onBus.Load() {
 		return s.private
 	}
@@ -216,7 +217,7 @@ func (s *Systemd) busName() string {
 // s.address. Authentication and Hello have no deadline of their own, so the
 // connection gets a context of its own, cancelled (which closes the socket
 // and unblocks them) when ctx expires first.
-func (s *Systemd) dial(ctx context.Context) (*sd.Conn, context.CancelFunc, error) {
+func (s *Units) dial(ctx context.Context) (*sd.Conn, context.CancelFunc, error) {
 	cctx, cancel := context.WithCancel(s.base)
 	type result struct {
 		conn *sd.Conn
@@ -252,7 +253,7 @@ func (s *Systemd) dial(ctx context.Context) (*sd.Conn, context.CancelFunc, error
 // go-systemd's NewSystemdConnectionContext does (authentication, no Hello:
 // there is no bus), but to s.private, which may be a container's. A failure
 // means the bus fallback, said once per switch.
-func (s *Systemd) dialPrivate(ctx context.Context) (*sd.Conn, error) {
+func (s *Units) dialPrivate(ctx context.Context) (*sd.Conn, error) {
 	if s.private == "" {
 		return nil, errors.New("no private socket configured")
 	}
@@ -288,7 +289,7 @@ func (s *Systemd) dialPrivate(ctx context.Context) (*sd.Conn, error) {
 	return conn, nil
 }
 
-func (s *Systemd) dialBus(ctx context.Context) (*godbus.Conn, error) {
+func (s *Units) dialBus(ctx context.Context) (*godbus.Conn, error) {
 	var conn *godbus.Conn
 	var err error
 	if s.address == "" {
@@ -314,7 +315,7 @@ func (s *Systemd) dialBus(ctx context.Context) (*godbus.Conn, error) {
 // do runs f on a live connection. A broken connection is replaced and a
 // transient error (systemd off the bus during daemon-reexec) is retried,
 // until ctx expires. Any other error is systemd's answer and returned.
-func (s *Systemd) do(ctx context.Context, op string, f func(*sd.Conn) error) error {
+func (s *Units) do(ctx context.Context, op string, f func(*sd.Conn) error) error {
 	backoff := 50 * time.Millisecond
 	var last error
 	for {
@@ -407,14 +408,14 @@ const (
 	errTransactionIsDestructive = "org.freedesktop.systemd1.TransactionIsDestructive"
 )
 
-// Start implements Units: a start job (mode "fail"), then ActiveState
+// Start implements fencing.Units: a start job (mode "fail"), then ActiveState
 // re-read until it is "active". Mode "fail" because the job must never
 // cancel a pending stop: an operator's `systemctl stop kha-supervisor` stops
 // the units bound to it first, while the supervisor still runs, and a start
-// it issued then in mode "replace" cancelled that stop (ErrStopPending). A job that ends other than "done", or a
+// it issued then in mode "replace" cancelled that stop (fencing.ErrStopPending). A job that ends other than "done", or a
 // "done" job that leaves the unit inactive or failed (a skipped condition, a
 // process that exited at once), is an error.
-func (s *Systemd) Start(ctx context.Context, unit string) error {
+func (s *Units) Start(ctx context.Context, unit string) error {
 	start := time.Now()
 	var ch chan string
 	err := s.do(ctx, "start "+unit, func(c *sd.Conn) error {
@@ -429,12 +430,12 @@ func (s *Systemd) Start(ctx context.Context, unit string) error {
 		return err
 	})
 	if dbusErrorName(err) == errTransactionIsDestructive {
-		return fmt.Errorf("systemd: start %s: %w (%v)", unit, ErrStopPending, err)
+		return fmt.Errorf("systemd: start %s: %w (%v)", unit, fencing.ErrStopPending, err)
 	}
 	if err != nil {
 		return fmt.Errorf("systemd: start %s: %w", unit, err)
 	}
-	st, err := s.awaitJob(ctx, unit, ch, func(st UnitState, result string) (bool, error) {
+	st, err := s.awaitJob(ctx, unit, ch, func(st fencing.UnitState, result string) (bool, error) {
 		switch {
 		case st.ActiveState == "active":
 			return true, nil
@@ -455,12 +456,12 @@ func (s *Systemd) Start(ctx context.Context, unit string) error {
 	return nil
 }
 
-// Stop implements Units: a stop job, then ActiveState re-read until it is
+// Stop implements fencing.Units: a stop job, then ActiveState re-read until it is
 // "inactive" or "failed". The job is queued "replace-irreversibly": a
 // start requested while it runs (an operator, a BindsTo= dependency) is
 // refused rather than cancelling the stop. A unit systemd does not know is
 // stopped (it cannot run).
-func (s *Systemd) Stop(ctx context.Context, unit string) error {
+func (s *Units) Stop(ctx context.Context, unit string) error {
 	start := time.Now()
 	var ch chan string
 	err := s.do(ctx, "stop "+unit, func(c *sd.Conn) error {
@@ -474,7 +475,7 @@ func (s *Systemd) Stop(ctx context.Context, unit string) error {
 	if err != nil {
 		ch = nil // no job; the state read below confirms it is not running
 	}
-	st, err := s.awaitJob(ctx, unit, ch, func(st UnitState, result string) (bool, error) {
+	st, err := s.awaitJob(ctx, unit, ch, func(st fencing.UnitState, result string) (bool, error) {
 		if !st.Running() {
 			return true, nil
 		}
@@ -494,11 +495,11 @@ func (s *Systemd) Stop(ctx context.Context, unit string) error {
 // result once it arrived ("" before). The state is re-read when the result
 // arrives and every poll interval, so a lost result (broken connection)
 // does not stall the wait.
-func (s *Systemd) awaitJob(ctx context.Context, unit string, ch <-chan string, check func(UnitState, string) (bool, error)) (UnitState, error) {
+func (s *Units) awaitJob(ctx context.Context, unit string, ch <-chan string, check func(fencing.UnitState, string) (bool, error)) (fencing.UnitState, error) {
 	tick := time.NewTicker(s.poll)
 	defer tick.Stop()
 	result := ""
-	var last UnitState
+	var last fencing.UnitState
 	var lastErr error
 	for {
 		sts, err := s.states(ctx, []string{unit}, false)
@@ -524,9 +525,9 @@ func (s *Systemd) awaitJob(ctx context.Context, unit string, ch <-chan string, c
 	}
 }
 
-// Kill implements Units: SIGKILL to every process of the unit. A unit
+// Kill implements fencing.Units: SIGKILL to every process of the unit. A unit
 // without processes, or unknown to systemd, has nothing to kill.
-func (s *Systemd) Kill(ctx context.Context, unit string) error {
+func (s *Units) Kill(ctx context.Context, unit string) error {
 	err := s.do(ctx, "kill "+unit, func(c *sd.Conn) error {
 		return c.KillUnitWithTarget(ctx, unit, sd.All, int32(syscall.SIGKILL))
 	})
@@ -542,14 +543,14 @@ func (s *Systemd) Kill(ctx context.Context, unit string) error {
 	return nil
 }
 
-// States implements Units with one ListUnitsByNames call (a unit systemd
+// States implements fencing.Units with one ListUnitsByNames call (a unit systemd
 // does not know is reported inactive, which is systemd's own answer) plus
 // NRestarts of each loaded service.
-func (s *Systemd) States(ctx context.Context, units []string) ([]UnitState, error) {
+func (s *Units) States(ctx context.Context, units []string) ([]fencing.UnitState, error) {
 	return s.states(ctx, units, true)
 }
 
-func (s *Systemd) states(ctx context.Context, units []string, restarts bool) ([]UnitState, error) {
+func (s *Units) states(ctx context.Context, units []string, restarts bool) ([]fencing.UnitState, error) {
 	var list []sd.UnitStatus
 	err := s.do(ctx, "list units", func(c *sd.Conn) error {
 		var err error
@@ -563,14 +564,14 @@ func (s *Systemd) states(ctx context.Context, units []string, restarts bool) ([]
 	for _, u := range list {
 		byName[u.Name] = u
 	}
-	out := make([]UnitState, 0, len(units))
+	out := make([]fencing.UnitState, 0, len(units))
 	for _, name := range units {
 		u, ok := byName[name]
 		if !ok {
 			// Never guess: a unit missing from the answer is unknown, not stopped.
 			return nil, fmt.Errorf("systemd: read unit states: %s missing from ListUnitsByNames answer", name)
 		}
-		st := UnitState{Name: name, ActiveState: u.ActiveState, SubState: u.SubState}
+		st := fencing.UnitState{Name: name, ActiveState: u.ActiveState, SubState: u.SubState}
 		if restarts && st.Running() && s.cgroups != nil && s.group(name) == "" {
 			s.noteGroup(ctx, name) // while the bus works: a fence may need it when it does not
 		}
@@ -586,7 +587,7 @@ func (s *Systemd) states(ctx context.Context, units []string, restarts bool) ([]
 	return out, nil
 }
 
-func (s *Systemd) nRestarts(ctx context.Context, unit string) (uint32, error) {
+func (s *Units) nRestarts(ctx context.Context, unit string) (uint32, error) {
 	var p *sd.Property
 	err := s.do(ctx, "NRestarts "+unit, func(c *sd.Conn) error {
 		var err error
@@ -605,7 +606,7 @@ func (s *Systemd) nRestarts(ctx context.Context, unit string) (uint32, error) {
 
 // noteGroup reads unit's ControlGroup and remembers it for KillDirect. A
 // failure is only logged: the group is a fallback's input, not a state.
-func (s *Systemd) noteGroup(ctx context.Context, unit string) {
+func (s *Units) noteGroup(ctx context.Context, unit string) {
 	if s.cgroups == nil {
 		return
 	}
@@ -630,7 +631,7 @@ func (s *Systemd) noteGroup(ctx context.Context, unit string) {
 	}
 }
 
-func (s *Systemd) group(unit string) string {
+func (s *Units) group(unit string) string {
 	s.groupMu.Lock()
 	defer s.groupMu.Unlock()
 	return s.groups[unit]
@@ -649,13 +650,13 @@ func unitType(unit string) string {
 	return ""
 }
 
-// KillDirect implements DirectKiller: SIGKILL to every process in the
+// KillDirect implements fencing.DirectKiller: SIGKILL to every process in the
 // unit's control group, read from the cgroup filesystem, until a read finds
 // none. The group is the one systemd reported while the unit ran (read at
 // start and when first seen running); a unit never seen running gets its
 // default place in system.slice, and then only an existing, empty group
 // counts as confirmation: an absent directory could be a wrong guess.
-func (s *Systemd) KillDirect(ctx context.Context, unit string) error {
+func (s *Units) KillDirect(ctx context.Context, unit string) error {
 	if s.cgroups == nil {
 		return errors.New("systemd: direct kill not configured (no cgroup root)")
 	}
@@ -677,9 +678,9 @@ func (s *Systemd) KillDirect(ctx context.Context, unit string) error {
 	return nil
 }
 
-// Executables implements ExecReader from each service's ExecStart property
+// Executables implements fencing.ExecReader from each service's ExecStart property
 // (D-Bus type a(sasbttttuii): the first field is the executable's path).
-func (s *Systemd) Executables(ctx context.Context, units []string) (map[string][]string, error) {
+func (s *Units) Executables(ctx context.Context, units []string) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, unit := range units {
 		var p *sd.Property
@@ -717,10 +718,10 @@ func execPaths(v godbus.Variant) ([]string, error) {
 	return out, nil
 }
 
-// Bindings implements BindingReader: BindsTo, After, ExecStartPre,
+// Bindings implements fencing.BindingReader: BindsTo, After, ExecStartPre,
 // TimeoutStopUSec, KillMode and SendSIGKILL of each unit, as loaded.
-func (s *Systemd) Bindings(ctx context.Context, units []string) (map[string]Binding, error) {
-	out := map[string]Binding{}
+func (s *Units) Bindings(ctx context.Context, units []string) (map[string]fencing.Binding, error) {
+	out := map[string]fencing.Binding{}
 	for _, unit := range units {
 		var up, sp map[string]any
 		err := s.do(ctx, "properties "+unit, func(c *sd.Conn) error {
@@ -734,7 +735,7 @@ func (s *Systemd) Bindings(ctx context.Context, units []string) (map[string]Bind
 		if err != nil {
 			return nil, fmt.Errorf("systemd: read properties of %s: %w", unit, err)
 		}
-		b := Binding{Unit: unit}
+		b := fencing.Binding{Unit: unit}
 		b.BindsTo, _ = up["BindsTo"].([]string)
 		b.After, _ = up["After"].([]string)
 		b.KillMode, _ = sp["KillMode"].(string)

@@ -1,4 +1,4 @@
-package fencing_test
+package systemd_test
 
 import (
 	"context"
@@ -15,19 +15,20 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/cgroup"
+	"github.com/kha-supervisor/kha-supervisor/fencing/systemd"
 	"github.com/kha-supervisor/kha-supervisor/internal/nspawn"
 )
 
 // newPrivateSystemd connects to the container's systemd as the daemon
 // does to the host's: over systemd's private socket, with the bus as the
 // fallback and the container's cgroups for direct kills.
-func newPrivateSystemd(t *testing.T, c *nspawn.Container) (*fencing.Systemd, *counter) {
+func newPrivateSystemd(t *testing.T, c *nspawn.Container) (*systemd.Units, *counter) {
 	t.Helper()
 	cnt := &counter{}
 	lg := slog.New(&testHandler{t: t, cnt: cnt})
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := fencing.OpenSystemd(ctx, fencing.SystemdOptions{
-		Private:     c.Root() + fencing.PrivateSocket,
+	s, err := systemd.Open(ctx, systemd.Options{
+		Private:     c.Root() + systemd.PrivateSocket,
 		PrivateConn: privateConn(c),
 		Bus:         c.SystemBus(),
 		CgroupRoot:  c.Root() + "/sys/fs/cgroup",
@@ -209,7 +210,7 @@ func privateConn(c *nspawn.Container) func(ctx context.Context) (net.Conn, error
 		ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
 		defer ours.Close()
 		cmd := osexec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(c.Leader()), "-p", "--", os.Args[0])
-		cmd.Env = append(os.Environ(), privateDialEnv+"="+c.Root()+fencing.PrivateSocket)
+		cmd.Env = append(os.Environ(), privateDialEnv+"="+c.Root()+systemd.PrivateSocket)
 		cmd.ExtraFiles = []*os.File{theirs}
 		out, err := cmd.CombinedOutput()
 		theirs.Close()

@@ -1,4 +1,4 @@
-package fencing_test
+package systemd_test
 
 import (
 	"slices"
