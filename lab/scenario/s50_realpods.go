@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func init() {
 }
 
 const (
-	podsNS        = "kha-pods"
+	podsNS           = "kha-pods"
 	s50webName       = "web"
 	s50dbName        = "db"
 	s50dbPod         = "db-0"
@@ -60,6 +61,9 @@ type podsTrial struct {
 	cutRack, cutW, otherW string
 	p1, p2, db            agent.Running
 	taints                map[string]time.Time // "key:effect" -> first seen by the poll
+	noExecuteAdded        time.Time            // the unreachable NoExecute taint's TimeAdded (1 s precision)
+	load                  string               // the host's load averages at the fault
+	uncut                 string               // the master whose apiserver the fault leaves reachable
 	fault                 time.Time
 }
 
@@ -69,7 +73,7 @@ func (s *podsTrial) prepare(ctx context.Context, t *plane.Trial) error {
 		if w.Near == t.Leader {
 			s.cutRack, s.cutW = w.Rack, w.Name
 		} else {
-			s.otherW = w.Name
+			s.otherW, s.uncut = w.Name, w.Near
 		}
 	}
 	r := t.R
@@ -234,6 +238,9 @@ func (s *podsTrial) placed(pods []corev1.Pod) error {
 // inject cuts the rack as scenario 40 does.
 func (s *podsTrial) inject(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 	s.fault = time.Now()
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		s.load = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
 	topo := t.R.P.Lab.Topo
 	other := map[string]string{"r1": "r2", "r2": "r1"}[s.cutRack]
 	a := topo.InRack(s.cutRack)
@@ -293,13 +300,16 @@ func (s *podsTrial) hold(ctx context.Context, t *plane.Trial) error {
 }
 
 func (s *podsTrial) pollTaints(ctx context.Context, r *plane.Runner) {
-	_ = r.Any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+	_ = r.AnyFrom(ctx, s.uncut, func(ctx context.Context, c kubernetes.Interface) error {
 		n, err := c.CoreV1().Nodes().Get(ctx, s.cutW, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		for _, tn := range n.Spec.Taints {
 			k := tn.Key + ":" + string(tn.Effect)
+			if tn.Key == corev1.TaintNodeUnreachable && tn.Effect == corev1.TaintEffectNoExecute && tn.TimeAdded != nil && s.noExecuteAdded.IsZero() {
+				s.noExecuteAdded = tn.TimeAdded.Time
+			}
 			if _, ok := s.taints[k]; !ok {
 				s.taints[k] = time.Now()
 			}
@@ -408,6 +418,7 @@ func (tl *podsTimeline) build(ctx context.Context) {
 	tl.mark("heal", res.HealAt, plane.OwnerLab, "lab: the heal's first route", "the cut healed")
 	tl.afterHeal()
 	tl.untouched()
+	tl.fact("host load averages at the fault (1, 5, 15 min, 2 cores): %s", s.load)
 }
 
 func podsOtherMaster(m string) string {
@@ -482,11 +493,13 @@ func (tl *podsTimeline) node() {
 		return tl.byController(e) && e.Resource == "nodes" && e.Subresource == "status" && e.Name == s.cutW
 	}); ok {
 		tl.mark("notready", e.Completed, plane.OwnerKube, "audit log of "+e.Server,
-			"node lifecycle controller marks %s NotReady (Ready Unknown): no heartbeat for --node-monitor-grace-period (50 s), counted from when this controller-manager started", s.cutW)
+			"node lifecycle controller marks %s NotReady (Ready Unknown): no heartbeat for --node-monitor-grace-period (50 s) plus up to --node-monitor-period (5 s), counted from when this controller-manager first saw the node, not from the node's last heartbeat", s.cutW)
 	}
 	for _, k := range []string{corev1.TaintNodeUnreachable + ":NoSchedule", corev1.TaintNodeUnreachable + ":NoExecute"} {
 		tl.mark("taint-"+k, s.taints[k], plane.OwnerKube, "poll of Node "+s.cutW+" every 0.5 s", "taint %s on %s", k, s.cutW)
 	}
+	tl.mark("taint-added", s.noExecuteAdded, plane.OwnerKube, "the taint's timeAdded (1 s precision)",
+		"the NoExecute taint's timeAdded: the pods' %d s toleration counts from here", s50tolerationSec)
 	if e, ok := tl.first(tl.res.FaultAt, func(e audit.Event) bool {
 		return tl.byController(e) && e.Resource == "pods" && e.Subresource == "status" && e.Name == s.p1.Name
 	}); ok {
@@ -586,6 +599,11 @@ func (tl *podsTimeline) afterHeal() {
 		if created.Completed.Before(tl.res.HealAt) || (acked && created.Completed.Before(ack.Completed)) {
 			tl.problem("%s created again at %s, before its predecessor's deletion was acknowledged", s50dbPod, tl.rel(created.Completed))
 		}
+	}
+	if e, ok := tl.first(tl.res.FaultAt, func(e audit.Event) bool {
+		return e.Role() == audit.Scheduler && e.Resource == "pods" && e.Subresource == "binding" && e.Namespace == podsNS && e.Name == s50dbPod
+	}); ok {
+		tl.mark("db-bound", e.Completed, plane.OwnerKube, "audit log of "+e.Server, "kube-scheduler (on %s) binds the new %s", tl.opts.Master(e), s50dbPod)
 	}
 	if rec, ok := s.dbSuccessor(tl.cut, tl.other); ok {
 		tl.mark("db-running", rec.At, plane.OwnerKube, "pod log of "+rec.Node+"'s agent", "%s runs again, on %s", s50dbPod, rec.Node)

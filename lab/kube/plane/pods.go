@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
 )
 
 // Helpers for scenarios that watch workloads (scenario 50).
@@ -26,6 +29,16 @@ func (r *Runner) Any(ctx context.Context, fn func(context.Context, kubernetes.In
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// AnyFrom is Any with master m's apiserver tried first (a scenario that
+// cut the other one off: its requests would wait out their timeout first).
+func (r *Runner) AnyFrom(ctx context.Context, m string, fn func(context.Context, kubernetes.Interface) error) error {
+	cs := slices.Clone(r.Clients)
+	if i := slices.Index(lab.MasterNames, m); i > 0 && i < len(cs) {
+		cs[0], cs[i] = cs[i], cs[0]
+	}
+	return (&Runner{Clients: cs}).Any(ctx, fn)
 }
 
 // UnitStart is unit's last start on master m.
