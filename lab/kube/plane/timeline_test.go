@@ -1,0 +1,51 @@
+package plane
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTimelineGivesMedianAndSpreadPerEventAndMode(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
+	trial := func(mode string, rep int, evict float64, withAck bool) Result {
+		f := t0.Add(time.Duration(rep) * time.Hour)
+		at := func(s float64) time.Time { return f.Add(time.Duration(s * float64(time.Second))) }
+		r := Result{ID: 50, Mode: mode, Repeat: rep, FaultAt: f, Leader: "m1", NewLeader: "m2", Pass: true,
+			Facts: []string{"P2 untouched"},
+			Timeline: []Mark{
+				{Key: "evicted", At: at(evict), What: "P1 evicted", Owner: OwnerKube, Source: "audit log of m2"},
+				{Key: "promoting", At: at(6), What: "m2 wins", Owner: OwnerKha, Source: "journal of m2"},
+			}}
+		if withAck {
+			r.Timeline = append(r.Timeline, Mark{Key: "ack", At: at(100), What: "ack", Owner: OwnerKube, Source: "audit"})
+		}
+		return r
+	}
+	rs := []Result{trial("kha-fast", 1, 88, true), trial("kha-fast", 2, 90, false), trial("kha-fast", 3, 86, true),
+		trial("kha-default", 1, 95, true), {ID: 40, Mode: "kha-fast"}}
+	var b strings.Builder
+	if err := WriteTimeline(&b, rs, 50); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Mode kha-fast, 3 trials:",
+		"| 6.00 s [6.00-6.00] (3) | m2 wins | kha-supervisor | journal of m2 |",
+		"| 88.00 s [86.00-90.00] (3) | P1 evicted | Kubernetes | audit log of m2 |",
+		"| 100.00 s [100.00-100.00] (2) | ack (in 2 of 3 trials) |",
+		"Mode kha-default, 1 trials:",
+		"| 95.00 s | P1 evicted |",
+		"- P2 untouched",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "m2 wins") > strings.Index(out, "P1 evicted") {
+		t.Errorf("rows not in the order of their median:\n%s", out)
+	}
+	if err := WriteTimeline(&b, rs, 41); err == nil {
+		t.Error("a scenario without a timeline gave no error")
+	}
+}
