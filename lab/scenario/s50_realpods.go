@@ -418,6 +418,7 @@ func (tl *podsTimeline) build(ctx context.Context) {
 	tl.mark("heal", res.HealAt, plane.OwnerLab, "lab: the heal's first route", "the cut healed")
 	tl.afterHeal()
 	tl.untouched()
+	tl.facts = append(tl.facts, fmt.Sprintf("roles in this trial: M1 = %s (active, rack %s cut off), W1 = %s, M2 = %s, W2 = %s", old, s.cutRack, s.cutW, nw, s.otherW))
 	tl.fact("host load averages at the fault (1, 5, 15 min, 2 cores): %s", s.load)
 }
 

@@ -3,8 +3,10 @@ package plane
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -59,7 +61,11 @@ func WriteTimeline(w io.Writer, results []Result, id int) error {
 	for _, r := range rs {
 		fmt.Fprintf(w, "Trial %s #%d (fault %s UTC, active %s -> %s, pass %v):\n\n", r.Mode, r.Repeat,
 			r.FaultAt.UTC().Format("15:04:05.000"), r.Leader, r.NewLeader, r.Pass)
+		roles := Roles(r.Leader)
 		for _, f := range r.Facts {
+			if !strings.HasPrefix(f, "roles in this trial:") {
+				f = roles.Name(f)
+			}
 			fmt.Fprintf(w, "- %s\n", f)
 		}
 		for _, p := range r.Problems {
@@ -93,7 +99,9 @@ func timelineRows(rs []Result) []timelineRow {
 	byKey := map[string]*timelineRow{}
 	var keys []string
 	for _, r := range rs {
+		roles := Roles(r.Leader)
 		for _, m := range r.Timeline {
+			m.What, m.Source = roles.Name(m.What), roles.Name(m.Source)
 			row, ok := byKey[m.Key]
 			if !ok {
 				row = &timelineRow{Mark: m}
@@ -130,4 +138,36 @@ func modesOf(rs []Result) []string {
 		}
 	}
 	return out
+}
+
+// HostRoles names the lab's hosts by their role in the operators' question:
+// M1 the faulted active master, W1 the worker in its rack R1, M2, W2 and R2
+// the other rack's. Trials of either side then read as one.
+type HostRoles map[string]string
+
+// Roles are the roles when master active is faulted.
+func Roles(active string) HostRoles {
+	r := HostRoles{}
+	for _, w := range Workers {
+		if w.Near == active {
+			r[w.Near], r[w.Name], r[w.Rack] = "M1", "W1", "R1"
+		} else {
+			r[w.Near], r[w.Name], r[w.Rack] = "M2", "W2", "R2"
+		}
+	}
+	return r
+}
+
+// hostWord is a host or rack name as a word: pod names never end in one
+// after a dash (their suffixes are five characters).
+var hostWord = regexp.MustCompile(`\b[mwr][12]\b`)
+
+// Name replaces the host and rack names in s by their roles.
+func (h HostRoles) Name(s string) string {
+	return hostWord.ReplaceAllStringFunc(s, func(w string) string {
+		if r, ok := h[w]; ok {
+			return r
+		}
+		return w
+	})
 }
