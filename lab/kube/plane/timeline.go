@@ -79,6 +79,7 @@ func WriteTimeline(w io.Writer, results []Result, id int) error {
 type timelineRow struct {
 	Mark
 	Offsets []float64
+	Differs bool // the text differs between trials (other pod names)
 }
 
 func (r timelineRow) span() string {
@@ -109,6 +110,7 @@ func timelineRows(rs []Result) []timelineRow {
 				keys = append(keys, m.Key)
 			}
 			row.Offsets = append(row.Offsets, m.Since(r.FaultAt))
+			row.Differs = row.Differs || m.What != row.What
 		}
 	}
 	out := make([]timelineRow, 0, len(keys))
@@ -117,6 +119,9 @@ func timelineRows(rs []Result) []timelineRow {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return median(out[i].Offsets) < median(out[j].Offsets) })
 	for i := range out {
+		if out[i].Differs {
+			out[i].What += " (names of the first trial)"
+		}
 		if n := len(out[i].Offsets); n < len(rs) {
 			out[i].What += fmt.Sprintf(" (in %d of %d trials)", n, len(rs))
 		}
