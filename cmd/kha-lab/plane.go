@@ -54,6 +54,9 @@ func runNodeAgent(ctx context.Context, args []string) error {
 	node := fs.String("node", "", "Node name")
 	var kcs multiFlag
 	fs.Var(&kcs, "kubeconfig", "kubeconfig of an apiserver (repeat: tried in order)")
+	podLog := fs.String("pod-log", "", "file the agent appends its pods' start and stop records to (JSON lines)")
+	var ignore multiFlag
+	fs.Var(&ignore, "ignore-namespace", "namespace whose pods the agent does not run (repeat)")
 	if _, err := parse("node-agent", args, &fs); err != nil {
 		return err
 	}
@@ -61,6 +64,11 @@ func runNodeAgent(ctx context.Context, args []string) error {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kha-lab node-agent: %v\n", err)
 		return errUsage
+	}
+	a.PodLog = &agent.PodLog{Path: *podLog}
+	a.Ignore = map[string]bool{}
+	for _, ns := range ignore {
+		a.Ignore[ns] = true
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stop()

@@ -1,7 +1,11 @@
 // Package agent is the lab's stand-in for a kubelet: it registers one Node,
 // renews its Lease and refreshes its Ready condition, so the scheduler has
 // somewhere to bind pods and the node lifecycle controller sees a live
-// node. It runs no containers.
+// node. It runs no containers, but it keeps the books a kubelet would on
+// the pods bound to its node (sync.go): it "runs" them and reports them
+// Running, keeps them while no apiserver answers, and stops them and
+// acknowledges their deletion once one does; its pod log says which pod
+// ran on which node when.
 package agent
 
 import (
@@ -26,6 +30,7 @@ const (
 	LeaseEvery    = 2 * time.Second
 	StatusEvery   = 10 * time.Second
 	LeaseDuration = 40 * time.Second
+	PodsEvery     = time.Second
 	requestBudget = 3 * time.Second
 )
 
@@ -34,6 +39,13 @@ type Agent struct {
 	Node    string
 	Clients []kubernetes.Interface // in order of preference
 	Log     *slog.Logger
+	PodLog  *PodLog
+	// Ignore: namespaces whose pods the agent leaves alone (the prober's:
+	// created every 200 ms and deleted once bound, running them would only
+	// add writes).
+	Ignore map[string]bool
+
+	pods podBooks
 }
 
 // FromKubeconfigs builds the clients, one per kubeconfig.
@@ -57,8 +69,11 @@ func FromKubeconfigs(node string, paths []string, log *slog.Logger) (*Agent, err
 	return a, nil
 }
 
-// Run keeps the node alive until ctx ends.
+// Run keeps the node alive and runs its pods until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { defer close(done); a.runPods(ctx) }()
+	defer func() { <-done }()
 	lastStatus := time.Time{}
 	t := time.NewTicker(LeaseEvery)
 	defer t.Stop()

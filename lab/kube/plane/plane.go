@@ -25,6 +25,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/etcd"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/build"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/lab/proc"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
@@ -260,6 +261,9 @@ func (p *Plane) Ready(ctx context.Context) error {
 	return nil
 }
 
+// PodLog is worker w's agent's pod log (agent.ReadPodLog).
+func (p *Plane) PodLog(w string) string { return filepath.Join(p.Dir("agent-"+w), "pods.jsonl") }
+
 func (p *Plane) agentPID(w Worker) string { return filepath.Join(p.Dir("agent-"+w.Name), "agent.pid") }
 
 func (p *Plane) startAgent(w Worker) error {
@@ -290,7 +294,8 @@ func (p *Plane) startAgent(w Worker) error {
 		kcs = append(kcs, kc)
 	}
 	argv := []string{"ip", "netns", "exec", p.Lab.Topo.NetNS(w.Name), p.Lab.SharedPath("bin", "kha-lab"), "node-agent",
-		"--node", w.Name, "--kubeconfig", kcs[0], "--kubeconfig", kcs[1]}
+		"--node", w.Name, "--kubeconfig", kcs[0], "--kubeconfig", kcs[1],
+		"--pod-log", p.PodLog(w.Name), "--ignore-namespace", probe.Namespace}
 	p.Log.Info("plane: node agent", "node", w.Name)
 	_, err = proc.Start(proc.Spec{Argv: argv, PIDFile: p.agentPID(w), LogFile: filepath.Join(p.Lab.OutDir(), "agent-"+w.Name+".log")})
 	return err

@@ -25,6 +25,15 @@ type Scenario struct {
 	// Inject injects the fault on the trial's leader and returns how to
 	// undo it (nil: nothing to undo).
 	Inject func(ctx context.Context, t *Trial) (heal func(context.Context) error, err error)
+	// Optional hooks of a scenario that watches more than the failover
+	// (scenario 50's pods). Prepare runs before the fault, untimed (its
+	// workload); Hold after the service resumed, before the heal (it keeps
+	// the fault in place until what it waits for happened); After after
+	// the heal and the steady plane, before the judgement (it waits for
+	// the aftermath and fills the timeline, facts and problems).
+	Prepare func(ctx context.Context, t *Trial) error
+	Hold    func(ctx context.Context, t *Trial) error
+	After   func(ctx context.Context, t *Trial, res *Result)
 }
 
 var scenarios = map[int]Scenario{}
@@ -77,6 +86,9 @@ type Result struct {
 	Writes     string    `json:"writes"`
 	Problems   []string  `json:"problems,omitempty"`
 	Notes      []string  `json:"notes,omitempty"` // host flakes seen in the window
+	HealAt     time.Time `json:"heal_at,omitzero"`
+	Timeline   []Mark    `json:"timeline,omitempty"` // scenarios with an After hook
+	Facts      []string  `json:"facts,omitempty"`
 	Pass       bool      `json:"pass"`
 }
 

@@ -51,6 +51,12 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 	}
 	res.Leader, res.CMLeader = sched, cm
 	t := &Trial{R: r, Mode: mode, Leader: sched, Nodes: nodes}
+	if s.Prepare != nil {
+		if err := s.Prepare(ctx, t); err != nil {
+			fail("prepare: %v", err)
+			return res
+		}
+	}
 	r.Prober.ResetExtra()
 	res.FaultAt = time.Now()
 	heal, err := s.Inject(ctx, t)
@@ -68,6 +74,12 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 		fail("service did not resume within %s of the fault", resumeTimeout)
 	}
 	time.Sleep(settle)
+	if s.Hold != nil {
+		if err := s.Hold(ctx, t); err != nil {
+			fail("while the fault lasted: %v", err)
+		}
+	}
+	res.HealAt = time.Now()
 	if heal != nil {
 		if err := heal(ctx); err != nil {
 			fail("heal: %v", err)
@@ -79,6 +91,9 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 		res.NewLeader = nl
 	}
 	time.Sleep(settle)
+	if s.After != nil {
+		s.After(ctx, t, &res)
+	}
 	end := time.Now()
 	r.judge(ctx, &res, end)
 	res.Notes = append(res.Notes, r.hostFlakes(ctx, res.FaultAt, end)...)
