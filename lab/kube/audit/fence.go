@@ -146,3 +146,15 @@ func Since(events []Event, o Options, m string, from time.Time) (accepted, refus
 	}
 	return accepted, refused
 }
+
+// LastAccepted is the completion of the last accepted managed write from
+// master m received at or after from (zero: none).
+func LastAccepted(events []Event, o Options, m string, from time.Time) time.Time {
+	var last time.Time
+	for _, e := range events {
+		if Managed(e) && e.Write() && !e.DryRun && e.Accepted() && !e.Received.Before(from) && o.Master(e) == m && e.Completed.After(last) {
+			last = e.Completed
+		}
+	}
+	return last
+}

@@ -305,6 +305,9 @@ func (r *Runner) judgeFence(s Scenario, t *Trial, res *Result, end time.Time) {
 		if res.Figures == nil {
 			res.Figures = map[string]float64{}
 		}
+		for k, v := range t.Figs {
+			res.Figures[k] = v
+		}
 		s.Judge(t, evs, res)
 	}
 }

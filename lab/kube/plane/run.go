@@ -55,8 +55,17 @@ type Trial struct {
 	Mode   Mode
 	Leader string // the scheduler's leader at the fault
 	Nodes  map[string]*master.Node
-	// Marks are instants the scenario records for its Judge.
+	// Marks are instants, Figs figures the scenario records for its Judge.
 	Marks map[string]time.Time
+	Figs  map[string]float64
+}
+
+// Figures records a figure of the fault for the Judge.
+func (t *Trial) Figures(name string, v float64) {
+	if t.Figs == nil {
+		t.Figs = map[string]float64{}
+	}
+	t.Figs[name] = v
 }
 
 // Mark records now under name.
