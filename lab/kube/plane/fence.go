@@ -206,8 +206,16 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	if len(param) != 1 {
 		return fmt.Errorf("plane: api-fence manifests hold %d ConfigMaps, want the parameter alone", len(param))
 	}
-	if out, err := p.kubectl(ctx, param[0], "create", "-f", "-"); err != nil && !strings.Contains(string(out), "AlreadyExists") {
+	// The guard refuses even the admin's create of an existing parameter
+	// (admission runs before the AlreadyExists check).
+	have, err := p.kubectl(ctx, nil, "get", "configmap", "-n", "kube-system", "kha-fencing-token", "--ignore-not-found", "-o", "name")
+	if err != nil {
 		return err
+	}
+	if len(bytes.TrimSpace(have)) == 0 {
+		if _, err := p.kubectl(ctx, param[0], "create", "-f", "-"); err != nil {
+			return err
+		}
 	}
 	_, err = p.kubectl(ctx, bytes.Join(rest, []byte("\n---\n")), "apply", "-f", "-")
 	return err
@@ -255,9 +263,6 @@ func (p *Plane) kubectl(ctx context.Context, stdin []byte, args ...string) ([]by
 			return out, nil
 		}
 		errs = append(errs, fmt.Errorf("kubectl %s at %s: %w: %s", strings.Join(args, " "), m, err, out))
-		if bytes.Contains(out, []byte("AlreadyExists")) {
-			return out, errors.Join(errs...)
-		}
 	}
 	return nil, fmt.Errorf("plane: %w", errors.Join(errs...))
 }
