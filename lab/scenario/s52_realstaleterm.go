@@ -47,6 +47,7 @@ func init() {
 			if err := waitNewToken(ctx, p, old); err != nil {
 				return heal, err
 			}
+			t.Figures("stale_token", float64(old))
 			t.Mark("stale-start")
 			sent, refused, err := sendStale(ctx, t, old)
 			t.Mark("stale-end")
@@ -56,9 +57,13 @@ func init() {
 		},
 		Judge: func(t *plane.Trial, evs []audit.Event, res *plane.Result) {
 			from, to := t.Marks["stale-start"], t.Marks["stale-end"]
+			stale := fmt.Sprint(int64(res.Figures["stale_token"]))
 			acc, ref := 0, 0
 			for _, e := range evs {
-				if e.Received.Before(from) || e.Received.After(to) || !audit.Managed(e) || !e.Write() || e.DryRun {
+				// Only what was sent with the old token: the new leader's
+				// units write meanwhile (with theirs).
+				if e.Received.Before(from) || e.Received.After(to) || !audit.Managed(e) || !e.Write() || e.DryRun ||
+					len(e.Token) != 1 || e.Token[0] != stale {
 					continue
 				}
 				if e.Accepted() {
