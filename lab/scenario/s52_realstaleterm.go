@@ -108,7 +108,9 @@ func sendStale(ctx context.Context, t *plane.Trial, token int64) (sent, refused 
 	if err != nil {
 		return 0, 0, fmt.Errorf("the pod to bind: %w", err)
 	}
-	defer func() { _ = admin.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), pod.Name, *metav1.NewDeleteOptions(0)) }()
+	defer func() {
+		_ = admin.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), pod.Name, *metav1.NewDeleteOptions(0))
+	}()
 	var unexpected []string
 	for _, server := range lab.MasterNames {
 		c, err := t.R.P.StaleScheduler(t.Leader, server, token)
