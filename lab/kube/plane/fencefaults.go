@@ -103,9 +103,16 @@ func (p *Plane) Freeze(n *master.Node) (thaw func() error, err error) {
 	}
 	thaw = func() error {
 		err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("THAWED"), 0o644)
-		pids, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
-		for _, pid := range strings.Fields(string(pids)) {
-			_ = os.WriteFile(filepath.Join(freezerRoot, "cgroup.procs"), []byte(pid), 0o644)
+		// Thawed processes fork into the cgroup meanwhile (seen: "device
+		// or resource busy" on the first removal): move until it is empty.
+		for range 50 {
+			pids, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+			if len(strings.Fields(string(pids))) == 0 {
+				break
+			}
+			for _, pid := range strings.Fields(string(pids)) {
+				_ = os.WriteFile(filepath.Join(freezerRoot, "cgroup.procs"), []byte(pid), 0o644)
+			}
 		}
 		return errors.Join(err, os.Remove(cg))
 	}
