@@ -38,6 +38,7 @@ type Options struct {
 	StateDir       string         // the local CA (localca)
 	ClientCAs      *x509.CertPool // the cluster CA, for the components' client certificates
 	ConfirmTimeout time.Duration  // bounds Publish
+	Group          string         // the election group (config cluster): Publisher.Group
 	Log            *slog.Logger
 }
 
@@ -78,7 +79,7 @@ func New(o Options) (*Fence, error) {
 	}
 	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log}
 	if o.Mode == ModeToken {
-		f.pub = &Publisher{Endpoints: o.Upstreams}
+		f.pub = &Publisher{Endpoints: o.Upstreams, Group: o.Group}
 	}
 	closed := gate.TermFunc(func() gate.Term { return gate.Term{Reason: "the supervisor is starting"} })
 	f.term.Store(&closed)

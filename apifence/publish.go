@@ -30,6 +30,12 @@ type Publisher struct {
 	Endpoints []*rest.Config
 	// Poll is the pause between confirmation attempts; 50 ms if zero.
 	Poll time.Duration
+	// Group is this supervisor's election group (config cluster). The
+	// parameter records the first group that published (data.group); a
+	// supervisor of another group never writes it: two groups would
+	// otherwise take the token from each other, and a node configured into
+	// the wrong group would fence out the real leader.
+	Group string
 }
 
 // Published is what a successful Publish did.
@@ -38,6 +44,9 @@ type Published struct {
 	Previous int64 // the token the parameter held before
 	Took     time.Duration
 }
+
+// ErrOtherGroup means the parameter belongs to another election group.
+var ErrOtherGroup = errors.New("the parameter belongs to another group")
 
 // ErrNewerToken means the parameter already holds a later term's token:
 // this node's term is over, whatever its lease says.
@@ -73,8 +82,8 @@ func (p *Publisher) write(ctx context.Context, token int64) (int64, error) {
 	var last error
 	for ctx.Err() == nil {
 		for _, ep := range p.Endpoints {
-			prev, err := writeOn(ctx, ep, token)
-			if err == nil || errors.Is(err, ErrNewerToken) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			prev, err := writeOn(ctx, ep, token, p.Group)
+			if err == nil || errors.Is(err, ErrNewerToken) || errors.Is(err, ErrOtherGroup) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 				return prev, err
 			}
 			last = err // unreachable, conflict: next endpoint, then again
@@ -94,7 +103,7 @@ func getParam(ctx context.Context, api *kubeapi.Client) (*kubeapi.ConfigMap, err
 	return cm, api.Do(ctx, "GET", paramPath, nil, nil, cm)
 }
 
-func writeOn(ctx context.Context, ep *rest.Config, token int64) (int64, error) {
+func writeOn(ctx context.Context, ep *rest.Config, token int64, group string) (int64, error) {
 	api, err := kubeapi.New(ep)
 	if err != nil {
 		return 0, err
@@ -112,6 +121,9 @@ func writeOn(ctx context.Context, ep *rest.Config, token int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if g := cm.Data["group"]; g != "" && group != "" && g != group {
+		return prev, fmt.Errorf("api fence: %w: %s/%s data.group is %q, this node's cluster is %q; not starting units", ErrOtherGroup, Namespace, ParamName, g, group)
+	}
 	switch {
 	case prev > token:
 		return prev, fmt.Errorf("api fence: %w (%d > ours %d); not starting units", ErrNewerToken, prev, token)
@@ -122,6 +134,9 @@ func writeOn(ctx context.Context, ep *rest.Config, token int64) (int64, error) {
 		cm.Data = map[string]string{}
 	}
 	cm.Data["token"] = strconv.FormatInt(token, 10)
+	if group != "" {
+		cm.Data["group"] = group
+	}
 	cm.APIVersion, cm.Kind = "v1", "ConfigMap"
 	// Update carries the Get's resourceVersion: a concurrent writer makes
 	// this a conflict, and the loop reads again.

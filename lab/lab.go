@@ -70,6 +70,9 @@ type Lab struct {
 	log        *slog.Logger
 	// plane, when set, is the real control plane (realplane.go).
 	plane RealPlane
+	// configTail, when set, is appended to every supervisor's
+	// configuration (realplane.go, WithConfigTail).
+	configTail func(node string) []byte
 }
 
 // New resolves defaults; it creates nothing.

@@ -98,3 +98,11 @@ func (l *Lab) WithProfile(p Profile) *Lab {
 func (l *Lab) InstallSupervisor(ctx context.Context, n *master.Node) error {
 	return l.installSupervisor(ctx, n)
 }
+
+// WithConfigTail is l with tail(node) appended to each supervisor's
+// configuration (the real plane's [api_fence] section).
+func (l *Lab) WithConfigTail(tail func(node string) []byte) *Lab {
+	c := *l
+	c.configTail = tail
+	return &c
+}

@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 )
 
 // Roles a write is attributed to.
@@ -27,8 +29,17 @@ const (
 
 // Event is one completed request as an apiserver audited it.
 type Event struct {
-	Server      string // whose audit log (master name)
-	User        string
+	Server string // whose audit log (master name)
+	// User is the effective user: the impersonated one when the request
+	// impersonated (the API gate forwards as the component), Impersonator
+	// then the credential that sent it.
+	User         string
+	Impersonator string
+	// Token is the effective user's kha.io/fencing-token extra (nil: none).
+	Token []string
+	// DryRun: a dryRun=All request (the publisher's confirmation probes),
+	// admitted or not, never stored.
+	DryRun      bool
 	SourceIP    string
 	Verb        string
 	Resource    string
@@ -87,13 +98,13 @@ func (e Event) Object() string {
 
 // raw is the part of audit.k8s.io/v1 Event the analysis reads.
 type raw struct {
-	Stage     string   `json:"stage"`
-	Verb      string   `json:"verb"`
-	SourceIPs []string `json:"sourceIPs"`
-	User      struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef *struct {
+	Stage            string   `json:"stage"`
+	Verb             string   `json:"verb"`
+	SourceIPs        []string `json:"sourceIPs"`
+	User             rawUser  `json:"user"`
+	ImpersonatedUser *rawUser `json:"impersonatedUser"`
+	RequestURI       string   `json:"requestURI"`
+	ObjectRef        *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 		Namespace   string `json:"namespace"`
@@ -105,6 +116,11 @@ type raw struct {
 	} `json:"responseStatus"`
 	Received time.Time `json:"requestReceivedTimestamp"`
 	Stage2   time.Time `json:"stageTimestamp"`
+}
+
+type rawUser struct {
+	Username string              `json:"username"`
+	Extra    map[string][]string `json:"extra"`
 }
 
 // Parse reads one apiserver's JSON-lines audit log. Only ResponseComplete
@@ -130,7 +146,11 @@ func Parse(r io.Reader, server string) ([]Event, error) {
 		if ev.Stage != "ResponseComplete" {
 			continue
 		}
-		e := Event{Server: server, User: ev.User.Username, Verb: ev.Verb, Received: ev.Received, Completed: ev.Stage2}
+		e := Event{Server: server, User: ev.User.Username, Verb: ev.Verb, Received: ev.Received, Completed: ev.Stage2,
+			Token: ev.User.Extra[gate.TokenExtra], DryRun: strings.Contains(ev.RequestURI, "dryRun=All")}
+		if iu := ev.ImpersonatedUser; iu != nil {
+			e.User, e.Impersonator, e.Token = iu.Username, ev.User.Username, iu.Extra[gate.TokenExtra]
+		}
 		if len(ev.SourceIPs) > 0 {
 			e.SourceIP = ev.SourceIPs[0]
 		}
@@ -233,7 +253,7 @@ func Analyze(events []Event, o Options) Report {
 			rep.DoubleBinds = append(rep.DoubleBinds, e)
 		}
 		role := e.Role()
-		if role == "" || !e.Write() || !e.Accepted() {
+		if role == "" || !e.Write() || !e.Accepted() || e.DryRun {
 			continue
 		}
 		m := o.Master(e)

@@ -19,6 +19,9 @@ type Mode struct {
 	// defaults (15 s / 10 s / 2 s).
 	Lease, Renew, Retry time.Duration
 	Profile             lab.Profile // kha modes only
+	// Fence is api_fence.mode of the kha modes: "" (off), "gate" or
+	// "token" (fence.go).
+	Fence string
 }
 
 // KhaMode runs the components under kha-supervisor with profile p.
@@ -26,10 +29,13 @@ func KhaMode(p lab.Profile) Mode { return Mode{Name: "kha-" + p.Name, Profile: p
 
 // Modes of the side-by-side, by name.
 var Modes = map[string]Mode{
-	"kha-fast":    KhaMode(lab.Fast),
-	"kha-default": KhaMode(lab.Default),
-	"le-defaults": {Name: "le-defaults", LeaderElect: true},
-	"le-tuned":    {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
+	"kha-fast":          KhaMode(lab.Fast),
+	"kha-default":       KhaMode(lab.Default),
+	"kha-fast-token":    FencedMode(lab.Fast, FenceToken),
+	"kha-fast-gate":     FencedMode(lab.Fast, FenceGate),
+	"kha-default-token": FencedMode(lab.Default, FenceToken),
+	"le-defaults":       {Name: "le-defaults", LeaderElect: true},
+	"le-tuned":          {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
 }
 
 // ParseModes parses a comma list of mode names.

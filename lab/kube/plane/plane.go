@@ -228,6 +228,12 @@ func (p *Plane) WriteUnits(ctx context.Context, n *master.Node, mode Mode) error
 		if err != nil {
 			return err
 		}
+		if mode.Fence != "" {
+			// install-kubeconfig (StartSupervisor) points it at the gate.
+			if f.Kubeconfig, err = nodeKubeconfig(n, name, f.Kubeconfig); err != nil {
+				return err
+			}
+		}
 		u, err := c.Unit(f)
 		if err != nil {
 			return err

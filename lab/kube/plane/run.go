@@ -13,6 +13,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 )
@@ -34,6 +35,9 @@ type Scenario struct {
 	Prepare func(ctx context.Context, t *Trial) error
 	Hold    func(ctx context.Context, t *Trial) error
 	After   func(ctx context.Context, t *Trial, res *Result)
+	// Judge, when set, adds the scenario's own verdict from the audit
+	// events of the trial's window (fence.go).
+	Judge func(t *Trial, evs []audit.Event, res *Result)
 }
 
 var scenarios = map[int]Scenario{}
@@ -60,6 +64,25 @@ type Trial struct {
 	Mode   Mode
 	Leader string // the scheduler's leader at the fault
 	Nodes  map[string]*master.Node
+	// Marks are instants, Figs figures the scenario records for its Judge.
+	Marks map[string]time.Time
+	Figs  map[string]float64
+}
+
+// Figures records a figure of the fault for the Judge.
+func (t *Trial) Figures(name string, v float64) {
+	if t.Figs == nil {
+		t.Figs = map[string]float64{}
+	}
+	t.Figs[name] = v
+}
+
+// Mark records now under name.
+func (t *Trial) Mark(name string) {
+	if t.Marks == nil {
+		t.Marks = map[string]time.Time{}
+	}
+	t.Marks[name] = time.Now()
 }
 
 // Node is the leader's master.
@@ -84,12 +107,18 @@ type Result struct {
 	DoubleBind int       `json:"double_binds"`
 	ExtraRS    int       `json:"extra_rs_pods"`
 	Writes     string    `json:"writes"`
-	Problems   []string  `json:"problems,omitempty"`
-	Notes      []string  `json:"notes,omitempty"` // host flakes seen in the window
-	HealAt     time.Time `json:"heal_at,omitzero"`
-	Timeline   []Mark    `json:"timeline,omitempty"` // scenarios with an After hook
-	Facts      []string  `json:"facts,omitempty"`
-	Pass       bool      `json:"pass"`
+	// The fence at the API server (fenced modes; fence.go).
+	Fence       string             `json:"fence,omitempty"`
+	Stale       int                `json:"stale_accepted"`
+	StaleWrites []string           `json:"stale_writes,omitempty"`
+	Refused     int                `json:"refused_by_policy"`
+	Figures     map[string]float64 `json:"figures,omitempty"` // the scenario's own (Judge)
+	Problems    []string           `json:"problems,omitempty"`
+	Notes       []string           `json:"notes,omitempty"` // host flakes seen in the window
+	HealAt      time.Time          `json:"heal_at,omitzero"`
+	Timeline    []Mark             `json:"timeline,omitempty"` // scenarios with an After hook
+	Facts       []string           `json:"facts,omitempty"`
+	Pass        bool               `json:"pass"`
 }
 
 // Runner runs trials against a lab that is up with the real plane.
@@ -156,6 +185,9 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 				return err
 			}
 		}
+		if err := r.P.ApplyFence(ctx, mode); err != nil {
+			return err
+		}
 		for _, m := range lab.MasterNames {
 			if err := r.start(ctx, nodes[m], mode); err != nil {
 				return err
@@ -172,7 +204,7 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 // themselves without the supervisor's guard.
 func (r *Runner) start(ctx context.Context, n *master.Node, mode Mode) error {
 	if !mode.LeaderElect {
-		return r.P.Lab.WithProfile(mode.Profile).InstallSupervisor(ctx, n)
+		return r.P.StartSupervisor(ctx, n, mode)
 	}
 	for _, u := range Units {
 		if err := n.RemoveFile(master.UnitDir + "/" + u + ".service.d/50-kha-supervisor.conf"); err != nil {

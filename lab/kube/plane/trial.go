@@ -96,8 +96,9 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 	}
 	end := time.Now()
 	r.judge(ctx, &res, end)
+	r.judgeFence(s, t, &res, end)
 	res.Notes = append(res.Notes, r.hostFlakes(ctx, res.FaultAt, end)...)
-	res.Pass = len(res.Problems) == 0 && len(res.Overlaps) == 0 && res.DoubleBind == 0 && res.ExtraRS == 0
+	res.Pass = len(res.Problems) == 0 && len(res.Overlaps) == 0 && res.DoubleBind == 0 && res.ExtraRS == 0 && res.Stale == 0
 	return res
 }
 

@@ -1,0 +1,167 @@
+package plane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube"
+	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/proc"
+)
+
+// The faults of the fence's scenarios (51-54) that need the plane's
+// certificates or namespaces.
+
+// StaleScheduler is a client of master server's apiserver that sends as
+// the scheduler of a term whose token is token: the supervisor's
+// credential impersonating system:kube-scheduler with that token extra,
+// exactly what a resumed gate of that term forwards, dialled from master
+// from's network namespace (the audit log attributes it to that master).
+func (p *Plane) StaleScheduler(from, server string, token int64) (kubernetes.Interface, error) {
+	ca, err := p.CA()
+	if err != nil {
+		return nil, err
+	}
+	a, err := p.APIServer(server)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := clientPair(ca, supervisorUser)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &rest.Config{
+		Host:            a.URL(),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: ca.CertFile, CertFile: pair.CertFile, KeyFile: pair.KeyFile},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return p.Lab.Topo.DialContext(ctx, from, network, addr)
+		},
+		Timeout: 5 * time.Second,
+		Impersonate: rest.ImpersonationConfig{UserName: "system:kube-scheduler",
+			Extra: map[string][]string{gate.TokenExtra: {strconv.FormatInt(token, 10)}}},
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// HandScheduler starts a second kube-scheduler by hand in master m's
+// network namespace, outside systemd and the supervisor, with the
+// scheduler's real kubeconfig and certificate (the plane's file: straight
+// at m's apiserver, no gate) and no leader election. It returns its log
+// and how to stop it.
+func (p *Plane) HandScheduler(m string) (log string, stop func(context.Context) error, err error) {
+	c, err := p.Component(m, kube.Scheduler, KhaMode(p.Lab.Config().Profile))
+	if err != nil {
+		return "", nil, err
+	}
+	kc := filepath.Join(c.Dir, kube.Scheduler+".kubeconfig")
+	if _, err := os.Stat(kc); err != nil {
+		return "", nil, fmt.Errorf("plane: the scheduler's kubeconfig on %s: %w", m, err)
+	}
+	dir := p.Dir("hand-" + m)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("plane: %w", err)
+	}
+	log, pid := filepath.Join(p.Lab.OutDir(), "hand-scheduler-"+m+".log"), filepath.Join(dir, "kube-scheduler.pid")
+	// No secure port: its healthz is not what is judged, and serving would
+	// need the unit's serving certificate (re-issuing the shared ones under
+	// the running leader would reset its connections).
+	argv := []string{"ip", "netns", "exec", p.Lab.Topo.NetNS(m), c.Binary, "--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc, "--leader-elect=false", "--secure-port=0", "-v=2"}
+	if _, err := proc.Start(proc.Spec{Argv: argv, PIDFile: pid, LogFile: log}); err != nil {
+		return "", nil, err
+	}
+	return log, func(ctx context.Context) error { return proc.Stop(ctx, pid, 2*time.Second) }, nil
+}
+
+// freezerRoot is the cgroup v1 freezer hierarchy of this host (hybrid
+// cgroups: the masters' processes sit in its root).
+const freezerRoot = "/sys/fs/cgroup/freezer"
+
+// Freeze freezes every process of master n at once with the cgroup
+// freezer, as a hypervisor pauses a VM: they are moved into a freezer
+// cgroup of their own, which is then frozen (again until no process of
+// the container is left outside: one may fork meanwhile). The kernel's
+// clocks go on, unlike a paused VM whose hypervisor restores kvmclock:
+// the supervisor sees its deadline passed at once on the thaw, so the lab
+// shows the units' part of the resume, not a supervisor that believes its
+// lease valid. Thaw undoes it.
+func (p *Plane) Freeze(n *master.Node) (thaw func() error, err error) {
+	cg := filepath.Join(freezerRoot, p.Lab.Config().Prefix+"-freeze-"+n.Name)
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		return nil, fmt.Errorf("plane: freezer: %w", err)
+	}
+	thaw = func() error {
+		err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("THAWED"), 0o644)
+		// Thawed processes fork into the cgroup meanwhile (seen: "device
+		// or resource busy" on the first removal): move until it is empty.
+		for range 50 {
+			pids, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+			if len(strings.Fields(string(pids))) == 0 {
+				break
+			}
+			for _, pid := range strings.Fields(string(pids)) {
+				_ = os.WriteFile(filepath.Join(freezerRoot, "cgroup.procs"), []byte(pid), 0o644)
+			}
+		}
+		return errors.Join(err, os.Remove(cg))
+	}
+	for range 10 {
+		moved, err := moveNamespace(n.Leader, filepath.Join(cg, "cgroup.procs"))
+		if err != nil {
+			return nil, errors.Join(err, thaw())
+		}
+		if err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("FROZEN"), 0o644); err != nil {
+			return nil, errors.Join(fmt.Errorf("plane: freeze %s: %w", n.Name, err), thaw())
+		}
+		if moved == 0 {
+			return thaw, nil
+		}
+	}
+	return nil, errors.Join(fmt.Errorf("plane: %s kept forking while being frozen", n.Name), thaw())
+}
+
+// moveNamespace moves every process in pid1's PID namespace not yet in
+// procs' cgroup there; it returns how many it moved.
+func moveNamespace(pid1 int, procs string) (int, error) {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid1))
+	if err != nil {
+		return 0, fmt.Errorf("plane: %w", err)
+	}
+	in, _ := os.ReadFile(procs)
+	have := map[string]bool{}
+	for _, p := range strings.Fields(string(in)) {
+		have[p] = true
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("plane: %w", err)
+	}
+	moved := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil || have[e.Name()] {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || l != ns {
+			continue
+		}
+		if err := os.WriteFile(procs, []byte(e.Name()), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if _, serr := os.Stat("/proc/" + e.Name()); serr != nil {
+				continue // exited meanwhile
+			}
+			return moved, fmt.Errorf("plane: freezer: move %s: %w", e.Name(), err)
+		}
+		moved++
+	}
+	return moved, nil
+}
