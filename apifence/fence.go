@@ -12,7 +12,9 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/kha-supervisor/kha-supervisor/apifence/failover"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 )
 
@@ -32,13 +34,18 @@ type GateSpec struct {
 type Options struct {
 	Mode string // ModeGate or ModeToken
 	// Upstreams are the supervisor's credential, one per apiserver; the
-	// gates forward to the first, the token is confirmed on all.
+	// gates forward to the first that gives a connection (failover), the
+	// token is confirmed on all.
 	Upstreams      []*rest.Config
 	Gates          []GateSpec
 	StateDir       string         // the local CA (localca)
 	ClientCAs      *x509.CertPool // the cluster CA, for the components' client certificates
 	ConfirmTimeout time.Duration  // bounds Publish
-	Log            *slog.Logger
+	// Webhook, if set, is the loopback host:port of the token webhook
+	// (clusters older than 1.30; token mode), served on every node whatever
+	// its state: it judges by the parameter, not by this node's term.
+	Webhook string
+	Log     *slog.Logger
 }
 
 // Fence is the supervisor's side of the fence at the API server: the
@@ -47,6 +54,7 @@ type Options struct {
 type Fence struct {
 	mode    string
 	gates   []*gate.Gate
+	webhook *Webhook
 	pub     *Publisher
 	timeout time.Duration
 	log     *slog.Logger
@@ -87,7 +95,7 @@ func New(o Options) (*Fence, error) {
 		if err == nil {
 			var g *gate.Gate
 			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
-				Upstream: o.Upstreams[0], Term: f.gateTerm, Log: o.Log})
+				Upstreams: o.Upstreams, Term: f.gateTerm, Log: o.Log})
 			f.gates = append(f.gates, g)
 		}
 		if err != nil {
@@ -95,7 +103,26 @@ func New(o Options) (*Fence, error) {
 			return nil, fmt.Errorf("api fence: gate for %s: %w", spec.Unit, err)
 		}
 	}
+	if o.Webhook != "" {
+		if f.webhook, err = newWebhook(ca, o); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
 	return f, nil
+}
+
+func newWebhook(ca *localca.CA, o Options) (*Webhook, error) {
+	serving, err := ca.Serving("webhook")
+	if err != nil {
+		return nil, fmt.Errorf("api fence webhook: %w", err)
+	}
+	set, err := failover.New(o.Upstreams, failover.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("api fence webhook: %w", err)
+	}
+	src := ParamSource{API: kubeapi.FromHTTP(set.Client(), set.First().String())}
+	return ListenWebhook(o.Webhook, serving, src, o.Log)
 }
 
 // SetTerm gives the gates the supervisor's view.
@@ -120,6 +147,13 @@ func (f *Fence) Serve() {
 		go func() {
 			if err := g.Serve(); err != nil {
 				f.log.Error("api gate stopped", "addr", g.Addr(), "err", err)
+			}
+		}()
+	}
+	if f.webhook != nil {
+		go func() {
+			if err := f.webhook.Serve(); err != nil {
+				f.log.Error("api fence webhook stopped", "addr", f.webhook.Addr(), "err", err)
 			}
 		}()
 	}
@@ -200,6 +234,9 @@ func (f *Fence) Close() {
 		}
 		for _, g := range f.gates {
 			_ = g.Close()
+		}
+		if f.webhook != nil {
+			_ = f.webhook.Close()
 		}
 	})
 }
