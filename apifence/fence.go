@@ -63,6 +63,7 @@ type Fence struct {
 	published atomic.Int64 // the token the gates may forward with; 0 none
 	cut       atomic.Int64 // the largest token a Cut ended: never published again
 	held      atomic.Int64 // the token the apiservers hold, as last written or read
+	handover  atomic.Pointer[Handover]
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -193,6 +194,7 @@ func (f *Fence) Publish(ctx context.Context, token int64) error {
 			return err
 		}
 		f.held.Store(token)
+		f.handover.Store(&Handover{Token: token, Previous: p.Previous, At: time.Now(), Took: p.Took})
 		f.log.Info("fencing token published and confirmed on every apiserver", "token", token, "previous", p.Previous,
 			"apiservers", len(f.pub.Endpoints), "took", p.Took.Round(time.Millisecond))
 	}
@@ -241,18 +243,47 @@ func (f *Fence) Close() {
 	})
 }
 
+// Handover is a Publish that wrote and confirmed a token (token mode).
+type Handover struct {
+	Token, Previous int64
+	At              time.Time // confirmed on every apiserver
+	Took            time.Duration
+}
+
 // Status is what the supervisor's status shows.
 type Status struct {
-	Mode  string
-	Token int64             // held by the apiservers (token mode), as last written or read
-	Gates map[string]string // unit -> address
+	Mode     string
+	Token    int64             // held by the apiservers (token mode), as last written or read
+	Gates    map[string]string // unit -> address
+	Handover *Handover         // the last one this node made
+	Down     []string          // apiservers some gate skips after a failed connection
+	// Webhook is the token webhook's address and decisions, when it runs.
+	Webhook *WebhookStatus
+}
+
+// WebhookStatus is the webhook part of Status.
+type WebhookStatus struct {
+	Addr string
+	WebhookCounts
 }
 
 // Status reports the mode, the held token and the gates.
 func (f *Fence) Status() Status {
 	st := Status{Mode: f.mode, Token: f.held.Load(), Gates: map[string]string{}}
+	down := map[string]bool{}
 	for _, g := range f.gates {
 		st.Gates[g.Unit()] = g.Addr()
+		_, d := g.Upstreams()
+		for _, h := range d {
+			if !down[h] {
+				down[h] = true
+				st.Down = append(st.Down, h)
+			}
+		}
+	}
+	st.Handover = f.handover.Load()
+	if f.webhook != nil {
+		st.Webhook = &WebhookStatus{Addr: f.webhook.Addr(), WebhookCounts: f.webhook.Counts()}
 	}
 	return st
 }

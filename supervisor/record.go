@@ -82,6 +82,9 @@ type Record struct {
 	Published    time.Time    `json:"published"`             // wall clock of this write: status shows the record's age
 	Agree        *Agreement   `json:"agree,omitempty"`       // what every member must configure alike (peers.go)
 	Fingerprint  string       `json:"fingerprint,omitempty"` // Agree's digest
+
+	// APIFence is the fence at the API server (apifence.go); nil when off.
+	APIFence *RecordAPIFence `json:"api_fence,omitempty"`
 }
 
 // hostName is this process's host name, for its record.

@@ -122,7 +122,14 @@ type apiFence struct{ *apifence.Fence }
 
 func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	st := f.Status()
-	return supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates}
+	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down}
+	if h := st.Handover; h != nil {
+		out.Published, out.PublishedAt, out.TookMS = h.Token, h.At, h.Took.Milliseconds()
+	}
+	if st.Webhook != nil {
+		out.Webhook = st.Webhook.Addr
+	}
+	return out
 }
 
 // upstreams is the supervisor's credential, one config per apiserver.
