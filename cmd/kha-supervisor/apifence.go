@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -39,16 +41,24 @@ func apiFenceManifestsCommand(e env) *cobra.Command {
 	var users []string
 	var token int64
 	var rbacOnly bool
+	var wh webhookFlags
 	c := &cobra.Command{
 		Use:   "manifests",
 		Short: "print the ValidatingAdmissionPolicy, its binding, the parameter, the guard and the RBAC to kubectl apply",
-		Long:  `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).`,
+		Long:  `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).
+With --webhook (clusters older than 1.30): the RBAC, the parameter and a ValidatingWebhookConfiguration with the same rule, failurePolicy Fail, calling each apiserver's own node's supervisor at --webhook-url, trusting every --ca-bundle.`,
 		Args:  noArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if wh.on {
+				return exit(apiFenceWebhookManifests(e, users, token, wh))
+			}
 			return exit(apiFenceManifests(e, users, token, rbacOnly))
 		},
 	}
 	fs := c.Flags()
+	fs.BoolVar(&wh.on, "webhook", false, "for clusters older than 1.30: print the ValidatingWebhookConfiguration (the same rule, served by every supervisor at api_fence.webhook) instead of the policies")
+	fs.StringVar(&wh.url, "webhook-url", apifence.DefaultWebhookURL, "`URL` each apiserver calls (its own node's supervisor: loopback, api_fence.webhook's port)")
+	fs.StringArrayVar(&wh.caFiles, "ca-bundle", nil, "`file` with a node's gate CA (state_dir/gate-ca.crt), repeatable: every node's; default this node's "+localca.CertFile(localca.DefaultStateDir))
 	fs.StringArrayVar(&users, "supervisor-user", nil, "`user` of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
 	fs.Int64Var(&token, "token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so that its units keep writing; none by default")
 	fs.BoolVar(&rbacOnly, "rbac-only", false, "print only the supervisors' RBAC (what api_fence.mode = gate needs)")
@@ -71,6 +81,53 @@ func apiFenceManifests(e env, users []string, token int64, rbacOnly bool) int {
 		objects = m.RBAC()
 	}
 	y, err := apifence.Render(objects)
+	if err != nil {
+		return fail(e, exitFailure, "%v", err)
+	}
+	_, _ = e.stdout.Write(y)
+	return exitOK
+}
+
+// webhookFlags are api-fence manifests --webhook's.
+type webhookFlags struct {
+	on      bool
+	url     string
+	caFiles []string
+}
+
+// apiFenceWebhookManifests prints the webhook variant: RBAC, parameter,
+// ValidatingWebhookConfiguration with every node's gate CA as caBundle.
+func apiFenceWebhookManifests(e env, users []string, token int64, wh webhookFlags) int {
+	u, err := url.Parse(wh.url)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fail(e, exitConfig, "api-fence manifests: --webhook-url %q must be https://host:port/path", wh.url)
+	}
+	for _, s := range users {
+		if strings.TrimSpace(s) == "" {
+			return fail(e, exitConfig, "api-fence manifests: --supervisor-user must not be empty")
+		}
+	}
+	if token < 0 {
+		return fail(e, exitConfig, "api-fence manifests: --token must not be negative")
+	}
+	files := wh.caFiles
+	if len(files) == 0 {
+		files = []string{localca.CertFile(localca.DefaultStateDir)}
+	}
+	var bundle []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fail(e, exitConfig, "api-fence manifests: --ca-bundle: %v (each node's supervisor creates its CA when the fence starts; copy every node's)", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return fail(e, exitConfig, "api-fence manifests: --ca-bundle %s holds no PEM certificate", f)
+		}
+		bundle = append(bundle, b...)
+	}
+	objs := apifence.BuildWebhook(apifence.WebhookOptions{ManifestOptions: apifence.ManifestOptions{SupervisorUsers: users, Token: token},
+		URL: wh.url, CABundle: bundle})
+	y, err := apifence.Render(objs)
 	if err != nil {
 		return fail(e, exitFailure, "%v", err)
 	}

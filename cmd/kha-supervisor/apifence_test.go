@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence"
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
@@ -26,4 +34,71 @@ func TestTermOf(t *testing.T) {
 			t.Errorf("%s: %+v, want closed with a reason", name, tm)
 		}
 	}
+}
+
+// TestAPIFenceManifestsWebhook: --webhook prints RBAC, the parameter and
+// the ValidatingWebhookConfiguration with every given node's CA and the
+// URL, and no policy; bad flags exit with the configuration code.
+func TestAPIFenceManifestsWebhook(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for _, n := range []string{"m1", "m2"} {
+		ca, err := localca.Open(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, localca.CertFile(ca.Dir))
+	}
+	code, out, errOut := runCmd(t, "api-fence", "manifests", "--webhook", "--webhook-url", "https://127.0.0.1:17000/validate",
+		"--ca-bundle", files[0], "--ca-bundle", files[1])
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"kind: ValidatingWebhookConfiguration", "url: https://127.0.0.1:17000/validate", "failurePolicy: Fail",
+		"sideEffects: None", "name: " + apifence.WebhookName, "kind: ConfigMap", "kind: ClusterRole", "kind: RoleBinding", "'*/*'"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "ValidatingAdmissionPolicy") {
+		t.Error("the webhook variant prints a ValidatingAdmissionPolicy (not served before 1.30)")
+	}
+	var bundle []byte
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var o struct {
+			Kind     string `json:"kind"`
+			Webhooks []struct {
+				ClientConfig struct {
+					CABundle []byte `json:"caBundle"`
+				} `json:"clientConfig"`
+			} `json:"webhooks"`
+		}
+		if yaml.Unmarshal([]byte(doc), &o) == nil && o.Kind == "ValidatingWebhookConfiguration" {
+			bundle = o.Webhooks[0].ClientConfig.CABundle
+		}
+	}
+	for _, f := range files {
+		pem, _ := os.ReadFile(f)
+		if !bytes.Contains(bundle, pem) {
+			t.Errorf("caBundle lacks %s", f)
+		}
+	}
+	for name, args := range map[string][]string{
+		"missing CA file": {"--ca-bundle", filepath.Join(dir, "none.crt")},
+		"not PEM":         {"--ca-bundle", writeTemp(t, dir, "bad.crt", "hello")},
+		"http URL":        {"--ca-bundle", files[0], "--webhook-url", "http://127.0.0.1:1/validate"},
+	} {
+		if code, _, _ := runCmd(t, append([]string{"api-fence", "manifests", "--webhook"}, args...)...); code != exitConfig {
+			t.Errorf("%s: exit %d, want %d", name, code, exitConfig)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
