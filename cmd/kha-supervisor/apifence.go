@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -45,9 +46,9 @@ func apiFenceManifestsCommand(e env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "manifests",
 		Short: "print the ValidatingAdmissionPolicy, its binding, the parameter, the guard and the RBAC to kubectl apply",
-		Long:  `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).
+		Long: `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).
 With --webhook (clusters older than 1.30): the RBAC, the parameter and a ValidatingWebhookConfiguration with the same rule, failurePolicy Fail, calling each apiserver's own node's supervisor at --webhook-url, trusting every --ca-bundle.`,
-		Args:  noArgs,
+		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if wh.on {
 				return exit(apiFenceWebhookManifests(e, users, token, wh))
@@ -175,7 +176,10 @@ func apiFenceStatus(e env, configFile string) int {
 }
 
 // apiFence adapts apifence.Fence to the supervisor's APIFence and status.
-type apiFence struct{ *apifence.Fence }
+type apiFence struct {
+	*apifence.Fence
+	upstreamHost string // the kubeconfig's server, when api_fence.apiservers is empty
+}
 
 func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	st := f.Status()
@@ -241,7 +245,7 @@ func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &apiFence{f}, nil
+	return &apiFence{Fence: f, upstreamHost: ups[0].Host}, nil
 }
 
 // iface is the supervisor's APIFence: a nil *apiFence must become a nil
@@ -253,8 +257,14 @@ func (f *apiFence) iface() supervisor.APIFence {
 	return f
 }
 
-// start points the gates at the supervisor's term and serves them.
-func (f *apiFence) start(sup *supervisor.Supervisor) {
+// start registers the fence's metrics, points the gates at the
+// supervisor's term and serves them.
+func (f *apiFence) start(sup *supervisor.Supervisor, reg prometheus.Registerer, a config.APIFence) {
+	hosts := a.APIServers
+	if f != nil && len(hosts) == 0 {
+		hosts = []string{f.upstreamHost}
+	}
+	reg.MustRegister(newAPIFenceCollector(a.Mode, f, sup.Status, hosts))
 	if f == nil {
 		return
 	}
