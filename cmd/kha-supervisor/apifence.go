@@ -299,3 +299,28 @@ func orNone(s string) string {
 	}
 	return s
 }
+
+// APIFenceLine is /healthz's line about the fence at the API server.
+func (s statusSource) APIFenceLine() string { return apiFenceLine(s.sup.Status().APIFence) }
+
+func apiFenceLine(st *supervisor.APIFenceStatus) string {
+	if st == nil {
+		return ""
+	}
+	line := "api_fence: mode " + st.Mode
+	switch {
+	case st.Mode != apifence.ModeToken:
+		line += " (the apiservers check no token)"
+	case st.Token == 0:
+		line += "; the token the apiservers hold is not known yet"
+	case st.Matches:
+		line += fmt.Sprintf("; the apiservers hold token %d, the elected term's", st.Token)
+	default:
+		line += fmt.Sprintf("; the apiservers hold token %d, the elected term's is %s: MISMATCH (the leader's units' writes are refused until it publishes)",
+			st.Token, tokenText(st.Term))
+	}
+	if len(st.Down) > 0 {
+		line += "; apiservers down (gates skip them): " + strings.Join(st.Down, ", ")
+	}
+	return line
+}
