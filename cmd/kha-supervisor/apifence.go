@@ -324,3 +324,53 @@ func apiFenceLine(st *supervisor.APIFenceStatus) string {
 	}
 	return line
 }
+
+// apiFenceClusterLine is the cluster status's line about the fence at the
+// API server, from the member records (the leader's first); "" when no
+// member runs it.
+func apiFenceClusterLine(cs supervisor.ClusterStatus) string {
+	var lead *supervisor.RecordAPIFence
+	var held int64
+	modes := map[string][]string{}
+	for _, m := range cs.Members {
+		mode := config.APIFenceOff
+		if a := m.APIFence; a != nil {
+			mode = a.Mode
+			held = max(held, a.Token)
+			if m.Node == cs.Leader {
+				lead = a
+			}
+		}
+		modes[mode] = append(modes[mode], m.Node)
+	}
+	if len(modes[config.APIFenceOff]) == len(cs.Members) {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("api fence:")
+	if lead != nil {
+		fmt.Fprintf(&b, " leader's mode %s;", lead.Mode)
+		held = max(held, lead.Token)
+	}
+	switch {
+	case held == 0:
+		b.WriteString(" no token known to be held by the apiservers")
+	case held == cs.Token:
+		fmt.Fprintf(&b, " the apiservers hold token %d, the leader's", held)
+	default:
+		fmt.Fprintf(&b, " the apiservers hold token %d, the leader's is %s: MISMATCH", held, tokenText(cs.Token))
+	}
+	if lead != nil && lead.Published == cs.Token && !lead.PublishedAt.IsZero() {
+		fmt.Fprintf(&b, " (handed over at %s in %d ms)", stamp(lead.PublishedAt), lead.TookMS)
+	}
+	if len(modes) > 1 {
+		var parts []string
+		for _, mode := range apiFenceModes {
+			if n := modes[mode]; len(n) > 0 {
+				parts = append(parts, mode+": "+strings.Join(n, ","))
+			}
+		}
+		b.WriteString("; members differ in api_fence.mode (" + strings.Join(parts, "; ") + ")")
+	}
+	return b.String()
+}

@@ -121,3 +121,38 @@ func TestAPIFenceHealthzLine(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIFenceClusterLine: the cluster table's line, from the records.
+func TestAPIFenceClusterLine(t *testing.T) {
+	at := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
+	rec := func(node, mode string, token int64) supervisor.Record {
+		r := supervisor.Record{Node: node}
+		if mode != "" {
+			r.APIFence = &supervisor.RecordAPIFence{Mode: mode, Token: token}
+		}
+		return r
+	}
+	lead := rec("m1", "token", 101)
+	lead.APIFence.Published, lead.APIFence.PublishedAt, lead.APIFence.TookMS = 101, at, 250
+	for name, c := range map[string]struct {
+		cs   supervisor.ClusterStatus
+		want []string
+		none bool
+	}{
+		"off everywhere": {cs: supervisor.ClusterStatus{Leader: "m1", Token: 101, Members: []supervisor.Record{rec("m1", "", 0), rec("m2", "", 0)}}, none: true},
+		"held by the leader": {cs: supervisor.ClusterStatus{Leader: "m1", Token: 101, Members: []supervisor.Record{lead, rec("m2", "token", 101)}},
+			want: []string{"leader's mode token", "hold token 101, the leader's", "in 250 ms"}},
+		"mismatch and a member off": {cs: supervisor.ClusterStatus{Leader: "m2", Token: 102, Members: []supervisor.Record{lead, rec("m2", "token", 101), rec("m3", "", 0)}},
+			want: []string{"hold token 101, the leader's is 102: MISMATCH", "members differ in api_fence.mode (off: m3; token: m1,m2)"}},
+	} {
+		got := apiFenceClusterLine(c.cs)
+		if c.none != (got == "") {
+			t.Errorf("%s: %q", name, got)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", name, got, w)
+			}
+		}
+	}
+}
