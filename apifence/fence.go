@@ -42,7 +42,7 @@ type Options struct {
 	ClientCAs      *x509.CertPool // the cluster CA, for the components' client certificates
 	ConfirmTimeout time.Duration  // bounds Publish
 	// Webhook, if set, is the loopback host:port of the token webhook
-	// (clusters older than 1.30; token mode), served on every node whatever
+	// (clusters older than 1.30; gate or token mode), served on every node whatever
 	// its state: it judges by the parameter, not by this node's term.
 	Webhook string
 	Log     *slog.Logger

@@ -41,8 +41,10 @@ type APIFence struct {
 	// confirmation on every apiserver).
 	ConfirmTimeout Duration `toml:"confirm_timeout"`
 	// Webhook is the loopback host:port of the token webhook for clusters
-	// older than 1.30 (token mode; "" = none): each apiserver calls its own
-	// node's supervisor there (`api-fence manifests --webhook`).
+	// older than 1.30 ("" = none; gate or token mode: it is served before
+	// its registration is applied, and judges by the parameter whatever the
+	// mode): each apiserver calls its own node's supervisor there
+	// (`api-fence manifests --webhook`).
 	Webhook string `toml:"webhook"`
 }
 
@@ -191,8 +193,8 @@ func checkWebhook(c Config) *Error {
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return refuse(c, "api_fence.webhook", "port must be 1-65535")
 	}
-	if a.Mode != APIFenceToken {
-		return refuse(c, "api_fence.webhook", "needs api_fence.mode = \"token\" (the webhook checks the token)")
+	if !a.Enabled() {
+		return refuse(c, "api_fence.webhook", "needs api_fence.mode = \"gate\" or \"token\" (gate while installing, token after)")
 	}
 	gates, _ := a.GateList()
 	for _, g := range gates {
