@@ -173,4 +173,40 @@ func testGateFailover(t *testing.T, p *plane, live *rest.Config) {
 	}
 	tb.set(gate.Term{Open: true, Token: 100})
 	wantDenied(t, "failed-over gate holding the previous term", writeEvent(t, sched, "stale"))
+	tb.set(gate.Term{Open: true, Token: 101})
+
+	// A real kube-apiserver killed under a gate that was using it.
+	first := rest.CopyConfig(live)
+	first.Host = p.urls[0]
+	g2, err := gate.Listen(gate.Config{Unit: "kube-scheduler.service", Serving: serving, ClientCAs: p.ca.Pool(),
+		Upstreams: []*rest.Config{first, live}, Term: tb.get})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g2.Serve() }()
+	t.Cleanup(func() { _ = g2.Close() })
+	sched2 := (&gated{g: g2, local: local, term: tb}).throughGate(p.config(t, 0, "system:kube-scheduler"))
+	if err := writeEvent(t, sched2, "before-kill"); err != nil {
+		t.Fatalf("through the gate, both apiservers up: %v", err)
+	}
+	if err := p.servers[0].Stop(t.Context(), 10*time.Second); err != nil {
+		t.Fatalf("stop apiserver 0: %v", err)
+	}
+	// The first write may go out on the pooled connection to the dead
+	// apiserver before its close is seen: it fails (never silently resent).
+	// After that every write goes to apiserver 1.
+	failed := 0
+	for i := range 5 {
+		if err := writeEvent(t, sched2, fmt.Sprintf("after-kill-%d", i)); err != nil {
+			if failed++; failed > 1 || i > 0 {
+				t.Errorf("write %d after apiserver 0 was killed: %v", i, err)
+			}
+		}
+	}
+	if _, down := g2.Upstreams(); len(down) != 1 || down[0] != p.urls[0] {
+		t.Errorf("down %v, want the killed %s", down, p.urls[0])
+	}
+	// Those writes were admitted by apiserver 1 through the webhook, whose
+	// parameter reads failed over from the dead apiserver 0 too.
+	t.Logf("apiserver 0 killed: %d of 5 writes through the gate failed (a pooled connection), the others went to apiserver 1", failed)
 }
