@@ -12,7 +12,9 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/kha-supervisor/kha-supervisor/apifence/failover"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 )
 
@@ -32,14 +34,19 @@ type GateSpec struct {
 type Options struct {
 	Mode string // ModeGate or ModeToken
 	// Upstreams are the supervisor's credential, one per apiserver; the
-	// gates forward to the first, the token is confirmed on all.
+	// gates forward to the first that gives a connection (failover), the
+	// token is confirmed on all.
 	Upstreams      []*rest.Config
 	Gates          []GateSpec
 	StateDir       string         // the local CA (localca)
 	ClientCAs      *x509.CertPool // the cluster CA, for the components' client certificates
 	ConfirmTimeout time.Duration  // bounds Publish
 	Group          string         // the election group (config cluster): Publisher.Group
-	Log            *slog.Logger
+	// Webhook, if set, is the loopback host:port of the token webhook
+	// (clusters older than 1.30; gate or token mode), served on every node whatever
+	// its state: it judges by the parameter, not by this node's term.
+	Webhook string
+	Log     *slog.Logger
 }
 
 // Fence is the supervisor's side of the fence at the API server: the
@@ -48,6 +55,7 @@ type Options struct {
 type Fence struct {
 	mode    string
 	gates   []*gate.Gate
+	webhook *Webhook
 	pub     *Publisher
 	timeout time.Duration
 	log     *slog.Logger
@@ -56,6 +64,7 @@ type Fence struct {
 	published atomic.Int64 // the token the gates may forward with; 0 none
 	cut       atomic.Int64 // the largest token a Cut ended: never published again
 	held      atomic.Int64 // the token the apiservers hold, as last written or read
+	handover  atomic.Pointer[Handover]
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -88,7 +97,7 @@ func New(o Options) (*Fence, error) {
 		if err == nil {
 			var g *gate.Gate
 			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
-				Upstream: o.Upstreams[0], Term: f.gateTerm, Log: o.Log})
+				Upstreams: o.Upstreams, Term: f.gateTerm, Log: o.Log})
 			f.gates = append(f.gates, g)
 		}
 		if err != nil {
@@ -96,7 +105,26 @@ func New(o Options) (*Fence, error) {
 			return nil, fmt.Errorf("api fence: gate for %s: %w", spec.Unit, err)
 		}
 	}
+	if o.Webhook != "" {
+		if f.webhook, err = newWebhook(ca, o); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
 	return f, nil
+}
+
+func newWebhook(ca *localca.CA, o Options) (*Webhook, error) {
+	serving, err := ca.Serving("webhook")
+	if err != nil {
+		return nil, fmt.Errorf("api fence webhook: %w", err)
+	}
+	set, err := failover.New(o.Upstreams, failover.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("api fence webhook: %w", err)
+	}
+	src := ParamSource{API: kubeapi.FromHTTP(set.Client(), set.First().String())}
+	return ListenWebhook(o.Webhook, serving, src, o.Log)
 }
 
 // SetTerm gives the gates the supervisor's view.
@@ -121,6 +149,13 @@ func (f *Fence) Serve() {
 		go func() {
 			if err := g.Serve(); err != nil {
 				f.log.Error("api gate stopped", "addr", g.Addr(), "err", err)
+			}
+		}()
+	}
+	if f.webhook != nil {
+		go func() {
+			if err := f.webhook.Serve(); err != nil {
+				f.log.Error("api fence webhook stopped", "addr", f.webhook.Addr(), "err", err)
 			}
 		}()
 	}
@@ -160,6 +195,7 @@ func (f *Fence) Publish(ctx context.Context, token int64) error {
 			return err
 		}
 		f.held.Store(token)
+		f.handover.Store(&Handover{Token: token, Previous: p.Previous, At: time.Now(), Took: p.Took})
 		f.log.Info("fencing token published and confirmed on every apiserver", "token", token, "previous", p.Previous,
 			"apiservers", len(f.pub.Endpoints), "took", p.Took.Round(time.Millisecond))
 	}
@@ -202,21 +238,53 @@ func (f *Fence) Close() {
 		for _, g := range f.gates {
 			_ = g.Close()
 		}
+		if f.webhook != nil {
+			_ = f.webhook.Close()
+		}
 	})
+}
+
+// Handover is a Publish that wrote and confirmed a token (token mode).
+type Handover struct {
+	Token, Previous int64
+	At              time.Time // confirmed on every apiserver
+	Took            time.Duration
 }
 
 // Status is what the supervisor's status shows.
 type Status struct {
-	Mode  string
-	Token int64             // held by the apiservers (token mode), as last written or read
-	Gates map[string]string // unit -> address
+	Mode     string
+	Token    int64             // held by the apiservers (token mode), as last written or read
+	Gates    map[string]string // unit -> address
+	Handover *Handover         // the last one this node made
+	Down     []string          // apiservers some gate skips after a failed connection
+	// Webhook is the token webhook's address and decisions, when it runs.
+	Webhook *WebhookStatus
+}
+
+// WebhookStatus is the webhook part of Status.
+type WebhookStatus struct {
+	Addr string
+	WebhookCounts
 }
 
 // Status reports the mode, the held token and the gates.
 func (f *Fence) Status() Status {
 	st := Status{Mode: f.mode, Token: f.held.Load(), Gates: map[string]string{}}
+	down := map[string]bool{}
 	for _, g := range f.gates {
 		st.Gates[g.Unit()] = g.Addr()
+		_, d := g.Upstreams()
+		for _, h := range d {
+			if !down[h] {
+				down[h] = true
+				st.Down = append(st.Down, h)
+			}
+		}
+	}
+	st.Handover = f.handover.Load()
+	if f.webhook != nil {
+		st.Webhook = &WebhookStatus{Addr: f.webhook.Addr(), WebhookCounts: f.webhook.Counts()}
 	}
 	return st
 }

@@ -34,11 +34,12 @@ import (
 // plane is two real kube-apiservers (lab/kube, the cached v1.37.2 binaries)
 // on one real etcd, as on two masters.
 type plane struct {
-	ca    *pki.CA
-	urls  []string
-	admin pki.Pair
-	audit []string // each apiserver's audit log
-	saKey string   // apiserver 0's service-account signing key
+	ca      *pki.CA
+	urls    []string
+	admin   pki.Pair
+	audit   []string // each apiserver's audit log
+	saKey   string   // apiserver 0's service-account signing key
+	servers []*kube.APIServer
 
 	mu    sync.Mutex
 	pairs map[string]pki.Pair
@@ -89,6 +90,7 @@ func startPlane(t *testing.T) *plane {
 			p.saKey = f.ServiceAccount
 		}
 		p.urls = append(p.urls, s.URL())
+		p.servers = append(p.servers, &s)
 		p.audit = append(p.audit, f.AuditLog)
 	}
 	p.admin = files.Admin

@@ -269,3 +269,65 @@ func dropCreationTimestamp(y []byte) []byte {
 	}
 	return []byte(strings.Join(out, "\n"))
 }
+
+// WebhookName is the webhook inside the ValidatingWebhookConfiguration
+// (which is named PolicyName): it contains PolicyName, so IsPolicyDenial
+// recognises its refusals as the policy's.
+const WebhookName = PolicyName + ".kha.io"
+
+// DefaultWebhookURL is where each apiserver calls its own node's
+// supervisor (api_fence.webhook's default port).
+const DefaultWebhookURL = "https://127.0.0.1:16443" + WebhookPath
+
+// WebhookOptions build the manifests for clusters older than 1.30.
+type WebhookOptions struct {
+	ManifestOptions
+	URL      string // DefaultWebhookURL if empty
+	CABundle []byte // PEM: every node's local CA (the URL is the same on each node; each serves its own certificate)
+}
+
+// BuildWebhook returns the manifests of the webhook variant: the
+// supervisors' RBAC, the parameter, and a ValidatingWebhookConfiguration
+// with the policy's rule. There is no guard (a ValidatingAdmissionPolicy
+// too): RBAC alone keeps the parameter to the supervisors and the cluster
+// admins.
+func BuildWebhook(o WebhookOptions) []any {
+	m := Build(o.ManifestOptions)
+	url := o.URL
+	if url == "" {
+		url = DefaultWebhookURL
+	}
+	fail := admv1.Fail
+	none := admv1.SideEffectClassNone
+	equivalent := admv1.Equivalent
+	all := admv1.AllScopes
+	timeout := int32(5)
+	cfg := &admv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
+		Webhooks: []admv1.ValidatingWebhook{{
+			Name:         WebhookName,
+			ClientConfig: admv1.WebhookClientConfig{URL: &url, CABundle: o.CABundle},
+			Rules: []admv1.RuleWithOperations{{
+				Operations: []admv1.OperationType{admv1.Create, admv1.Update, admv1.Delete},
+				// "*/*" matches every resource and every subresource.
+				Rule: admv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}, Scope: &all},
+			}},
+			FailurePolicy: &fail,
+			MatchPolicy:   &equivalent,
+			// Dry runs reach the webhook (the promotion's confirmation
+			// probes are dry runs); it has no side effects.
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          &timeout,
+			// From 1.28 (beta) the apiserver calls the webhook only for the
+			// managed users; an older one drops the field and calls it for
+			// every write, which the webhook admits at once.
+			MatchConditions: []admv1.MatchCondition{{
+				Name:       "managed-component",
+				Expression: "request.userInfo.username in " + celList(ManagedUsers()),
+			}},
+		}},
+	}
+	return append(m.RBAC(), m.Param, cfg)
+}

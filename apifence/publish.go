@@ -226,7 +226,8 @@ func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
 	return err == nil, err
 }
 
-// IsPolicyDenial reports whether err is the token policy's refusal.
+// IsPolicyDenial reports whether err is the token policy's refusal (or the
+// webhook's: its name contains PolicyName, and it answers 422 Invalid too).
 func IsPolicyDenial(err error) bool {
 	return err != nil && apierrors.IsInvalid(err) && strings.Contains(err.Error(), PolicyName)
 }

@@ -55,6 +55,9 @@ type Record struct {
 	Published    time.Time    `json:"published"`             // wall clock of this write: status shows the record's age
 	Agree        *Agreement   `json:"agree,omitempty"`       // what every member must configure alike (agreement.go)
 	Fingerprint  string       `json:"fingerprint,omitempty"` // Agree's digest
+
+	// APIFence is the fence at the API server (apifence.go); nil when off.
+	APIFence *APIFence `json:"api_fence,omitempty"`
 }
 
 // UnitStatus is one unit as the member last saw it.
@@ -109,4 +112,15 @@ func Blockers(records map[string]Record, self string) []string {
 		}
 	}
 	return out
+}
+
+// APIFence is the fence at the API server as the member last knew it
+// (nil in the record when the fence is off): the cluster status table and
+// drill read it.
+type APIFence struct {
+	Mode        string    `json:"mode"`
+	Token       int64     `json:"token,omitempty"` // held by the apiservers, as this member last knew
+	Published   int64     `json:"published,omitempty"`
+	PublishedAt time.Time `json:"published_at,omitempty"`
+	TookMS      int64     `json:"took_ms,omitempty"`
 }

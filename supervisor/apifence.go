@@ -1,6 +1,9 @@
 package supervisor
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // APIFence is the fence at the API server (package apifence): Publish runs
 // at promotion after the barrier and before the first unit starts, and its
@@ -18,6 +21,19 @@ type APIFenceStatus struct {
 	Mode  string            `json:"mode"`
 	Token int64             `json:"token"`           // the token the apiservers hold, as last written or read; 0 unknown
 	Gates map[string]string `json:"gates,omitempty"` // unit -> gate address
+	// Term is the elected term's token as this member sees it (the
+	// leader's); Matches: the apiservers hold exactly it (token mode).
+	Term    int64 `json:"term,omitempty"`
+	Matches bool  `json:"matches"`
+	// The last handover this member made (Publish): the token, when it
+	// was confirmed on every apiserver, and how long it took.
+	Published   int64     `json:"published,omitempty"`
+	PublishedAt time.Time `json:"published_at,omitempty"`
+	TookMS      int64     `json:"took_ms,omitempty"`
+	// Webhook is the token webhook's address, when it runs; Down the
+	// apiservers the gates skip after a failed connection.
+	Webhook string   `json:"webhook,omitempty"`
+	Down    []string `json:"apiservers_down,omitempty"`
 }
 
 // APIFenceReporter is optional: an APIFence that reports its state.
@@ -26,7 +42,6 @@ type APIFenceReporter interface {
 }
 
 // publishAPIFence is the one call from the promotion.
-
 func (s *Supervisor) publishAPIFence(ctx context.Context, token int64) error {
 	if s.opts.APIFence == nil {
 		return nil
@@ -42,9 +57,22 @@ func (s *Supervisor) cutAPI() {
 }
 
 func (s *Supervisor) apiFenceStatus() *APIFenceStatus {
-	if r, ok := s.opts.APIFence.(APIFenceReporter); ok {
-		st := r.APIFenceStatus()
-		return &st
+	r, ok := s.opts.APIFence.(APIFenceReporter)
+	if !ok {
+		return nil
 	}
-	return nil
+	st := r.APIFenceStatus()
+	s.mu.Lock()
+	st.Term = s.snap.LeaderToken
+	s.mu.Unlock()
+	st.Matches = st.Term != 0 && st.Token == st.Term
+	return &st
+}
+
+// apiFenceRecord is the record's part, nil when the fence is off.
+func apiFenceRecord(st *APIFenceStatus) *RecordAPIFence {
+	if st == nil {
+		return nil
+	}
+	return &RecordAPIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS}
 }

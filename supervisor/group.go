@@ -13,18 +13,19 @@ import (
 // before; they are a merge aid, to be inlined (group.X) and then removed.
 
 type (
-	State      = group.State
-	Keys       = group.Keys
-	Record     = group.Record
-	UnitStatus = group.UnitStatus
-	Agreement  = group.Agreement
-	LeaderInfo = group.LeaderInfo
-	Freeze     = group.Freeze
-	Ban        = group.Ban
-	Handoff    = group.Handoff
-	Drill      = group.Drill
-	Control    = group.Control
-	Event      = group.Event
+	State          = group.State
+	Keys           = group.Keys
+	Record         = group.Record
+	UnitStatus     = group.UnitStatus
+	Agreement      = group.Agreement
+	LeaderInfo     = group.LeaderInfo
+	Freeze         = group.Freeze
+	Ban            = group.Ban
+	Handoff        = group.Handoff
+	Drill          = group.Drill
+	Control        = group.Control
+	Event          = group.Event
+	RecordAPIFence = group.APIFence
 
 	// mvccKV was the parsers' own copy of an etcd key-value.
 	mvccKV = mvccpb.KeyValue

@@ -15,7 +15,7 @@ func (s *Supervisor) record() Record {
 	r := Record{
 		Node: s.cfg.Node, Incarnation: s.inc, State: st.State, UnitsRunning: s.unitsMayRun.Load(),
 		Token: st.Token, Version: s.opts.Version, Since: st.Since, From: st.From, Reason: st.Reason,
-		Cooldown: st.CooldownUntil, Host: hostName, Published: s.now(),
+		Cooldown: st.CooldownUntil, Host: hostName, Published: s.now(), APIFence: apiFenceRecord(st.APIFence),
 	}
 	a := s.agreement()
 	r.Agree, r.Fingerprint = &a, a.Fingerprint()

@@ -106,7 +106,11 @@ func NewTokenReviewer(cfg *rest.Config) (Reviewer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("token review client: %w", err)
 	}
-	return &tokenReviewer{api: api, ttl: 10 * time.Second, negTTL: time.Second, cache: map[[32]byte]cached{}}, nil
+	return newTokenReviewer(api), nil
+}
+
+func newTokenReviewer(api *kubeapi.Client) *tokenReviewer {
+	return &tokenReviewer{api: api, ttl: 10 * time.Second, negTTL: time.Second, cache: map[[32]byte]cached{}}
 }
 
 func (t *tokenReviewer) Review(ctx context.Context, token string) (User, error) {

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,9 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence/failover"
+	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 )
 
 // TokenExtra is the user extra that carries the fencing token; the
@@ -58,7 +62,11 @@ type Config struct {
 	// Upstream is the supervisor's own credential and the apiserver to
 	// forward to. Its Impersonate field must be empty.
 	Upstream *rest.Config
-	Term     TermFunc
+	// Upstreams, if set, replaces Upstream: the same credential for every
+	// apiserver, in order of preference; a request goes to the first that
+	// gives a connection (package failover).
+	Upstreams []*rest.Config
+	Term      TermFunc
 	// Reviewer checks bearer tokens; nil builds a cached TokenReview client
 	// from Upstream.
 	Reviewer Reviewer
@@ -73,7 +81,7 @@ type Gate struct {
 	conns  *conns
 	srv    *http.Server
 	proxy  *httputil.ReverseProxy
-	base   http.RoundTripper
+	base   *failover.Set
 	review Reviewer
 
 	mu     sync.Mutex
@@ -87,19 +95,14 @@ func Listen(cfg Config) (*Gate, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	base, err := rest.TransportFor(cfg.Upstream)
+	base, err := failover.New(cfg.upstreams(), failover.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("gate %s: upstream transport: %w", cfg.Unit, err)
+		return nil, fmt.Errorf("gate %s: %w", cfg.Unit, err)
 	}
-	u, err := url.Parse(cfg.Upstream.Host)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("gate %s: upstream host %q is not a URL", cfg.Unit, cfg.Upstream.Host)
-	}
+	u := base.First()
 	rev := cfg.Reviewer
 	if rev == nil {
-		if rev, err = NewTokenReviewer(cfg.Upstream); err != nil {
-			return nil, fmt.Errorf("gate %s: %w", cfg.Unit, err)
-		}
+		rev = newTokenReviewer(kubeapi.FromHTTP(base.Client(), u.String()))
 	}
 	addr := cfg.Listen
 	if addr == "" {
@@ -148,7 +151,8 @@ func (c Config) check() error {
 	if c.ClientCAs == nil {
 		missing = append(missing, "ClientCAs")
 	}
-	if c.Upstream == nil || c.Upstream.Host == "" {
+	ups := c.upstreams()
+	if len(ups) == 0 || slices.ContainsFunc(ups, func(u *rest.Config) bool { return u == nil || u.Host == "" }) {
 		missing = append(missing, "Upstream")
 	}
 	if c.Term == nil {
@@ -157,14 +161,30 @@ func (c Config) check() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("gate: missing %s", strings.Join(missing, ", "))
 	}
-	if c.Upstream.Impersonate.UserName != "" {
-		return fmt.Errorf("gate %s: the supervisor's own credential must not impersonate (it has Impersonate %q)", c.Unit, c.Upstream.Impersonate.UserName)
+	for _, u := range ups {
+		if u.Impersonate.UserName != "" {
+			return fmt.Errorf("gate %s: the supervisor's own credential must not impersonate (it has Impersonate %q)", c.Unit, u.Impersonate.UserName)
+		}
 	}
 	if host, _, err := net.SplitHostPort(c.Listen); c.Listen != "" && (err != nil || !isLoopback(host)) {
 		return fmt.Errorf("gate %s: listen %q must be a loopback host:port", c.Unit, c.Listen)
 	}
 	return nil
 }
+
+func (c Config) upstreams() []*rest.Config {
+	if len(c.Upstreams) > 0 {
+		return c.Upstreams
+	}
+	if c.Upstream == nil {
+		return nil
+	}
+	return []*rest.Config{c.Upstream}
+}
+
+// Upstreams are the apiservers this gate forwards to, in order, and those
+// marked down by a failed connection.
+func (g *Gate) Upstreams() (hosts, down []string) { return g.base.Hosts(), g.base.Down() }
 
 func isLoopback(host string) bool {
 	if host == "localhost" {

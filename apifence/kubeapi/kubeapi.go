@@ -37,6 +37,12 @@ func New(cfg *rest.Config) (*Client, error) {
 	return &Client{hc: hc, host: strings.TrimSuffix(cfg.Host, "/")}, nil
 }
 
+// FromHTTP is a client over hc (e.g. an upstream.Set's failover client,
+// which picks the apiserver itself), addressing requests to host.
+func FromHTTP(hc *http.Client, host string) *Client {
+	return &Client{hc: hc, host: strings.TrimSuffix(host, "/")}
+}
+
 // maxBody bounds what is read of an answer: these objects are small.
 const maxBody = 4 << 20
 

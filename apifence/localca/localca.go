@@ -45,6 +45,10 @@ type CA struct {
 	pem  []byte
 }
 
+// CertFile is the CA certificate's file under dir: what the units'
+// kubeconfigs and the webhook's caBundle trust.
+func CertFile(dir string) string { return filepath.Join(dir, "gate-ca.crt") }
+
 // Open loads the CA from dir/gate-ca.{crt,key}, creating it (and dir, 0700)
 // when missing. A key file readable by group or others is refused: it would
 // let a local user impersonate every gate on the node.
@@ -55,7 +59,7 @@ func Open(dir string) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("localca: %w", err)
 	}
-	crt, key := filepath.Join(dir, "gate-ca.crt"), filepath.Join(dir, "gate-ca.key")
+	crt, key := CertFile(dir), filepath.Join(dir, "gate-ca.key")
 	if _, err := os.Stat(key); errors.Is(err, fs.ErrNotExist) {
 		if err := create(crt, key); err != nil {
 			return nil, err

@@ -4,15 +4,18 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
@@ -40,16 +43,24 @@ func apiFenceManifestsCommand(e env) *cobra.Command {
 	var users []string
 	var token int64
 	var rbacOnly bool
+	var wh webhookFlags
 	c := &cobra.Command{
 		Use:   "manifests",
 		Short: "print the ValidatingAdmissionPolicy, its binding, the parameter, the guard and the RBAC to kubectl apply",
-		Long:  `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).`,
-		Args:  noArgs,
+		Long: `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).
+With --webhook (clusters older than 1.30): the RBAC, the parameter and a ValidatingWebhookConfiguration with the same rule, failurePolicy Fail, calling each apiserver's own node's supervisor at --webhook-url, trusting every --ca-bundle.`,
+		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if wh.on {
+				return exit(apiFenceWebhookManifests(e, users, token, wh))
+			}
 			return exit(apiFenceManifests(e, users, token, rbacOnly))
 		},
 	}
 	fs := c.Flags()
+	fs.BoolVar(&wh.on, "webhook", false, "for clusters older than 1.30: print the ValidatingWebhookConfiguration (the same rule, served by every supervisor at api_fence.webhook) instead of the policies")
+	fs.StringVar(&wh.url, "webhook-url", apifence.DefaultWebhookURL, "`URL` each apiserver calls (its own node's supervisor: loopback, api_fence.webhook's port)")
+	fs.StringArrayVar(&wh.caFiles, "ca-bundle", nil, "`file` with a node's gate CA (state_dir/gate-ca.crt), repeatable: every node's; default this node's "+localca.CertFile(localca.DefaultStateDir))
 	fs.StringArrayVar(&users, "supervisor-user", nil, "`user` of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
 	fs.Int64Var(&token, "token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so that its units keep writing; none by default")
 	fs.BoolVar(&rbacOnly, "rbac-only", false, "print only the supervisors' RBAC (what api_fence.mode = gate needs)")
@@ -72,6 +83,53 @@ func apiFenceManifests(e env, users []string, token int64, rbacOnly bool) int {
 		objects = m.RBAC()
 	}
 	y, err := apifence.Render(objects)
+	if err != nil {
+		return fail(e, exitFailure, "%v", err)
+	}
+	_, _ = e.stdout.Write(y)
+	return exitOK
+}
+
+// webhookFlags are api-fence manifests --webhook's.
+type webhookFlags struct {
+	on      bool
+	url     string
+	caFiles []string
+}
+
+// apiFenceWebhookManifests prints the webhook variant: RBAC, parameter,
+// ValidatingWebhookConfiguration with every node's gate CA as caBundle.
+func apiFenceWebhookManifests(e env, users []string, token int64, wh webhookFlags) int {
+	u, err := url.Parse(wh.url)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fail(e, exitConfig, "api-fence manifests: --webhook-url %q must be https://host:port/path", wh.url)
+	}
+	for _, s := range users {
+		if strings.TrimSpace(s) == "" {
+			return fail(e, exitConfig, "api-fence manifests: --supervisor-user must not be empty")
+		}
+	}
+	if token < 0 {
+		return fail(e, exitConfig, "api-fence manifests: --token must not be negative")
+	}
+	files := wh.caFiles
+	if len(files) == 0 {
+		files = []string{localca.CertFile(localca.DefaultStateDir)}
+	}
+	var bundle []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fail(e, exitConfig, "api-fence manifests: --ca-bundle: %v (each node's supervisor creates its CA when the fence starts; copy every node's)", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return fail(e, exitConfig, "api-fence manifests: --ca-bundle %s holds no PEM certificate", f)
+		}
+		bundle = append(bundle, b...)
+	}
+	objs := apifence.BuildWebhook(apifence.WebhookOptions{ManifestOptions: apifence.ManifestOptions{SupervisorUsers: users, Token: token},
+		URL: wh.url, CABundle: bundle})
+	y, err := apifence.Render(objs)
 	if err != nil {
 		return fail(e, exitFailure, "%v", err)
 	}
@@ -119,11 +177,21 @@ func apiFenceStatus(e env, configFile string) int {
 }
 
 // apiFence adapts apifence.Fence to the supervisor's APIFence and status.
-type apiFence struct{ *apifence.Fence }
+type apiFence struct {
+	*apifence.Fence
+	upstreamHost string // the kubeconfig's server, when api_fence.apiservers is empty
+}
 
 func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	st := f.Status()
-	return supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates}
+	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down}
+	if h := st.Handover; h != nil {
+		out.Published, out.PublishedAt, out.TookMS = h.Token, h.At, h.Took.Milliseconds()
+	}
+	if st.Webhook != nil {
+		out.Webhook = st.Webhook.Addr
+	}
+	return out
 }
 
 // upstreams is the supervisor's credential, one config per apiserver.
@@ -174,11 +242,11 @@ func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
 		specs = append(specs, apifence.GateSpec{Unit: g.Unit, Addr: g.Addr})
 	}
 	f, err := apifence.New(apifence.Options{Mode: a.Mode, Upstreams: ups, Gates: specs, StateDir: a.StateDir,
-		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout.D(), Group: cfg.Cluster, Log: log})
+		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout.D(), Group: cfg.Cluster, Webhook: a.Webhook, Log: log})
 	if err != nil {
 		return nil, err
 	}
-	return &apiFence{f}, nil
+	return &apiFence{Fence: f, upstreamHost: ups[0].Host}, nil
 }
 
 // iface is the supervisor's APIFence: a nil *apiFence must become a nil
@@ -190,8 +258,14 @@ func (f *apiFence) iface() supervisor.APIFence {
 	return f
 }
 
-// start points the gates at the supervisor's term and serves them.
-func (f *apiFence) start(sup *supervisor.Supervisor) {
+// start registers the fence's metrics, points the gates at the
+// supervisor's term and serves them.
+func (f *apiFence) start(sup *supervisor.Supervisor, reg prometheus.Registerer, a config.APIFence) {
+	hosts := a.APIServers
+	if f != nil && len(hosts) == 0 {
+		hosts = []string{f.upstreamHost}
+	}
+	reg.MustRegister(newAPIFenceCollector(a.Mode, f, sup.Status, hosts))
 	if f == nil {
 		return
 	}
@@ -225,4 +299,79 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// APIFenceLine is /healthz's line about the fence at the API server.
+func (s statusSource) APIFenceLine() string { return apiFenceLine(s.sup.Status().APIFence) }
+
+func apiFenceLine(st *supervisor.APIFenceStatus) string {
+	if st == nil {
+		return ""
+	}
+	line := "api_fence: mode " + st.Mode
+	switch {
+	case st.Mode != apifence.ModeToken:
+		line += " (the apiservers check no token)"
+	case st.Token == 0:
+		line += "; the token the apiservers hold is not known yet"
+	case st.Matches:
+		line += fmt.Sprintf("; the apiservers hold token %d, the elected term's", st.Token)
+	default:
+		line += fmt.Sprintf("; the apiservers hold token %d, the elected term's is %s: MISMATCH (the leader's units' writes are refused until it publishes)",
+			st.Token, tokenText(st.Term))
+	}
+	if len(st.Down) > 0 {
+		line += "; apiservers down (gates skip them): " + strings.Join(st.Down, ", ")
+	}
+	return line
+}
+
+// apiFenceClusterLine is the cluster status's line about the fence at the
+// API server, from the member records (the leader's first); "" when no
+// member runs it.
+func apiFenceClusterLine(cs group.ClusterStatus) string {
+	var lead *group.APIFence
+	var held int64
+	modes := map[string][]string{}
+	for _, m := range cs.Members {
+		mode := config.APIFenceOff
+		if a := m.APIFence; a != nil {
+			mode = a.Mode
+			held = max(held, a.Token)
+			if m.Node == cs.Leader {
+				lead = a
+			}
+		}
+		modes[mode] = append(modes[mode], m.Node)
+	}
+	if len(modes[config.APIFenceOff]) == len(cs.Members) {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("api fence:")
+	if lead != nil {
+		fmt.Fprintf(&b, " leader's mode %s;", lead.Mode)
+		held = max(held, lead.Token)
+	}
+	switch {
+	case held == 0:
+		b.WriteString(" no token known to be held by the apiservers")
+	case held == cs.Token:
+		fmt.Fprintf(&b, " the apiservers hold token %d, the leader's", held)
+	default:
+		fmt.Fprintf(&b, " the apiservers hold token %d, the leader's is %s: MISMATCH", held, tokenText(cs.Token))
+	}
+	if lead != nil && lead.Published == cs.Token && !lead.PublishedAt.IsZero() {
+		fmt.Fprintf(&b, " (handed over at %s in %d ms)", stamp(lead.PublishedAt), lead.TookMS)
+	}
+	if len(modes) > 1 {
+		var parts []string
+		for _, mode := range apiFenceModes {
+			if n := modes[mode]; len(n) > 0 {
+				parts = append(parts, mode+": "+strings.Join(n, ","))
+			}
+		}
+		b.WriteString("; members differ in api_fence.mode (" + strings.Join(parts, "; ") + ")")
+	}
+	return b.String()
 }

@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/kha-supervisor/kha-supervisor/apifence"
+	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
@@ -25,6 +33,127 @@ func TestTermOf(t *testing.T) {
 	} {
 		if tm := termOf(st); tm.Open || tm.Reason == "" {
 			t.Errorf("%s: %+v, want closed with a reason", name, tm)
+		}
+	}
+}
+
+// TestAPIFenceManifestsWebhook: --webhook prints RBAC, the parameter and
+// the ValidatingWebhookConfiguration with every given node's CA and the
+// URL, and no policy; bad flags exit with the configuration code.
+func TestAPIFenceManifestsWebhook(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for _, n := range []string{"m1", "m2"} {
+		ca, err := localca.Open(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, localca.CertFile(ca.Dir))
+	}
+	code, out, errOut := runCmd(t, "api-fence", "manifests", "--webhook", "--webhook-url", "https://127.0.0.1:17000/validate",
+		"--ca-bundle", files[0], "--ca-bundle", files[1])
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"kind: ValidatingWebhookConfiguration", "url: https://127.0.0.1:17000/validate", "failurePolicy: Fail",
+		"sideEffects: None", "name: " + apifence.WebhookName, "kind: ConfigMap", "kind: ClusterRole", "kind: RoleBinding", "'*/*'"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "ValidatingAdmissionPolicy") {
+		t.Error("the webhook variant prints a ValidatingAdmissionPolicy (not served before 1.30)")
+	}
+	var bundle []byte
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var o struct {
+			Kind     string `json:"kind"`
+			Webhooks []struct {
+				ClientConfig struct {
+					CABundle []byte `json:"caBundle"`
+				} `json:"clientConfig"`
+			} `json:"webhooks"`
+		}
+		if yaml.Unmarshal([]byte(doc), &o) == nil && o.Kind == "ValidatingWebhookConfiguration" {
+			bundle = o.Webhooks[0].ClientConfig.CABundle
+		}
+	}
+	for _, f := range files {
+		pem, _ := os.ReadFile(f)
+		if !bytes.Contains(bundle, pem) {
+			t.Errorf("caBundle lacks %s", f)
+		}
+	}
+	for name, args := range map[string][]string{
+		"missing CA file": {"--ca-bundle", filepath.Join(dir, "none.crt")},
+		"not PEM":         {"--ca-bundle", writeTemp(t, dir, "bad.crt", "hello")},
+		"http URL":        {"--ca-bundle", files[0], "--webhook-url", "http://127.0.0.1:1/validate"},
+	} {
+		if code, _, _ := runCmd(t, append([]string{"api-fence", "manifests", "--webhook"}, args...)...); code != exitConfig {
+			t.Errorf("%s: exit %d, want %d", name, code, exitConfig)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAPIFenceHealthzLine: /healthz says the mode, the token the
+// apiservers hold and whether it is the elected term's.
+func TestAPIFenceHealthzLine(t *testing.T) {
+	for _, c := range []struct {
+		st   *supervisor.APIFenceStatus
+		want string
+	}{
+		{nil, ""},
+		{&supervisor.APIFenceStatus{Mode: "gate"}, "api_fence: mode gate (the apiservers check no token)"},
+		{&supervisor.APIFenceStatus{Mode: "token", Token: 101, Term: 101, Matches: true}, "api_fence: mode token; the apiservers hold token 101, the elected term's"},
+		{&supervisor.APIFenceStatus{Mode: "token", Token: 100, Term: 101, Down: []string{"https://10.0.0.2:6443"}},
+			"api_fence: mode token; the apiservers hold token 100, the elected term's is 101: MISMATCH (the leader's units' writes are refused until it publishes); apiservers down (gates skip them): https://10.0.0.2:6443"},
+	} {
+		if got := apiFenceLine(c.st); got != c.want {
+			t.Errorf("%+v:\n got %q\nwant %q", c.st, got, c.want)
+		}
+	}
+}
+
+// TestAPIFenceClusterLine: the cluster table's line, from the records.
+func TestAPIFenceClusterLine(t *testing.T) {
+	at := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
+	rec := func(node, mode string, token int64) supervisor.Record {
+		r := supervisor.Record{Node: node}
+		if mode != "" {
+			r.APIFence = &group.APIFence{Mode: mode, Token: token}
+		}
+		return r
+	}
+	lead := rec("m1", "token", 101)
+	lead.APIFence.Published, lead.APIFence.PublishedAt, lead.APIFence.TookMS = 101, at, 250
+	for name, c := range map[string]struct {
+		cs   group.ClusterStatus
+		want []string
+		none bool
+	}{
+		"off everywhere": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []supervisor.Record{rec("m1", "", 0), rec("m2", "", 0)}}, none: true},
+		"held by the leader": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []supervisor.Record{lead, rec("m2", "token", 101)}},
+			want: []string{"leader's mode token", "hold token 101, the leader's", "in 250 ms"}},
+		"mismatch and a member off": {cs: group.ClusterStatus{Leader: "m2", Token: 102, Members: []supervisor.Record{lead, rec("m2", "token", 101), rec("m3", "", 0)}},
+			want: []string{"hold token 101, the leader's is 102: MISMATCH", "members differ in api_fence.mode (off: m3; token: m1,m2)"}},
+	} {
+		got := apiFenceClusterLine(c.cs)
+		if c.none != (got == "") {
+			t.Errorf("%s: %q", name, got)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", name, got, w)
+			}
 		}
 	}
 }

@@ -62,6 +62,8 @@ type timeline struct {
 	oldStopped  time.Time // old leader's units confirmed stopped
 	leaseWon    time.Time // new leader won the election key
 	unitsActive time.Time // new leader's units confirmed active
+
+	handover apiHandover // apifencedrill.go: the token handover (token mode)
 }
 
 // check is the drill's verdict: the old units stopped before the new
@@ -83,7 +85,7 @@ func (t timeline) check(expect time.Duration) []string {
 	} else if took := t.unitsActive.Sub(t.requested); expect > 0 && took > expect {
 		bad = append(bad, fmt.Sprintf("took %s, more than the expected %s", took.Round(time.Millisecond), expect))
 	}
-	return bad
+	return append(bad, t.handover.check(t)...)
 }
 
 func (t timeline) print(w io.Writer) {
@@ -96,6 +98,7 @@ func (t timeline) print(w io.Writer) {
 	fmt.Fprintf(w, "  %s  request\n", at(t.requested))
 	fmt.Fprintf(w, "  %s  %s: old units stopped\n", at(t.oldStopped), t.oldNode)
 	fmt.Fprintf(w, "  %s  %s: lease won\n", at(t.leaseWon), t.newNode)
+	t.handover.print(w, at, t.newNode)
 	fmt.Fprintf(w, "  %s  %s: new units active\n", at(t.unitsActive), t.newNode)
 }
 
@@ -168,6 +171,7 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) i
 		stoppedTo = group.Fenced
 	}
 	s.fill(e, &t, stoppedTo)
+	s.fillHandover(e, &t)
 	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)
 	t.print(e.stdout)
 	if bad := t.check(expect); len(bad) > 0 {

@@ -185,7 +185,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		defer hs.Close()
 	}
 
-	fence.start(sup)
+	fence.start(sup, reg, cfg.APIFence)
 	go exportGauges(gctx, sup, metrics, gm, cfg.Units.Managed)
 	err = sup.Run(ctx)
 	var fe *supervisor.FenceError

@@ -161,6 +161,9 @@ func printStatus(w io.Writer, cs group.ClusterStatus, now time.Time, wide bool) 
 		leader = fmt.Sprintf("%s (token %d, lease %s left in etcd)", cs.Leader, cs.Token, cs.LeaseLeft)
 	}
 	fmt.Fprintf(w, "cluster %s: leader %s\n", cs.Cluster, leader)
+	if l := apiFenceClusterLine(cs); l != "" { // apifence.go
+		fmt.Fprintln(w, l)
+	}
 	if f := cs.Control.Freeze; f != nil {
 		fmt.Fprintf(w, "*** FROZEN (maintenance) since %s by %s: %s — no promotion, no handoff; fencing stays armed ***\n",
 			stamp(f.At), f.By, f.Reason)

@@ -27,7 +27,7 @@ type APIFence struct {
 	Kubeconfig string `toml:"kubeconfig"`
 	// APIServers lists every apiserver endpoint the token is confirmed on
 	// (https://host:port); empty means the kubeconfig's server only. The
-	// gates forward to the first.
+	// gates forward to the first that gives a connection, in this order.
 	APIServers []string `toml:"apiservers"`
 	// StateDir keeps the gates' local CA and serving certificates (0600).
 	StateDir string `toml:"state_dir"`
@@ -40,6 +40,12 @@ type APIFence struct {
 	// ConfirmTimeout bounds the token handover at promotion (write plus
 	// confirmation on every apiserver).
 	ConfirmTimeout Duration `toml:"confirm_timeout"`
+	// Webhook is the loopback host:port of the token webhook for clusters
+	// older than 1.30 ("" = none; gate or token mode: it is served before
+	// its registration is applied, and judges by the parameter whatever the
+	// mode): each apiserver calls its own node's supervisor there
+	// (`api-fence manifests --webhook`).
+	Webhook string `toml:"webhook"`
 }
 
 // API fence modes.
@@ -130,6 +136,9 @@ func checkAPIFence(c Config) *Error {
 	if e := checkGates(c); e != nil {
 		return e
 	}
+	if e := checkWebhook(c); e != nil {
+		return e
+	}
 	if err := positive(c, "api_fence.confirm_timeout"); err != nil {
 		return err
 	}
@@ -168,6 +177,30 @@ func checkGates(c Config) *Error {
 			return refuse(c, "api_fence.gates", "entry %d: %s is used by two gates", i+1, g.Addr)
 		}
 		units[g.Unit], addrs[g.Addr] = true, true
+	}
+	return nil
+}
+
+func checkWebhook(c Config) *Error {
+	a := c.APIFence
+	if a.Webhook == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(a.Webhook)
+	if ip := net.ParseIP(host); err != nil || ((ip == nil || !ip.IsLoopback()) && host != "localhost") {
+		return refuse(c, "api_fence.webhook", "must be a loopback host:port, e.g. \"127.0.0.1:16443\" (each apiserver calls its own node)")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return refuse(c, "api_fence.webhook", "port must be 1-65535")
+	}
+	if !a.Enabled() {
+		return refuse(c, "api_fence.webhook", "needs api_fence.mode = \"gate\" or \"token\" (gate while installing, token after)")
+	}
+	gates, _ := a.GateList()
+	for _, g := range gates {
+		if g.Addr == a.Webhook {
+			return refuse(c, "api_fence.webhook", "is also the gate of %s", g.Unit)
+		}
 	}
 	return nil
 }

@@ -18,6 +18,10 @@ func TestAPIFenceRefusals(t *testing.T) {
 		{"two gates on one port", `gates = ["kube-scheduler.service=127.0.0.1:1", "kube-controller-manager.service=127.0.0.1:1"]`, "api_fence.gates", "two gates"},
 		{"gate for an unmanaged unit", "mode = \"gate\"\ngates = [\"x.service=127.0.0.1:1\"]", "api_fence.gates", "not in units.managed"},
 		{"token mode without the kubeconfig file", "mode = \"token\"\nkubeconfig = \"/nonexistent/k.conf\"", "api_fence.kubeconfig", "/nonexistent/k.conf"},
+		{"webhook off loopback", "mode = \"token\"\nwebhook = \"10.0.0.1:16443\"", "api_fence.webhook", "loopback"},
+		{"webhook without a port", "mode = \"token\"\nwebhook = \"127.0.0.1\"", "api_fence.webhook", "loopback host:port"},
+		{"webhook with the fence off", "webhook = \"127.0.0.1:16443\"", "api_fence.webhook", `"gate" or "token"`},
+		{"webhook on a gate's port", "mode = \"token\"\nwebhook = \"127.0.0.1:16442\"", "api_fence.webhook", "gate of kube-scheduler.service"},
 		{"zero confirm timeout", `confirm_timeout = "0s"`, "api_fence.confirm_timeout", "positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -105,7 +105,7 @@ func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
 			return
 		}
 	}
-	plain(w, http.StatusOK, fmt.Sprintf("ok: last reconcile %s ago\n", max(age, 0).Round(time.Millisecond))+warningLines(h.src))
+	plain(w, http.StatusOK, fmt.Sprintf("ok: last reconcile %s ago\n", max(age, 0).Round(time.Millisecond))+warningLines(h.src)+apiFenceLine(h.src))
 }
 
 // leader answers 200 only on the active node with a valid lease, so a load

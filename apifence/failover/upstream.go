@@ -1,0 +1,252 @@
+// Package failover is failover between the apiservers the supervisor knows
+// (api_fence.apiservers): one http.RoundTripper over client-go transports,
+// one per apiserver, that sends each request to the first apiserver in the
+// configured order that is not marked down, and moves on to the next when
+// no connection could be had. Health is judged by connection failures
+// only: an apiserver that answers, whatever the status, is up.
+package failover
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
+)
+
+// Defaults for Options.
+const (
+	DefaultHold        = 5 * time.Second
+	DefaultDialTimeout = 3 * time.Second
+)
+
+// Options tune a Set.
+type Options struct {
+	// Hold is how long an apiserver that failed is tried only after the
+	// others; DefaultHold if zero.
+	Hold time.Duration
+	// DialTimeout bounds a TCP connect, so that a silent (cut off) apiserver
+	// costs that long and not client-go's 30 s; DefaultDialTimeout if zero.
+	DialTimeout time.Duration
+}
+
+// Set is the failover round tripper. Safe for concurrent use.
+type Set struct {
+	hosts []*url.URL
+	rts   []http.RoundTripper
+	hold  time.Duration
+	now   func() time.Time
+
+	mu   sync.Mutex
+	down []time.Time // marked down until
+}
+
+// New builds a Set from configs that differ only in Host (the supervisor's
+// credential, one per apiserver). Their Impersonate must be empty: the
+// caller wraps the Set in its own impersonating round tripper.
+func New(cfgs []*rest.Config, o Options) (*Set, error) {
+	if len(cfgs) == 0 {
+		return nil, errors.New("failover: no apiserver")
+	}
+	if o.Hold <= 0 {
+		o.Hold = DefaultHold
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	s := &Set{hold: o.Hold, now: time.Now, down: make([]time.Time, len(cfgs))}
+	for _, c := range cfgs {
+		u, err := url.Parse(c.Host)
+		if err != nil || u.Host == "" || u.Scheme == "" {
+			return nil, fmt.Errorf("failover: apiserver %q is not a URL", c.Host)
+		}
+		c = rest.CopyConfig(c)
+		if c.Dial == nil {
+			c.Dial = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		}
+		rt, err := rest.TransportFor(c)
+		if err != nil {
+			return nil, fmt.Errorf("failover: transport for %s: %w", c.Host, err)
+		}
+		s.hosts = append(s.hosts, u)
+		s.rts = append(s.rts, rt)
+	}
+	return s, nil
+}
+
+// Hosts are the apiservers in the configured order.
+func (s *Set) Hosts() []string {
+	out := make([]string, len(s.hosts))
+	for i, u := range s.hosts {
+		out[i] = u.String()
+	}
+	return out
+}
+
+// First is the first configured apiserver: the host a request is built
+// for before RoundTrip picks the real one.
+func (s *Set) First() *url.URL { u := *s.hosts[0]; return &u }
+
+// order is the configured order with the apiservers marked down moved to
+// the end (still tried: when all are down, one may be back).
+func (s *Set) order() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var up, down []int
+	for i, until := range s.down {
+		if now.Before(until) {
+			down = append(down, i)
+		} else {
+			up = append(up, i)
+		}
+	}
+	return append(up, down...)
+}
+
+func (s *Set) mark(i int, failed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failed {
+		s.down[i] = s.now().Add(s.hold)
+	} else {
+		s.down[i] = time.Time{}
+	}
+}
+
+// Down reports which apiservers are marked down now, by host.
+func (s *Set) Down() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for i, until := range s.down {
+		if s.now().Before(until) {
+			out = append(out, s.hosts[i].String())
+		}
+	}
+	return out
+}
+
+// MaxReplay is the largest request body kept in memory so that the
+// request can be sent again: the managed components' writes are small
+// (bindings, status updates); a larger or unsized body streams through and
+// is sent again only if it never got a connection.
+const MaxReplay = 1 << 20
+
+// RoundTrip sends r to the first apiserver that gives a connection. A
+// request is sent on to the next apiserver only if none of it can have
+// reached this one: it never got a connection (httptrace's GotConn did not
+// fire), or the transport's last attempt failed to dial. The transport
+// itself re-sends on a fresh connection only when not a byte went out on a
+// pooled connection that had died (it counts what reached the socket), so
+// a dial error after GotConn still means nothing arrived; the body is
+// replayable for that (GetBody) when it is small. Then even a
+// non-idempotent write is safe to send again. Any other failure is
+// returned as it is (the client retries as it would against the
+// apiserver). Every failure marks the apiserver down.
+func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
+	body, err := replayable(r)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, i := range s.order() {
+		resp, gotConn, err := s.try(r, i, body)
+		if err == nil {
+			s.mark(i, false)
+			return resp, nil
+		}
+		if r.Context().Err() != nil {
+			return nil, err
+		}
+		s.mark(i, true)
+		errs = append(errs, fmt.Errorf("%s: %w", s.hosts[i].Host, err))
+		if (gotConn && !isDial(err)) || body.consumed() {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("no apiserver answered: %w", errors.Join(errs...))
+}
+
+func (s *Set) try(r *http.Request, i int, body *replayBody) (*http.Response, bool, error) {
+	var got atomic.Bool
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { got.Store(true) }}
+	out := r.Clone(httptrace.WithClientTrace(r.Context(), trace))
+	u := *s.hosts[i]
+	out.URL.Scheme, out.URL.Host, out.Host = u.Scheme, u.Host, u.Host
+	if body != nil {
+		out.Body, out.GetBody = body.get()
+	}
+	resp, err := s.rts[i].RoundTrip(out)
+	return resp, got.Load(), err
+}
+
+func isDial(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// replayBody is a request body for several tries: small ones in memory
+// (each try and each GetBody reads them afresh), larger ones streamed once.
+type replayBody struct {
+	data   []byte        // the whole body, if small
+	stream io.ReadCloser // otherwise
+	used   atomic.Bool   // the stream was handed to a try that read from it
+}
+
+func replayable(r *http.Request) (*replayBody, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength < 0 || r.ContentLength > MaxReplay {
+		return &replayBody{stream: r.Body}, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, MaxReplay+1))
+	_ = r.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("failover: read the request body: %w", err)
+	}
+	return &replayBody{data: data}, nil
+}
+
+func (b *replayBody) get() (io.ReadCloser, func() (io.ReadCloser, error)) {
+	if b.stream == nil {
+		fresh := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b.data)), nil }
+		rc, _ := fresh()
+		return rc, fresh
+	}
+	return &streamReader{b}, nil
+}
+
+func (b *replayBody) consumed() bool { return b != nil && b.used.Load() }
+
+// streamReader marks the stream used on the first read and keeps the
+// transport from closing it (a try that never connected leaves it whole).
+type streamReader struct{ b *replayBody }
+
+func (s *streamReader) Read(p []byte) (int, error) {
+	s.b.used.Store(true)
+	return s.b.stream.Read(p)
+}
+
+func (s *streamReader) Close() error { return nil }
+
+// CloseIdleConnections drops every pooled connection (client-go's wrapped
+// transports unwrapped by utilnet).
+func (s *Set) CloseIdleConnections() {
+	for _, rt := range s.rts {
+		utilnet.CloseIdleConnectionsFor(rt)
+	}
+}
+
+// Client is an http.Client over the Set.
+func (s *Set) Client() *http.Client { return &http.Client{Transport: s} }

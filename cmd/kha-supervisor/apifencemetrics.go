@@ -1,0 +1,90 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// apiFenceModes are the values of api_fence.mode; kha_api_fence_mode has a
+// series for each (1 for the configured one).
+var apiFenceModes = []string{config.APIFenceOff, config.APIFenceGate, config.APIFenceToken}
+
+// apiFenceCollector exports the fence at the API server, read at scrape
+// time from the supervisor's status and the fence itself.
+type apiFenceCollector struct {
+	mode      string
+	fence     *apiFence // nil when off
+	status    func() supervisor.Status
+	apiserver []string // configured, for kha_api_fence_apiserver_down
+
+	modeD, tokenD, termD, matchD, handoverD, handoverAtD, downD, decisionsD *prometheus.Desc
+}
+
+func newAPIFenceCollector(mode string, f *apiFence, status func() supervisor.Status, apiservers []string) *apiFenceCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &apiFenceCollector{mode: mode, fence: f, status: status, apiserver: apiservers,
+		modeD:       d("kha_api_fence_mode", "1 for the configured api_fence.mode, 0 for the others.", "mode"),
+		tokenD:      d("kha_api_fence_token", "The fencing token the apiservers' parameter holds, as this node last wrote or read it (token mode); 0 unknown."),
+		termD:       d("kha_api_fence_term_token", "The elected term's fencing token as this node sees it (the leader's); 0 none."),
+		matchD:      d("kha_api_fence_token_matches", "1 when the apiservers hold the elected term's token (token mode), else 0: the leader's units' writes are refused."),
+		handoverD:   d("kha_api_fence_handover_seconds", "How long this node's last token handover took (write and confirmation on every apiserver)."),
+		handoverAtD: d("kha_api_fence_handover_timestamp_seconds", "When this node's last token handover was confirmed on every apiserver (Unix time)."),
+		downD:       d("kha_api_fence_apiserver_down", "1 while a gate skips this apiserver after a failed connection.", "apiserver"),
+		decisionsD:  d("kha_api_fence_webhook_decisions_total", "The token webhook's answers: admitted, denied (a fenced write without the current token), unfenced (not a managed user's write).", "decision"),
+	}
+}
+
+func (c *apiFenceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.modeD, c.tokenD, c.termD, c.matchD, c.handoverD, c.handoverAtD, c.downD, c.decisionsD} {
+		ch <- d
+	}
+}
+
+func (c *apiFenceCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, m := range apiFenceModes {
+		gauge(c.modeD, b2f(m == c.mode), m)
+	}
+	if c.fence == nil {
+		return
+	}
+	st := c.status().APIFence
+	if st == nil {
+		return
+	}
+	gauge(c.tokenD, float64(st.Token))
+	gauge(c.termD, float64(st.Term))
+	gauge(c.matchD, b2f(st.Matches))
+	if !st.PublishedAt.IsZero() {
+		gauge(c.handoverD, float64(st.TookMS)/1000)
+		gauge(c.handoverAtD, float64(st.PublishedAt.UnixNano())/1e9)
+	}
+	down := map[string]bool{}
+	for _, h := range st.Down {
+		down[h] = true
+	}
+	for _, h := range c.apiserver {
+		gauge(c.downD, b2f(down[h]), h)
+	}
+	if w := c.fence.Status().Webhook; w != nil {
+		for _, x := range []struct {
+			name string
+			n    int64
+		}{{"admitted", w.Admitted}, {"denied", w.Denied}, {"unfenced", w.Unfenced}} {
+			ch <- prometheus.MustNewConstMetric(c.decisionsD, prometheus.CounterValue, float64(x.n), x.name)
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
