@@ -73,14 +73,18 @@ func runSideBySide(ctx context.Context, args []string) error {
 		return os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644)
 	}
 	var results []plane.Result
+	// The repeats of one scenario run together: a scenario with its own
+	// layout (48's balancer) then costs one switch of the units, not one
+	// per repeat.
 	for _, m := range ms {
-		for rep := 1; rep <= *repeat; rep++ {
-			for _, id := range ids {
+		for _, id := range ids {
+			for rep := 1; rep <= *repeat; rep++ {
 				s, _ := plane.Lookup(id)
 				res := r.Run(ctx, s, m, rep)
 				results = append(results, res)
-				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, pass %v %s\n",
-					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS, res.Pass, strings.Join(res.Problems, "; "))
+				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, handoff %v, pass %v %s %s | %s\n",
+					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS,
+					res.Handoff, res.Pass, res.Finding, strings.Join(res.Problems, "; "), strings.Join(res.Notes, "; "))
 				if err := save(results); err != nil {
 					return err
 				}
@@ -97,8 +101,11 @@ func runSideBySide(ctx context.Context, args []string) error {
 	defer tf.Close()
 	plane.WriteTable(io.MultiWriter(os.Stdout, tf), results)
 	fmt.Printf("saved %s/sidebyside-%s.{json,md}\n", dir, stamp)
+	// A leader-election trial whose only fault is its finding (both
+	// masters wrote) is what the comparison measures: it is in the table,
+	// it does not fail the run.
 	for _, res := range results {
-		if !res.Pass {
+		if res.LabFailure() {
 			return fmt.Errorf("scenario %d in %s failed: %v %v", res.ID, res.Mode, res.Problems, res.Overlaps)
 		}
 	}

@@ -19,6 +19,19 @@ type Mode struct {
 	// defaults (15 s / 10 s / 2 s).
 	Lease, Renew, Retry time.Duration
 	Profile             lab.Profile // kha modes only
+	// Balanced points the components' kubeconfig at the master's local
+	// balancer (both apiservers behind it) instead of its own apiserver:
+	// the layout of scenario 48, set by the scenario, not by the mode's
+	// name.
+	Balanced bool
+}
+
+// key tells apart what needs different units: the mode and its layout.
+func (m Mode) key() string {
+	if m.Balanced {
+		return m.Name + "+lb"
+	}
+	return m.Name
 }
 
 // KhaMode runs the components under kha-supervisor with profile p.

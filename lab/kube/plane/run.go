@@ -25,6 +25,9 @@ type Scenario struct {
 	// Inject injects the fault on the trial's leader and returns how to
 	// undo it (nil: nothing to undo).
 	Inject func(ctx context.Context, t *Trial) (heal func(context.Context) error, err error)
+	// Balanced runs the trial with the components' kubeconfig through
+	// each master's local balancer (Balancer) instead of its own apiserver.
+	Balanced bool
 }
 
 var scenarios = map[int]Scenario{}
@@ -51,10 +54,17 @@ type Trial struct {
 	Mode   Mode
 	Leader string // the scheduler's leader at the fault
 	Nodes  map[string]*master.Node
+	Notes  []string // what the fault saw, for the result
 }
 
 // Node is the leader's master.
 func (t *Trial) Node() *master.Node { return t.Nodes[t.Leader] }
+
+// Standby is the other master.
+func (t *Trial) Standby() string { return other(t.Leader) }
+
+// Notef adds a note to the trial's result.
+func (t *Trial) Notef(f string, a ...any) { t.Notes = append(t.Notes, fmt.Sprintf(f, a...)) }
 
 // Result is one trial's figures (milliseconds).
 type Result struct {
@@ -77,7 +87,37 @@ type Result struct {
 	Writes     string    `json:"writes"`
 	Problems   []string  `json:"problems,omitempty"`
 	Notes      []string  `json:"notes,omitempty"` // host flakes seen in the window
-	Pass       bool      `json:"pass"`
+	// HealAt is when the fault was undone (zero: nothing to undo).
+	HealAt time.Time `json:"heal_at,omitzero"`
+	// Handoff is, per component, when the faulted leader's master wrote
+	// last and the other master first (accepted writes at the resource).
+	Handoff map[string]Handoff `json:"handoff,omitempty"`
+	// Finding: leader election let both masters write (an overlap,
+	// a double binding, extra pods). The trial does not pass, but it is
+	// what the comparison measures, not a failure of the lab.
+	Finding string `json:"finding,omitempty"`
+	Pass    bool   `json:"pass"`
+}
+
+// Handoff is one component's handoff at the resource, in milliseconds
+// after the fault; -1 when there was no such write.
+type Handoff struct {
+	// LastOldMS: the faulted leader's master's last accepted write after
+	// the fault (before the other master's first, else before the heal).
+	LastOldMS float64 `json:"last_old_ms"`
+	// FirstOtherMS: the other master's first accepted write after the
+	// fault.
+	FirstOtherMS float64 `json:"first_other_ms"`
+}
+
+// MarginMS is how long nobody wrote between the old master's last write
+// and the new one's first (negative: both wrote at once); false when
+// either write is missing.
+func (h Handoff) MarginMS() (float64, bool) {
+	if h.LastOldMS < 0 || h.FirstOtherMS < 0 {
+		return 0, false
+	}
+	return h.FirstOtherMS - h.LastOldMS, true
 }
 
 // Runner runs trials against a lab that is up with the real plane.
@@ -86,6 +126,8 @@ type Runner struct {
 	Prober  *probe.Prober
 	Clients []kubernetes.Interface
 	mode    string
+	ctx     context.Context // the runner's life: the balancer's
+	lb      *Balancer
 }
 
 // NewRunner attaches to the plane and starts the prober (until ctx ends).
@@ -101,7 +143,7 @@ func NewRunner(ctx context.Context, p *Plane) (*Runner, error) {
 		return nil, err
 	}
 	go pr.Run(ctx)
-	return &Runner{P: p, Prober: pr, Clients: cs}, nil
+	return &Runner{P: p, Prober: pr, Clients: cs, ctx: ctx}, nil
 }
 
 func waitFor(ctx context.Context, what string, f func() error) error {
@@ -125,8 +167,13 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 	if err != nil {
 		return err
 	}
-	if r.mode != mode.Name {
-		r.P.Log.Info("plane: mode", "mode", mode.Name)
+	if mode.Balanced && r.lb == nil {
+		if r.lb, err = StartBalancer(r.ctx, r.P); err != nil {
+			return err
+		}
+	}
+	if r.mode != mode.key() {
+		r.P.Log.Info("plane: mode", "mode", mode.Name, "balanced", mode.Balanced)
 		// Every supervisor first: stopping the leader's while the other
 		// runs would hand the units over on the way (a handoff the trial
 		// did not ask for).
@@ -149,7 +196,7 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 				return err
 			}
 		}
-		r.mode = mode.Name
+		r.mode = mode.key()
 	}
 	_, err = r.Steady(ctx, mode, 3*time.Minute)
 	return err
