@@ -100,24 +100,35 @@ type Result struct {
 }
 
 // Handoff is one component's handoff at the resource, in milliseconds
-// after the fault; -1 when there was no such write.
+// after the fault (negative: before it); nil when there was no such write.
 type Handoff struct {
-	// LastOldMS: the faulted leader's master's last accepted write after
-	// the fault (before the other master's first, else before the heal).
-	LastOldMS float64 `json:"last_old_ms"`
+	// LastOldMS: the faulted leader's master's last accepted write from
+	// the window's start (2 s before the fault) until the other master's
+	// first, else until the heal.
+	LastOldMS *float64 `json:"last_old_ms,omitempty"`
 	// FirstOtherMS: the other master's first accepted write after the
 	// fault.
-	FirstOtherMS float64 `json:"first_other_ms"`
+	FirstOtherMS *float64 `json:"first_other_ms,omitempty"`
 }
 
 // MarginMS is how long nobody wrote between the old master's last write
 // and the new one's first (negative: both wrote at once); false when
 // either write is missing.
 func (h Handoff) MarginMS() (float64, bool) {
-	if h.LastOldMS < 0 || h.FirstOtherMS < 0 {
+	if h.LastOldMS == nil || h.FirstOtherMS == nil {
 		return 0, false
 	}
-	return h.FirstOtherMS - h.LastOldMS, true
+	return *h.FirstOtherMS - *h.LastOldMS, true
+}
+
+func (h Handoff) String() string {
+	f := func(p *float64) string {
+		if p == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%.0f ms", *p)
+	}
+	return "old master's last write " + f(h.LastOldMS) + ", other's first " + f(h.FirstOtherMS)
 }
 
 // Runner runs trials against a lab that is up with the real plane.

@@ -201,7 +201,7 @@ func (r *Runner) judge(ctx context.Context, res *Result, end time.Time) {
 		res.SchedMS = ms(first.Time.Sub(res.FaultAt))
 	}
 	res.UnboundMS = ms(longest)
-	res.Handoff = handoffs(evs, r.P.MasterIPs(), res.Leader, res.FaultAt, res.HealAt, end)
+	res.Handoff = handoffs(evs, r.P.MasterIPs(), res.Leader, from, res.FaultAt, res.HealAt, end)
 	res.CMMS = ms(longestUnreplaced(snap.Deletions, from, end))
 	if res.CMLeader != res.Leader {
 		// Leader election placed the controller-manager's lease on the
@@ -330,8 +330,9 @@ func (r *Runner) hostFlakes(ctx context.Context, from, to time.Time) []string {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // handoffs finds, per component, the faulted leader's last accepted write
-// and the other master's first after the fault (see Handoff).
-func handoffs(evs []audit.Event, ips map[string]string, leader string, fault, heal, end time.Time) map[string]Handoff {
+// since from (the fault may stop it at once: a cut apiserver accepts
+// nothing) and the other master's first after the fault (see Handoff).
+func handoffs(evs []audit.Event, ips map[string]string, leader string, from, fault, heal, end time.Time) map[string]Handoff {
 	o := audit.Options{Masters: ips}
 	out := map[string]Handoff{}
 	for _, role := range []string{audit.Scheduler, audit.ControllerManager} {
@@ -351,7 +352,7 @@ func handoffs(evs []audit.Event, ips map[string]string, leader string, fault, he
 		}
 		var last time.Time
 		for _, e := range evs {
-			if e.Role() == role && e.Write() && e.Accepted() && o.Master(e) == leader && e.Completed.After(fault) && e.Completed.Before(until) &&
+			if e.Role() == role && e.Write() && e.Accepted() && o.Master(e) == leader && e.Completed.After(from) && e.Completed.Before(until) &&
 				e.Completed.After(last) {
 				last = e.Completed
 			}
@@ -361,9 +362,10 @@ func handoffs(evs []audit.Event, ips map[string]string, leader string, fault, he
 	return out
 }
 
-func msAfter(t, from time.Time) float64 {
+func msAfter(t, from time.Time) *float64 {
 	if t.IsZero() {
-		return -1
+		return nil
 	}
-	return ms(t.Sub(from))
+	d := ms(t.Sub(from))
+	return &d
 }
