@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,26 +114,88 @@ func runSideBySide(ctx context.Context, args []string) error {
 }
 
 func init() {
-	register("sidebyside-report", "print the side-by-side table of saved runs: sidebyside-report FILE.json...", runSideBySideReport)
+	register("sidebyside-report", "print the side-by-side table of saved runs: sidebyside-report [--svg FILE] [--markdown] [--doc docs/failure-modes.md] FILE.json...", runSideBySideReport)
 }
 
 func runSideBySideReport(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: kha-lab sidebyside-report FILE.json...")
+	fs := flag.NewFlagSet("sidebyside-report", flag.ContinueOnError)
+	svg := fs.String("svg", "", "also draw the side-by-side into this SVG file")
+	md := fs.Bool("markdown", false, "print the whole generated section of docs/failure-modes.md, not only the table")
+	doc := fs.String("doc", "", "replace the side-by-side section of this document (docs/failure-modes.md) with the generated one")
+	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: kha-lab sidebyside-report [--svg FILE] [--markdown] [--doc FILE.md] FILE.json...")
+		return errUsage
+	}
+	all, err := readResults(fs.Args())
+	if err != nil {
+		return err
+	}
+	if *svg != "" {
+		if err := writeFileWith(*svg, func(w io.Writer) error { return plane.WriteSVG(w, all) }); err != nil {
+			return err
+		}
+	}
+	if !*md && *doc == "" {
+		plane.WriteTable(os.Stdout, all)
+		return nil
+	}
+	var b bytes.Buffer
+	rel := ""
+	if *svg != "" {
+		// The picture as the document links it.
+		rel = *svg
+		if *doc != "" {
+			if r, err := filepath.Rel(filepath.Dir(*doc), *svg); err == nil {
+				rel = r
+			}
+		}
+	}
+	if err := plane.WriteSection(&b, all, rel); err != nil {
+		return err
+	}
+	if *doc == "" {
+		_, err := os.Stdout.Write(b.Bytes())
+		return err
+	}
+	old, err := os.ReadFile(*doc)
+	if err != nil {
+		return err
+	}
+	out, err := plane.ReplaceSection(old, b.Bytes())
+	if err != nil {
+		return fmt.Errorf("%s: %w", *doc, err)
+	}
+	return os.WriteFile(*doc, out, 0o644)
+}
+
+// readResults reads saved sidebyside runs; a file that is not one is
+// named in the error.
+func readResults(files []string) ([]plane.Result, error) {
 	var all []plane.Result
-	for _, a := range args {
+	for _, a := range files {
 		b, err := os.ReadFile(a)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var rs []plane.Result
 		if err := json.Unmarshal(b, &rs); err != nil {
-			return fmt.Errorf("%s: %w", a, err)
+			return nil, fmt.Errorf("%s: not a saved sidebyside run: %w", a, err)
 		}
 		all = append(all, rs...)
 	}
-	plane.WriteTable(os.Stdout, all)
-	return nil
+	if len(all) == 0 {
+		return nil, fmt.Errorf("%v: no trials", files)
+	}
+	return all, nil
+}
+
+func writeFileWith(path string, f func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := f(&b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }

@@ -213,6 +213,9 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 	return err
 }
 
+const leMask = "# Written by kha-lab: leader-election mode, the components run without kha-supervisor.\n" +
+	"# Masks the drop-in of the same name (install-dropins', or the package's in /usr/lib).\n"
+
 // start brings one master's components up in mode: the supervisor (which
 // starts them on the leader) or, with leader election, the units
 // themselves without the supervisor's guard.
@@ -220,8 +223,14 @@ func (r *Runner) start(ctx context.Context, n *master.Node, mode Mode) error {
 	if !mode.LeaderElect {
 		return r.P.Lab.WithProfile(mode.Profile).InstallSupervisor(ctx, n)
 	}
+	// An empty drop-in of the same name in /etc masks kha-supervisor's:
+	// removing install-dropins' copy is not enough when the lab was
+	// brought up with --deb, whose package ships the same drop-in in
+	// /usr/lib (seen: "A dependency job for kube-scheduler.service
+	// failed", BindsTo= the stopped supervisor). install-dropins
+	// overwrites the mask when the mode goes back to kha-supervisor.
 	for _, u := range Units {
-		if err := n.RemoveFile(master.UnitDir + "/" + u + ".service.d/50-kha-supervisor.conf"); err != nil {
+		if err := n.WriteFile(master.UnitDir+"/"+u+".service.d/50-kha-supervisor.conf", []byte(leMask), 0o644); err != nil {
 			return err
 		}
 	}
