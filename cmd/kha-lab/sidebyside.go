@@ -74,12 +74,14 @@ func runSideBySide(ctx context.Context, args []string) error {
 		return os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644)
 	}
 	var results []plane.Result
-	// The repeats of one scenario run together: a scenario with its own
-	// layout (48's balancer) then costs one switch of the units, not one
-	// per repeat.
-	for _, m := range ms {
-		for _, id := range ids {
-			for rep := 1; rep <= *repeat; rep++ {
+	// Repeat by repeat, every mode in each: an interrupted run (the
+	// machine is shared, a full matrix takes an hour) still has every
+	// scenario in every mode for the repeats it finished. Each mode
+	// switch costs a restart of the components, once per mode and repeat
+	// (and once more for a scenario with its own layout, 48's balancer).
+	for rep := 1; rep <= *repeat; rep++ {
+		for _, m := range ms {
+			for _, id := range ids {
 				s, _ := plane.Lookup(id)
 				res := r.Run(ctx, s, m, rep)
 				results = append(results, res)

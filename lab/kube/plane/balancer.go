@@ -23,10 +23,13 @@ const BalancerURL = "https://" + BalancerAddr
 // Health checking of the balancer's backends, as an operator would set up
 // HAProxy in front of apiservers: GET /readyz every checkEvery, a backend
 // is down after fall failures in a row and up again after rise successes.
+// Generous on purpose: on the loaded lab machine a healthy apiserver's
+// /readyz sometimes takes over a second (seen with 1 s and fall 2: the
+// healthy backend marked down on both balancers at once for 1.5 s).
 const (
 	checkEvery   = 500 * time.Millisecond
-	checkTimeout = time.Second
-	fall, rise   = 2, 2
+	checkTimeout = 2 * time.Second
+	fall, rise   = 3, 2
 )
 
 // Balancer is a TCP balancer on every master in front of both apiservers:
@@ -39,7 +42,18 @@ const (
 // ("on-marked-down shutdown-sessions"), or a client-go HTTP/2 connection
 // would stay on the apiserver that lost etcd.
 type Balancer struct {
-	p *Plane
+	p        *Plane
+	backends map[string][]*backend // by master
+}
+
+// anotherUp reports whether master m's balancer has a backend up besides be.
+func (b *Balancer) anotherUp(m string, be *backend) bool {
+	for _, x := range b.backends[m] {
+		if x != be && x.isUp() {
+			return true
+		}
+	}
+	return false
 }
 
 // backend is one apiserver behind one master's balancer.
@@ -52,19 +66,26 @@ type backend struct {
 
 // StartBalancer starts a balancer on every master until ctx ends.
 func StartBalancer(ctx context.Context, p *Plane) (*Balancer, error) {
-	b := &Balancer{p: p}
+	b := &Balancer{p: p, backends: map[string][]*backend{}}
+	lns := map[string]net.Listener{}
 	for _, m := range lab.MasterNames {
 		ln, err := p.Lab.Topo.Listen(m, "tcp", BalancerAddr)
 		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
 			return nil, err
 		}
-		var bes []*backend
+		lns[m] = ln
 		for _, to := range []string{m, other(m)} {
-			bes = append(bes, &backend{addr: net.JoinHostPort(p.Lab.Topo.Addr(to).String(), "6443"), up: true, conns: map[net.Conn]struct{}{}})
+			b.backends[m] = append(b.backends[m], &backend{addr: net.JoinHostPort(p.Lab.Topo.Addr(to).String(), "6443"), up: true, conns: map[net.Conn]struct{}{}})
 		}
+	}
+	// Started once the map is complete: the checks read it.
+	for m, ln := range lns {
 		go func() { <-ctx.Done(); ln.Close() }()
-		go b.serve(ctx, m, ln, bes)
-		for _, be := range bes {
+		go b.serve(ctx, m, ln, b.backends[m])
+		for _, be := range b.backends[m] {
 			go b.check(ctx, m, be)
 		}
 	}
@@ -85,18 +106,15 @@ func (b *Balancer) serve(ctx context.Context, m string, ln net.Listener, bes []*
 	}
 }
 
-// proxy joins client c to the first backend that is up.
+// proxy joins client c to the first backend that is up (when none is,
+// the first: a failed check is not proof that it cannot answer).
 func (b *Balancer) proxy(ctx context.Context, m string, c net.Conn, bes []*backend) {
-	var be *backend
+	be := bes[0]
 	for _, x := range bes {
 		if x.isUp() {
 			be = x
 			break
 		}
-	}
-	if be == nil {
-		c.Close()
-		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	s, err := b.dial(dctx, m, be.addr)
@@ -132,12 +150,13 @@ func (be *backend) track(c, s net.Conn, add bool) {
 	}
 }
 
-// setUp records a health change; going down closes the backend's sessions.
-func (be *backend) setUp(up bool) {
+// setUp records a health change; going down closes the backend's
+// sessions when there is somewhere else to go (shut).
+func (be *backend) setUp(up, shut bool) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.up = up
-	if !up {
+	if !up && shut {
 		for c := range be.conns {
 			c.Close()
 		}
@@ -172,10 +191,10 @@ func (b *Balancer) check(ctx context.Context, m string, be *backend) {
 		switch up := be.isUp(); {
 		case up && bad >= fall:
 			b.p.Log.Info("plane: balancer backend down", "master", m, "backend", be.addr)
-			be.setUp(false)
+			be.setUp(false, b.anotherUp(m, be))
 		case !up && ok >= rise:
 			b.p.Log.Info("plane: balancer backend up", "master", m, "backend", be.addr)
-			be.setUp(true)
+			be.setUp(true, false)
 		}
 	}
 }
