@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -216,11 +218,32 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 const leMask = "# Written by kha-lab: leader-election mode, the components run without kha-supervisor.\n" +
 	"# Masks the drop-in of the same name (install-dropins', or the package's in /usr/lib).\n"
 
+func maskPath(u string) string { return master.UnitDir + "/" + u + ".service.d/50-kha-supervisor.conf" }
+
+// unmask removes the leader-election masks (only the lab's own).
+func unmask(n *master.Node) error {
+	for _, u := range Units {
+		b, err := os.ReadFile(filepath.Join(n.Root(), maskPath(u)))
+		if err == nil && string(b) == leMask {
+			if err := n.RemoveFile(maskPath(u)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // start brings one master's components up in mode: the supervisor (which
 // starts them on the leader) or, with leader election, the units
 // themselves without the supervisor's guard.
 func (r *Runner) start(ctx context.Context, n *master.Node, mode Mode) error {
 	if !mode.LeaderElect {
+		// install-dropins refuses to overwrite a drop-in it did not
+		// write ("exists and was not written by kha-supervisor"): the
+		// leader-election mask goes first.
+		if err := unmask(n); err != nil {
+			return err
+		}
 		return r.P.Lab.WithProfile(mode.Profile).InstallSupervisor(ctx, n)
 	}
 	// An empty drop-in of the same name in /etc masks kha-supervisor's:
@@ -230,7 +253,7 @@ func (r *Runner) start(ctx context.Context, n *master.Node, mode Mode) error {
 	// failed", BindsTo= the stopped supervisor). install-dropins
 	// overwrites the mask when the mode goes back to kha-supervisor.
 	for _, u := range Units {
-		if err := n.WriteFile(master.UnitDir+"/"+u+".service.d/50-kha-supervisor.conf", []byte(leMask), 0o644); err != nil {
+		if err := n.WriteFile(maskPath(u), []byte(leMask), 0o644); err != nil {
 			return err
 		}
 	}
