@@ -114,9 +114,10 @@ func WriteSection(w io.Writer, results []Result, svg string) error {
 	for _, r := range results {
 		first, last = minTime(first, r.FaultAt), maxTime(last, r.FaultAt)
 	}
-	d.p("Median [min-max] per scenario and mode; %d trials from %s to %s UTC. The 2-core VM was shared with up to three",
+	d.p("Median [min-max] per scenario and mode (runs: the trials each figure comes from); %d trials from %s to %s UTC.",
 		len(results), first.UTC().Format("2006-01-02 15:04"), last.UTC().Format("15:04"))
-	d.p("other real-plane labs and the other helpers' builds and tests: the figures are noisy, read the spread.\n")
+	d.p("The 2-core VM was shared with up to three other real-plane labs and the other helpers' builds and tests (load")
+	d.p("average around 30 during the final run): the figures are noisy, read the spread, and few runs per cell.\n")
 	WriteTable(&d.b, results)
 	d.p("")
 	if svg != "" {
@@ -225,10 +226,9 @@ func (d *docWriter) reading() {
 	d.p(`- **Rack cut (40), cut from etcd only (41), minority partition (46).** The same story three times: the
   faulted master's storage is gone (its apiserver and its supervisor reach no etcd quorum). kha-supervisor: the
   supervisor cannot renew, fences (units stopped) before its lease can expire; the other wins when the lease lapses
-  and starts the units: scheduler back after about TTL + cold start (40: %s). Leader election: the components
-  cannot renew through their apiserver; the other master's take the Lease when it expires (40: %s).`,
-		d.four(40, sched), "see the le rows")
-	d.p(`  Scheduler back, 41: %s; 46: %s.`, d.four(41, sched), d.four(46, sched))
+  and starts the units: scheduler back after about TTL + cold start. Leader election: the components cannot renew
+  through their apiserver; the other master's take the Lease when it expires, and their scheduler is already warm.
+  Scheduler back, 40: %s; 41: %s; 46: %s.`, d.four(40, sched), d.four(41, sched), d.four(46, sched))
 	d.p(`- **Supervisor killed (42).** Its units are bound to it (`+"`BindsTo=`"+`): systemd stops them when it dies, and
   restarts it (`+"`Restart=always`"+`, 1 s); the old lease is not renewed and the other master wins when it lapses.
   Longest pod unbound: %s; controller-manager: %s. For leader election 42 is kill -9 of both leading
@@ -283,27 +283,31 @@ and the ReplicaSet controller then waits for its informers.
 }
 
 func (d *docWriter) canCannot() {
+	st, _, nt := d.stayed(48, "le-tuned")
+	sd, _, nd := d.stayed(48, "le-defaults")
 	d.p(`**One thing leader election cannot do and kha-supervisor can, and the reverse** (measured above):
 
-- *kha-supervisor can, leader election cannot:* stop a leader that has lost its storage but not its API. In 48 the
-  cut master's components still reach a healthy apiserver through the balancer; under kha-supervisor they were
-  stopped before the other master started its own (handoff at the resource %s fast, %s default, positive = a gap,
-  never both at once). Leader election decides on the apiserver's view alone: it keeps such a leader (the leader
-  there is healthy in Kubernetes' terms, so it is not harm in this fault; the same blindness is what lets a paused
-  or partitioned leader write after its Lease moved, which no timing of leader election rules out and which
-  kha-supervisor's fence does). Likewise a killed scheduler (43) or a graceful stop (44) under kha-supervisor costs
-  a restart in place (%s) or a handoff (controller-manager %s), where leader election waits for a Lease
-  (43 scheduler %s tuned, %s defaults; 44 controller-manager %s, %s: kube-controller-manager does not release it).
-- *Leader election can, kha-supervisor cannot:* ride out the loss of one master's etcd link when the components
-  reach another apiserver (48: no failover at all, scheduler back %s tuned; kha-supervisor fails over after a TTL
-  and a cold start, %s fast). And a second copy started by hand with the unit's flags (47) is harmless by
-  construction under leader election (it waits for the Lease), while under kha-supervisor a copy with
-  `+"`--leader-elect=false`"+` is dangerous until the supervisor's stray check kills it (units.processes /
-  stray_policy), and a copy started under another executable path is not found at all. The standby's cold start
-  (%s fast) is the price of active/standby; a leader-election standby is hot.
+- *kha-supervisor can, leader election cannot:* stop a leader that has lost its storage but not its API, on its
+  own evidence. In 48 the cut master's components still reach a healthy apiserver through the balancer and really
+  write after the fault; under kha-supervisor they were stopped before the other master started its own (scheduler
+  handoff at the resource %s fast, %s default: positive = a gap, never both at once). Leader election decides
+  on the apiserver's view alone; its only guard against a stale leader is timing (renew deadline < lease duration,
+  on clocks it trusts), which no configuration turns into a fence: a leader paused or slowed past its Lease writes
+  when it resumes. Likewise a killed scheduler (43) or a graceful stop (44) under kha-supervisor costs a restart in
+  place (scheduler %s) or a handoff (controller-manager %s), where leader election waits for a Lease (43 scheduler
+  %s tuned, %s defaults; 44 controller-manager %s, %s: kube-controller-manager does not release it).
+- *Leader election can, kha-supervisor cannot:* keep leading through the loss of one master's etcd link when its
+  components reach another apiserver: in 48 the leadership stayed on the cut master in %d of %d trials (tuned) and
+  %d of %d (defaults), whenever the balancer moved its connections within the renew deadline (3 s tuned, 10 s
+  defaults); kha-supervisor always fails over there (TTL + cold start: scheduler back %s fast), because its lease
+  is in etcd itself. And a second copy started by hand with the unit's flags (47) is harmless by construction
+  under leader election (it waits for the Lease), while under kha-supervisor a copy with `+"`--leader-elect=false`"+`
+  could bind pods until the supervisor's stray check kills it (units.processes / stray_policy; the notes say how
+  long it lived), and a copy started from another executable path would not be found at all. The standby's cold
+  start (%s fast) is the price of active/standby; a leader-election standby is warm.
 `, d.fig(48, "kha-fast", margin), d.fig(48, "kha-default", margin), d.fig(43, "kha-fast", sched), d.fig(44, "kha-fast", cm),
 		d.fig(43, "le-tuned", sched), d.fig(43, "le-defaults", sched), d.fig(44, "le-tuned", cm), d.fig(44, "le-defaults", cm),
-		d.fig(48, "le-tuned", sched), d.fig(48, "kha-fast", sched), d.fig(40, "kha-fast", cold))
+		st, nt, sd, nd, d.fig(48, "kha-fast", sched), d.fig(40, "kha-fast", cold))
 }
 
 func (d *docWriter) known() {
