@@ -124,6 +124,7 @@ func runSideBySideReport(ctx context.Context, args []string) error {
 	svg := fs.String("svg", "", "also draw the side-by-side into this SVG file")
 	md := fs.Bool("markdown", false, "print the whole generated section of docs/failure-modes.md, not only the table")
 	doc := fs.String("doc", "", "replace the side-by-side section of this document (docs/failure-modes.md) with the generated one")
+	load := fs.String("load", "", "the machine's load during the run, in words, for the section's caveat (e.g. \"load average 30-55\")")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -155,7 +156,7 @@ func runSideBySideReport(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	if err := plane.WriteSection(&b, all, rel); err != nil {
+	if err := plane.WriteSection(&b, all, plane.SectionOptions{SVG: rel, Load: *load}); err != nil {
 		return err
 	}
 	if *doc == "" {

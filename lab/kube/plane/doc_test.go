@@ -15,7 +15,7 @@ func TestSectionReplacesOnlyItsOwn(t *testing.T) {
 		rs = append(rs, Result{ID: 40, Scenario: "real: leader's rack cut off", Mode: "le-tuned", Repeat: i + 1, SchedMS: v / 2, UnboundMS: v / 2, CMMS: v, FaultAt: t0, Pass: true})
 	}
 	var sec bytes.Buffer
-	if err := WriteSection(&sec, rs, "sidebyside.svg"); err != nil {
+	if err := WriteSection(&sec, rs, SectionOptions{SVG: "sidebyside.svg", Load: "load average 1"}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := ReplaceSection(doc, sec.Bytes())
@@ -24,7 +24,7 @@ func TestSectionReplacesOnlyItsOwn(t *testing.T) {
 	}
 	s := string(out)
 	for _, want := range []string{"## The operators' questions\n\nkeep me\n\n" + SectionHeading, "| 40 leader's rack cut off | kha-fast | 3 | 7.00 s [6.00-8.00]",
-		"scenario 40, kha-fast / le-tuned: scheduler 2.00", "![side-by-side", "(sidebyside.svg)", "\n## The failure matrix\n\nkeep me too\n"} {
+		"scenario 40, kha-fast / le-tuned: scheduler 2.00", "![side-by-side", "(sidebyside.svg)", "(load average 1)", "\n## The failure matrix\n\nkeep me too\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("document lacks %q:\n%s", want, s)
 		}
