@@ -156,7 +156,7 @@ func runSideBySideReport(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	if err := plane.WriteSection(&b, all, plane.SectionOptions{SVG: rel, Load: *load}); err != nil {
+	if err := plane.WriteSection(&b, all, plane.SectionOptions{SVG: rel, Load: *load, Sources: baseNames(fs.Args())}); err != nil {
 		return err
 	}
 	if *doc == "" {
@@ -201,4 +201,12 @@ func writeFileWith(path string, f func(io.Writer) error) error {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+func baseNames(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Base(p)
+	}
+	return out
 }

@@ -105,6 +105,7 @@ func (d *docWriter) stayed(id int, mode string) (same, otherWrote, n int) {
 // words, for the caveat (the results do not record it).
 type SectionOptions struct {
 	SVG, Load string
+	Sources   []string // the saved runs, named in the section
 }
 
 // WriteSection writes the side-by-side section of docs/failure-modes.md
@@ -129,7 +130,11 @@ func WriteSection(w io.Writer, results []Result, o SectionOptions) error {
 		load = " (" + o.Load + ")"
 	}
 	d.p("The 2-core VM was shared with up to three other real-plane labs and the other helpers' builds and tests%s:", load)
-	d.p("the figures are noisy, read the spread; few runs per cell.\n")
+	d.p("the figures are noisy, read the spread; few runs per cell.")
+	if len(o.Sources) > 0 {
+		d.p("Saved runs: %s.", "`"+strings.Join(o.Sources, "`, `")+"`")
+	}
+	d.p("")
 	WriteTable(&d.b, results)
 	d.p("")
 	if svg != "" {
