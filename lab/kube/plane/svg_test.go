@@ -23,10 +23,10 @@ func TestSVGDrawsOneBarPerModeWithTheSpread(t *testing.T) {
 	var rs []Result
 	for i, v := range []float64{4000, 5000, 9000} {
 		// Service resumed is the later of the two components.
-		rs = append(rs, Result{ID: 40, Scenario: "real: cut <&>", Mode: "kha-fast", Repeat: i + 1, UnboundMS: v, SchedMS: 1, CMMS: v - 1000, Pass: true})
-		rs = append(rs, Result{ID: 40, Scenario: "real: cut <&>", Mode: "le-tuned", Repeat: i + 1, UnboundMS: 1000, CMMS: 2 * v, Pass: true})
+		rs = append(rs, Result{ID: 40, Scenario: "real: cut <&>", Mode: "kha-fast", Repeat: i + 1, FaultAt: t0, UnboundMS: v, SchedMS: 1, CMMS: v - 1000, Pass: true})
+		rs = append(rs, Result{ID: 40, Scenario: "real: cut <&>", Mode: "le-tuned", Repeat: i + 1, FaultAt: t0, UnboundMS: 1000, CMMS: 2 * v, Pass: true})
 	}
-	rs = append(rs, Result{ID: 43, Scenario: "real: kill", Mode: "le-tuned", Repeat: 1, UnboundMS: 6000, Overlaps: []string{"x"}})
+	rs = append(rs, Result{ID: 43, Scenario: "real: kill", Mode: "le-tuned", Repeat: 1, FaultAt: t0, UnboundMS: 6000, Overlaps: []string{"x"}})
 	var b bytes.Buffer
 	if err := WriteSVG(&b, rs); err != nil {
 		t.Fatal(err)

@@ -89,6 +89,11 @@ func group(rs []Result) Group {
 	g := Group{ID: rs[0].ID, Scenario: strings.TrimPrefix(rs[0].Scenario, "real: "), Mode: rs[0].Mode, Trials: rs}
 	var sched, unb, cm, cold, res, margin []float64
 	for _, r := range rs {
+		if r.FaultAt.IsZero() {
+			// Its setup failed: no fault, no figures; only the verdict.
+			g.LabFailures++
+			continue
+		}
 		if r.SchedMS > 0 {
 			sched = append(sched, r.SchedMS)
 		}
