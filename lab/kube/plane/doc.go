@@ -245,7 +245,10 @@ func (d *docWriter) reading() {
   supervisor cannot renew, fences (units stopped) before its lease can expire; the other wins when the lease lapses
   and starts the units: scheduler back after about TTL + cold start. Leader election: the components cannot renew
   through their apiserver; the other master's take the Lease when it expires, and their scheduler is already warm.
-  Scheduler back, 40: %s; 41: %s; 46: %s.`, d.four(40, sched), d.four(41, sched), d.four(46, sched))
+  Scheduler back, 40: %s; 41: %s; 46: %s. In 46 the cold start on the majority side is far longer (kha-fast
+  %s): the new leader's kube-scheduler waited on its first requests to its own apiserver (seen once: it served
+  its port 10 s after its start), whose etcd client still had the partitioned member among its endpoints; not
+  analysed further.`, d.four(40, sched), d.four(41, sched), d.four(46, sched), d.fig(46, "kha-fast", cold))
 	d.p(`- **Supervisor killed (42).** Its units are bound to it (`+"`BindsTo=`"+`): systemd stops them when it dies, and
   restarts it (`+"`Restart=always`"+`, 1 s); the old lease is not renewed and the other master wins when it lapses.
   Longest pod unbound: %s; controller-manager: %s. For leader election 42 is kill -9 of both leading
