@@ -119,8 +119,14 @@ func WriteSection(w io.Writer, results []Result, o SectionOptions) error {
 	d.intro(results)
 	d.method()
 	d.faults()
-	first, last := results[0].FaultAt, results[0].FaultAt
+	var first, last time.Time
 	for _, r := range results {
+		if r.FaultAt.IsZero() { // its setup failed
+			continue
+		}
+		if first.IsZero() {
+			first, last = r.FaultAt, r.FaultAt
+		}
 		first, last = minTime(first, r.FaultAt), maxTime(last, r.FaultAt)
 	}
 	d.p("Median [min-max] per scenario and mode (runs: the trials each figure comes from); %d trials from %s to %s UTC.",
