@@ -281,8 +281,10 @@ func (d *docWriter) reading() {
   apiserver through their balancer. kha-supervisor fences its units anyway (its own lease is in etcd), and the
   other master takes over after a TTL: scheduler back %s / %s (fast / default); handoff at the resource %s / %s
   (positive: the cut master's last accepted write came before the new one's first). Leader election keeps
-  renewing through the healthy apiserver: the leadership stayed on the cut master in %d of %d (tuned) and %d of %d
-  (defaults) trials, moved in %d and %d; scheduler back %s / %s (tuned / defaults).`,
+  renewing through the healthy apiserver only if the balancer moves its connections within the renew deadline
+  (the balancer needs 3 failed /readyz checks 500 ms apart after the apiserver's own etcd check fails): the
+  leadership stayed on the cut master in %d of %d (tuned, renew deadline 3 s) and %d of %d (defaults, 10 s)
+  trials, moved in %d and %d (a clean handoff, no overlap); scheduler back %s / %s (tuned / defaults).`,
 		d.fig(48, "kha-fast", sched), d.fig(48, "kha-default", sched), d.fig(48, "kha-fast", margin), d.fig(48, "kha-default", margin),
 		same, n, sameD, nD, other, otherD, d.fig(48, "le-tuned", sched), d.fig(48, "le-defaults", sched))
 	d.p("")
