@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,14 +74,20 @@ func runSideBySide(ctx context.Context, args []string) error {
 		return os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644)
 	}
 	var results []plane.Result
-	for _, m := range ms {
-		for rep := 1; rep <= *repeat; rep++ {
+	// Repeat by repeat, every mode in each: an interrupted run (the
+	// machine is shared, a full matrix takes an hour) still has every
+	// scenario in every mode for the repeats it finished. Each mode
+	// switch costs a restart of the components, once per mode and repeat
+	// (and once more for a scenario with its own layout, 48's balancer).
+	for rep := 1; rep <= *repeat; rep++ {
+		for _, m := range ms {
 			for _, id := range ids {
 				s, _ := plane.Lookup(id)
 				res := r.Run(ctx, s, m, rep)
 				results = append(results, res)
-				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, pass %v %s\n",
-					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS, res.Pass, strings.Join(res.Problems, "; "))
+				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, handoff %v, pass %v %s %s | %s\n",
+					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS,
+					res.Handoff, res.Pass, res.Finding, strings.Join(res.Problems, "; "), strings.Join(res.Notes, "; "))
 				if err := save(results); err != nil {
 					return err
 				}
@@ -97,8 +104,11 @@ func runSideBySide(ctx context.Context, args []string) error {
 	defer tf.Close()
 	plane.WriteTable(io.MultiWriter(os.Stdout, tf), results)
 	fmt.Printf("saved %s/sidebyside-%s.{json,md}\n", dir, stamp)
+	// A leader-election trial whose only fault is its finding (both
+	// masters wrote) is what the comparison measures: it is in the table,
+	// it does not fail the run.
 	for _, res := range results {
-		if !res.Pass {
+		if res.LabFailure() {
 			return fmt.Errorf("scenario %d in %s failed: %v %v", res.ID, res.Mode, res.Problems, res.Overlaps)
 		}
 	}
@@ -106,26 +116,97 @@ func runSideBySide(ctx context.Context, args []string) error {
 }
 
 func init() {
-	register("sidebyside-report", "print the side-by-side table of saved runs: sidebyside-report FILE.json...", runSideBySideReport)
+	register("sidebyside-report", "print the side-by-side table of saved runs: sidebyside-report [--svg FILE] [--markdown] [--doc docs/failure-modes.md] FILE.json...", runSideBySideReport)
 }
 
 func runSideBySideReport(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: kha-lab sidebyside-report FILE.json...")
+	fs := flag.NewFlagSet("sidebyside-report", flag.ContinueOnError)
+	svg := fs.String("svg", "", "also draw the side-by-side into this SVG file")
+	md := fs.Bool("markdown", false, "print the whole generated section of docs/failure-modes.md, not only the table")
+	doc := fs.String("doc", "", "replace the side-by-side section of this document (docs/failure-modes.md) with the generated one")
+	load := fs.String("load", "", "the machine's load during the run, in words, for the section's caveat (e.g. \"load average 30-55\")")
+	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: kha-lab sidebyside-report [--svg FILE] [--markdown] [--doc FILE.md] FILE.json...")
+		return errUsage
+	}
+	all, err := readResults(fs.Args())
+	if err != nil {
+		return err
+	}
+	if *svg != "" {
+		if err := writeFileWith(*svg, func(w io.Writer) error { return plane.WriteSVG(w, all) }); err != nil {
+			return err
+		}
+	}
+	if !*md && *doc == "" {
+		plane.WriteTable(os.Stdout, all)
+		return nil
+	}
+	var b bytes.Buffer
+	rel := ""
+	if *svg != "" {
+		// The picture as the document links it.
+		rel = *svg
+		if *doc != "" {
+			if r, err := filepath.Rel(filepath.Dir(*doc), *svg); err == nil {
+				rel = r
+			}
+		}
+	}
+	if err := plane.WriteSection(&b, all, plane.SectionOptions{SVG: rel, Load: *load, Sources: baseNames(fs.Args())}); err != nil {
+		return err
+	}
+	if *doc == "" {
+		_, err := os.Stdout.Write(b.Bytes())
+		return err
+	}
+	old, err := os.ReadFile(*doc)
+	if err != nil {
+		return err
+	}
+	out, err := plane.ReplaceSection(old, b.Bytes())
+	if err != nil {
+		return fmt.Errorf("%s: %w", *doc, err)
+	}
+	return os.WriteFile(*doc, out, 0o644)
+}
+
+// readResults reads saved sidebyside runs; a file that is not one is
+// named in the error.
+func readResults(files []string) ([]plane.Result, error) {
 	var all []plane.Result
-	for _, a := range args {
+	for _, a := range files {
 		b, err := os.ReadFile(a)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var rs []plane.Result
 		if err := json.Unmarshal(b, &rs); err != nil {
-			return fmt.Errorf("%s: %w", a, err)
+			return nil, fmt.Errorf("%s: not a saved sidebyside run: %w", a, err)
 		}
 		all = append(all, rs...)
 	}
-	plane.WriteTable(os.Stdout, all)
-	return nil
+	if len(all) == 0 {
+		return nil, fmt.Errorf("%v: no trials", files)
+	}
+	return all, nil
+}
+
+func writeFileWith(path string, f func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := f(&b); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+func baseNames(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Base(p)
+	}
+	return out
 }

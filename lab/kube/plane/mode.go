@@ -22,6 +22,19 @@ type Mode struct {
 	// Fence is api_fence.mode of the kha modes: "" (off), "gate" or
 	// "token" (fence.go).
 	Fence string
+	// Balanced points the components' kubeconfig at the master's local
+	// balancer (both apiservers behind it) instead of its own apiserver:
+	// the layout of scenario 48, set by the scenario, not by the mode's
+	// name.
+	Balanced bool
+}
+
+// key tells apart what needs different units: the mode and its layout.
+func (m Mode) key() string {
+	if m.Balanced {
+		return m.Name + "+lb"
+	}
+	return m.Name
 }
 
 // KhaMode runs the components under kha-supervisor with profile p.

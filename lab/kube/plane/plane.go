@@ -204,8 +204,12 @@ func (p *Plane) Component(m, name string, mode Mode) (kube.Component, error) {
 	if err != nil {
 		return kube.Component{}, err
 	}
+	server := a.URL()
+	if mode.Balanced {
+		server = BalancerURL
+	}
 	return kube.Component{
-		Name: name, Binary: p.Bin.Path(name), Dir: p.Dir(m, name), CA: ca, Server: a.URL(),
+		Name: name, Binary: p.Bin.Path(name), Dir: p.Dir(m, name), CA: ca, Server: server,
 		Address: a.Address, Port: componentPorts[name],
 		LeaderElect: mode.LeaderElect, LeaseDuration: mode.Lease, RenewDeadline: mode.Renew, RetryPeriod: mode.Retry,
 		ServiceAccountKey: filepath.Join(a.Dir, "sa.key"),

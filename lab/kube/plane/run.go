@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +40,9 @@ type Scenario struct {
 	// Judge, when set, adds the scenario's own verdict from the audit
 	// events of the trial's window (fence.go).
 	Judge func(t *Trial, evs []audit.Event, res *Result)
+	// Balanced runs the trial with the components' kubeconfig through
+	// each master's local balancer (Balancer) instead of its own apiserver.
+	Balanced bool
 }
 
 var scenarios = map[int]Scenario{}
@@ -67,6 +72,7 @@ type Trial struct {
 	// Marks are instants, Figs figures the scenario records for its Judge.
 	Marks map[string]time.Time
 	Figs  map[string]float64
+	Notes []string // what the fault saw, for the result
 }
 
 // Figures records a figure of the fault for the Judge.
@@ -87,6 +93,12 @@ func (t *Trial) Mark(name string) {
 
 // Node is the leader's master.
 func (t *Trial) Node() *master.Node { return t.Nodes[t.Leader] }
+
+// Standby is the other master.
+func (t *Trial) Standby() string { return other(t.Leader) }
+
+// Notef adds a note to the trial's result.
+func (t *Trial) Notef(f string, a ...any) { t.Notes = append(t.Notes, fmt.Sprintf(f, a...)) }
 
 // Result is one trial's figures (milliseconds).
 type Result struct {
@@ -114,11 +126,51 @@ type Result struct {
 	Refused     int                `json:"refused_by_policy"`
 	Figures     map[string]float64 `json:"figures,omitempty"` // the scenario's own (Judge)
 	Problems    []string           `json:"problems,omitempty"`
-	Notes       []string           `json:"notes,omitempty"` // host flakes seen in the window
-	HealAt      time.Time          `json:"heal_at,omitzero"`
+	Notes       []string           `json:"notes,omitempty"`    // host flakes seen in the window
 	Timeline    []Mark             `json:"timeline,omitempty"` // scenarios with an After hook
 	Facts       []string           `json:"facts,omitempty"`
-	Pass        bool               `json:"pass"`
+	// HealAt is when the fault was undone (zero: nothing to undo).
+	HealAt time.Time `json:"heal_at,omitzero"`
+	// Handoff is, per component, when the faulted leader's master wrote
+	// last and the other master first (accepted writes at the resource).
+	Handoff map[string]Handoff `json:"handoff,omitempty"`
+	// Finding: leader election let both masters write (an overlap,
+	// a double binding, extra pods). The trial does not pass, but it is
+	// what the comparison measures, not a failure of the lab.
+	Finding string `json:"finding,omitempty"`
+	Pass    bool   `json:"pass"`
+}
+
+// Handoff is one component's handoff at the resource, in milliseconds
+// after the fault (negative: before it); nil when there was no such write.
+type Handoff struct {
+	// LastOldMS: the faulted leader's master's last accepted write from
+	// the window's start (2 s before the fault) until the other master's
+	// first, else until the heal.
+	LastOldMS *float64 `json:"last_old_ms,omitempty"`
+	// FirstOtherMS: the other master's first accepted write after the
+	// fault.
+	FirstOtherMS *float64 `json:"first_other_ms,omitempty"`
+}
+
+// MarginMS is how long nobody wrote between the old master's last write
+// and the new one's first (negative: both wrote at once); false when
+// either write is missing.
+func (h Handoff) MarginMS() (float64, bool) {
+	if h.LastOldMS == nil || h.FirstOtherMS == nil {
+		return 0, false
+	}
+	return *h.FirstOtherMS - *h.LastOldMS, true
+}
+
+func (h Handoff) String() string {
+	f := func(p *float64) string {
+		if p == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%.0f ms", *p)
+	}
+	return "old master's last write " + f(h.LastOldMS) + ", other's first " + f(h.FirstOtherMS)
 }
 
 // Runner runs trials against a lab that is up with the real plane.
@@ -127,6 +179,8 @@ type Runner struct {
 	Prober  *probe.Prober
 	Clients []kubernetes.Interface
 	mode    string
+	ctx     context.Context // the runner's life: the balancer's
+	lb      *Balancer
 }
 
 // NewRunner attaches to the plane and starts the prober (until ctx ends).
@@ -142,7 +196,7 @@ func NewRunner(ctx context.Context, p *Plane) (*Runner, error) {
 		return nil, err
 	}
 	go pr.Run(ctx)
-	return &Runner{P: p, Prober: pr, Clients: cs}, nil
+	return &Runner{P: p, Prober: pr, Clients: cs, ctx: ctx}, nil
 }
 
 func waitFor(ctx context.Context, what string, f func() error) error {
@@ -166,8 +220,13 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 	if err != nil {
 		return err
 	}
-	if r.mode != mode.Name {
-		r.P.Log.Info("plane: mode", "mode", mode.Name)
+	if mode.Balanced && r.lb == nil {
+		if r.lb, err = StartBalancer(r.ctx, r.P); err != nil {
+			return err
+		}
+	}
+	if r.mode != mode.key() {
+		r.P.Log.Info("plane: mode", "mode", mode.Name, "balanced", mode.Balanced)
 		// Every supervisor first: stopping the leader's while the other
 		// runs would hand the units over on the way (a handoff the trial
 		// did not ask for).
@@ -193,10 +252,28 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 				return err
 			}
 		}
-		r.mode = mode.Name
+		r.mode = mode.key()
 	}
 	_, err = r.Steady(ctx, mode, 3*time.Minute)
 	return err
+}
+
+const leMask = "# Written by kha-lab: leader-election mode, the components run without kha-supervisor.\n" +
+	"# Masks the drop-in of the same name (install-dropins', or the package's in /usr/lib).\n"
+
+func maskPath(u string) string { return master.UnitDir + "/" + u + ".service.d/50-kha-supervisor.conf" }
+
+// unmask removes the leader-election masks (only the lab's own).
+func unmask(n *master.Node) error {
+	for _, u := range Units {
+		b, err := os.ReadFile(filepath.Join(n.Root(), maskPath(u)))
+		if err == nil && string(b) == leMask {
+			if err := n.RemoveFile(maskPath(u)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // start brings one master's components up in mode: the supervisor (which
@@ -204,10 +281,22 @@ func (r *Runner) Use(ctx context.Context, mode Mode) error {
 // themselves without the supervisor's guard.
 func (r *Runner) start(ctx context.Context, n *master.Node, mode Mode) error {
 	if !mode.LeaderElect {
+		// install-dropins refuses to overwrite a drop-in it did not
+		// write ("exists and was not written by kha-supervisor"): the
+		// leader-election mask goes first.
+		if err := unmask(n); err != nil {
+			return err
+		}
 		return r.P.StartSupervisor(ctx, n, mode)
 	}
+	// An empty drop-in of the same name in /etc masks kha-supervisor's:
+	// removing install-dropins' copy is not enough when the lab was
+	// brought up with --deb, whose package ships the same drop-in in
+	// /usr/lib (seen: "A dependency job for kube-scheduler.service
+	// failed", BindsTo= the stopped supervisor). install-dropins
+	// overwrites the mask when the mode goes back to kha-supervisor.
 	for _, u := range Units {
-		if err := n.RemoveFile(master.UnitDir + "/" + u + ".service.d/50-kha-supervisor.conf"); err != nil {
+		if err := n.WriteFile(maskPath(u), []byte(leMask), 0o644); err != nil {
 			return err
 		}
 	}

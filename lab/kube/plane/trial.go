@@ -29,6 +29,7 @@ const (
 func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Result {
 	res := Result{ID: s.ID, Scenario: s.Name, Mode: mode.Name, Repeat: repeat}
 	fail := func(f string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(f, a...)) }
+	mode.Balanced = s.Balanced
 	if err := r.Use(ctx, mode); err != nil {
 		fail("setup: %v", err)
 		return res
@@ -79,8 +80,8 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 			fail("while the fault lasted: %v", err)
 		}
 	}
-	res.HealAt = time.Now()
 	if heal != nil {
+		res.HealAt = time.Now()
 		if err := heal(ctx); err != nil {
 			fail("heal: %v", err)
 		}
@@ -97,9 +98,20 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 	end := time.Now()
 	r.judge(ctx, &res, end)
 	r.judgeFence(s, t, &res, end)
+	res.Notes = append(res.Notes, t.Notes...)
 	res.Notes = append(res.Notes, r.hostFlakes(ctx, res.FaultAt, end)...)
-	res.Pass = len(res.Problems) == 0 && len(res.Overlaps) == 0 && res.DoubleBind == 0 && res.ExtraRS == 0 && res.Stale == 0
+	harm := len(res.Overlaps) > 0 || res.DoubleBind > 0 || res.ExtraRS > 0 || res.Stale > 0
+	res.Pass = len(res.Problems) == 0 && !harm
+	if harm && mode.LeaderElect {
+		res.Finding = "leader election let both masters' writes through (no fencing)"
+	}
 	return res
+}
+
+// LabFailure reports a trial the run must fail for: any failed kha-supervisor
+// trial, and a leader-election trial with problems beyond its finding.
+func (res Result) LabFailure() bool {
+	return !res.Pass && (res.Finding == "" || len(res.Problems) > 0)
 }
 
 // align moves the scheduler's lease to the controller-manager's leader, so
@@ -204,6 +216,7 @@ func (r *Runner) judge(ctx context.Context, res *Result, end time.Time) {
 		res.SchedMS = ms(first.Time.Sub(res.FaultAt))
 	}
 	res.UnboundMS = ms(longest)
+	res.Handoff = handoffs(evs, r.P.MasterIPs(), res.Leader, from, res.FaultAt, res.HealAt, end)
 	res.CMMS = ms(longestUnreplaced(snap.Deletions, from, end))
 	if res.CMLeader != res.Leader {
 		// Leader election placed the controller-manager's lease on the
@@ -330,3 +343,44 @@ func (r *Runner) hostFlakes(ctx context.Context, from, to time.Time) []string {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// handoffs finds, per component, the faulted leader's last accepted write
+// since from (the fault may stop it at once: a cut apiserver accepts
+// nothing) and the other master's first after the fault (see Handoff).
+func handoffs(evs []audit.Event, ips map[string]string, leader string, from, fault, heal, end time.Time) map[string]Handoff {
+	o := audit.Options{Masters: ips}
+	out := map[string]Handoff{}
+	for _, role := range []string{audit.Scheduler, audit.ControllerManager} {
+		var first time.Time
+		for _, e := range evs {
+			if e.Role() == role && e.Write() && e.Accepted() && o.Master(e) != leader && e.Completed.After(fault) && e.Completed.Before(end) &&
+				(first.IsZero() || e.Completed.Before(first)) {
+				first = e.Completed
+			}
+		}
+		until := first
+		if until.IsZero() {
+			until = heal
+		}
+		if until.IsZero() {
+			until = end
+		}
+		var last time.Time
+		for _, e := range evs {
+			if e.Role() == role && e.Write() && e.Accepted() && o.Master(e) == leader && e.Completed.After(from) && e.Completed.Before(until) &&
+				e.Completed.After(last) {
+				last = e.Completed
+			}
+		}
+		out[role] = Handoff{LastOldMS: msAfter(last, fault), FirstOtherMS: msAfter(first, fault)}
+	}
+	return out
+}
+
+func msAfter(t, from time.Time) *float64 {
+	if t.IsZero() {
+		return nil
+	}
+	d := ms(t.Sub(from))
+	return &d
+}

@@ -1,0 +1,38 @@
+package plane
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestSectionReplacesOnlyItsOwn(t *testing.T) {
+	doc := []byte("# Failure modes\n\n## The operators' questions\n\nkeep me\n\n" +
+		SectionHeading + " (old)\n\nold table\n\n## The failure matrix\n\nkeep me too\n")
+	var rs []Result
+	for i, v := range []float64{6000, 7000, 8000} {
+		rs = append(rs, Result{ID: 40, Scenario: "real: leader's rack cut off", Mode: "kha-fast", Repeat: i + 1, SchedMS: v, UnboundMS: v, CMMS: v, FaultAt: t0, Pass: true})
+		rs = append(rs, Result{ID: 40, Scenario: "real: leader's rack cut off", Mode: "le-tuned", Repeat: i + 1, SchedMS: v / 2, UnboundMS: v / 2, CMMS: v, FaultAt: t0, Pass: true})
+	}
+	var sec bytes.Buffer
+	if err := WriteSection(&sec, rs, SectionOptions{SVG: "sidebyside.svg", Load: "load average 1"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ReplaceSection(doc, sec.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, want := range []string{"## The operators' questions\n\nkeep me\n\n" + SectionHeading, "| 40 leader's rack cut off | kha-fast | 3 | 7.00 s [6.00-8.00]",
+		"scenario 40, kha-fast / le-tuned: scheduler (longest pod unbound) 2.00", "![side-by-side", "(sidebyside.svg)", "(load average 1)", "\n## The failure matrix\n\nkeep me too\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("document lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "old table") || strings.Count(s, SectionHeading) != 1 {
+		t.Errorf("the old section is still there:\n%s", s)
+	}
+	if _, err := ReplaceSection([]byte("# no such section\n"), sec.Bytes()); err == nil {
+		t.Error("a document without the section was accepted")
+	}
+}
