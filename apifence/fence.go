@@ -196,8 +196,12 @@ func (f *Fence) Publish(ctx context.Context, token int64) error {
 		}
 		f.held.Store(token)
 		f.handover.Store(&Handover{Token: token, Previous: p.Previous, At: time.Now(), Took: p.Took})
-		f.log.Info("fencing token published and confirmed on every apiserver", "token", token, "previous", p.Previous,
-			"apiservers", len(f.pub.Endpoints), "took", p.Took.Round(time.Millisecond))
+		if len(p.Excused) > 0 {
+			f.log.Warn("fencing token confirmed on every apiserver that can store a write; not on these (unreachable, or their etcd check fails)",
+				"token", token, "excused", p.Excused)
+		}
+		f.log.Info("fencing token published and confirmed", "token", token, "previous", p.Previous,
+			"apiservers", len(f.pub.Endpoints), "excused", len(p.Excused), "took", p.Took.Round(time.Millisecond))
 	}
 	f.published.Store(token)
 	if token <= f.cut.Load() { // a Cut ran while this Publish did

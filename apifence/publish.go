@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -43,6 +45,7 @@ type Published struct {
 	Token    int64
 	Previous int64 // the token the parameter held before
 	Took     time.Duration
+	Excused  []string // apiservers that could not store a write and were not waited for
 }
 
 // ErrOtherGroup means the parameter belongs to another election group.
@@ -69,12 +72,44 @@ func (p *Publisher) Publish(ctx context.Context, token int64) (Published, error)
 	if stale == token {
 		stale = 0 // re-publishing our own term: any other value must be refused
 	}
+	excused, err := p.confirmAll(ctx, token, stale)
+	if err != nil {
+		return Published{}, err
+	}
+	return Published{Token: token, Previous: prev, Took: time.Since(start), Excused: excused}, nil
+}
+
+// confirmAll confirms on every endpoint at once and returns the ones it
+// excused: an apiserver that cannot store a write (unreachable, or its own
+// etcd check failing) in two attempts in a row. Such an apiserver is the
+// cut rack's in a rack cut; waiting for it would keep every promotion from
+// succeeding while the cut lasts. One that answers with its etcd healthy is
+// never excused: its cache could still admit the old term's writes.
+func (p *Publisher) confirmAll(ctx context.Context, token, stale int64) ([]string, error) {
+	type outcome struct {
+		host    string
+		excused bool
+		err     error
+	}
+	ch := make(chan outcome, len(p.Endpoints))
 	for _, ep := range p.Endpoints {
-		if err := p.confirm(ctx, ep, token, stale); err != nil {
-			return Published{}, fmt.Errorf("api fence: confirm on %s: %w", ep.Host, err)
+		go func() {
+			excused, err := p.confirm(ctx, ep, token, stale)
+			ch <- outcome{ep.Host, excused, err}
+		}()
+	}
+	var excused []string
+	var errs []error
+	for range p.Endpoints {
+		o := <-ch
+		switch {
+		case o.err != nil:
+			errs = append(errs, fmt.Errorf("api fence: confirm on %s: %w", o.host, o.err))
+		case o.excused:
+			excused = append(excused, o.host)
 		}
 	}
-	return Published{Token: token, Previous: prev, Took: time.Since(start)}, nil
+	return excused, errors.Join(errs...)
 }
 
 // write returns the token the parameter held before.
@@ -179,28 +214,80 @@ func (p *Publisher) Read(ctx context.Context) (int64, error) {
 
 // confirm polls one apiserver until its admission (which reads the
 // parameter from an informer cache) admits the new token and refuses the
-// stale one.
-func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale int64) error {
+// stale one, or until two attempts in a row found it unable to store a
+// write (excused).
+func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale int64) (excused bool, err error) {
 	var last string
+	unable := 0
 	for {
 		okNew, newErr := probe(ctx, ep, token)
-		okOld, oldErr := probe(ctx, ep, stale)
-		if okNew && !okOld && IsPolicyDenial(oldErr) {
-			return nil
+		var okOld bool
+		var oldErr error
+		if answered(newErr) {
+			okOld, oldErr = probe(ctx, ep, stale)
+			if okNew && !okOld && IsPolicyDenial(oldErr) {
+				return false, nil
+			}
+		}
+		if etcdDown(ctx, ep) {
+			unable++
+		} else {
+			unable = 0
+		}
+		if unable >= 2 {
+			return true, nil
 		}
 		last = fmt.Sprintf("token %d: %s; token %d: %s", token, answer(okNew, newErr), stale, answer(okOld, oldErr))
 		if err := sleep(ctx, p.poll()); err != nil {
-			return fmt.Errorf("%w (last: %s)", err, last)
+			return false, fmt.Errorf("%w (last: %s)", err, last)
 		}
 	}
 }
 
+// answered reports whether the apiserver answered (admitted, or refused
+// with a status), as opposed to a request that got no answer.
+func answered(err error) bool {
+	var st apierrors.APIStatus
+	return err == nil || errors.As(err, &st)
+}
+
+// etcdDown reports whether the apiserver cannot store a write now: it does
+// not answer its readiness check, or answers that its etcd check fails.
+// Any other answer, not ready for another reason included, is "up": an
+// apiserver whose caches are still syncing can still store a write.
+func etcdDown(ctx context.Context, ep *rest.Config) bool {
+	hc, err := rest.HTTPClientFor(ep)
+	if err != nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(ep.Host, "/")+"/readyz?verbose", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return ctx.Err() == nil // no answer (and not because we gave up)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode != http.StatusOK && strings.Contains(string(body), "[-]etcd ")
+}
+
 func answer(ok bool, err error) string {
-	if ok {
+	switch {
+	case ok:
 		return "admitted"
+	case err == nil:
+		return "not sent"
 	}
 	return err.Error()
 }
+
+// probeTimeout bounds one confirmation request: an apiserver that does not
+// answer within it counts as unreachable for that attempt.
+const probeTimeout = 2 * time.Second
 
 // probe sends a dry-run event create as ProbeUser with the token extra and
 // reports whether it was admitted.
@@ -211,7 +298,7 @@ func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	now := metav1.NewTime(time.Now())
 	ev := &kubeapi.Event{
