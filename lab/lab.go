@@ -30,6 +30,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/proc"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // DefaultPrefix names the demo lab's namespaces, containers and directories.
@@ -101,6 +102,9 @@ func New(cfg Config) (*Lab, error) {
 	}
 	if cfg.Profile.Name == "" {
 		cfg.Profile = Fast
+	}
+	if _, ok := config.Profiles[cfg.Profile.Name]; !ok {
+		return nil, fmt.Errorf("lab: profile %q: not a shipped profile (%s)", cfg.Profile.Name, strings.Join(config.ProfileNames(), ", "))
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -16,6 +16,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // Operator are the operator scenarios (issue 5, and the package upgrade of
@@ -787,11 +788,11 @@ const (
 
 // hookConfig is node's lab configuration plus hooks that log every call.
 func (r *Run) hookConfig(node string) []byte {
-	argv := func(ev string) string {
-		return fmt.Sprintf(`[%q, "hooklog", "--log", %q, %q]`, master.LabBinary, hookLog, ev)
-	}
-	return fmt.Appendf(r.Lab.SupervisorConfigFor(node), "\n[hooks]\non_promote = %s\non_demote = %s\non_fence = %s\ntimeout = \"5s\"\n",
-		argv("on_promote"), argv("on_demote"), argv("on_fence"))
+	argv := func(ev string) []string { return []string{master.LabBinary, "hooklog", "--log", hookLog, ev} }
+	c := r.Lab.SupervisorConfig(node)
+	c.Hooks.OnPromote, c.Hooks.OnDemote, c.Hooks.OnFence = argv("on_promote"), argv("on_demote"), argv("on_fence")
+	c.Hooks.Timeout = config.D(5 * time.Second)
+	return lab.ConfigText(c)
 }
 
 // reconfigure writes each master's configuration (and the hooks drop-in,
