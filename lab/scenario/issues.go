@@ -11,6 +11,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
@@ -164,7 +165,7 @@ func (r *Run) expectDownBeforeLapse(node string, fault time.Time) {
 
 // failoverWithin fails the scenario when the failover figure exceeds bound.
 func (r *Run) failoverWithin(bound time.Duration, what string) {
-	f, ok := r.Res.Metrics[MFailover]
+	f, ok := r.Res.Metrics[report.MFailover]
 	if !ok {
 		r.Failf("no failover measured")
 		return

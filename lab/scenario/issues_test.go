@@ -33,3 +33,17 @@ func TestIssueScenariosNumbering(t *testing.T) {
 		t.Errorf("IssueIDs() = %v: want every issue scenario, in order", ids)
 	}
 }
+
+func TestScenarioTableMatchesBrief(t *testing.T) {
+	if len(All) != 15 {
+		t.Fatalf("%d scenarios, the brief's matrix has 15", len(All))
+	}
+	for i, s := range All {
+		if s.ID != i+1 || s.run == nil || s.Fault == "" || s.Expected == "" {
+			t.Fatalf("scenario %d incomplete: %+v", i+1, s)
+		}
+	}
+	if ids := SoakSet(); len(ids) != 14 {
+		t.Fatalf("soak set %v", ids)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/internal/nspawn"
 	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
 )
 
@@ -97,7 +98,7 @@ func TestCISubset(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	var md bytes.Buffer
-	WriteMarkdown(&md, []*Report{rep})
+	report.WriteMarkdown(&md, []*report.Report{rep})
 	t.Logf("report:\n%s", md.String())
 	for _, r := range rep.Results {
 		for _, p := range r.Problems {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
@@ -24,7 +25,7 @@ import (
 // failure matrix, driving kha-supervisor's operator commands inside the
 // masters the way an operator would.
 var Operator = []Scenario{
-	{16, "handoff-latency", fmt.Sprintf("`kha-supervisor handoff --to OTHER --wait` in the leader, %d times back and forth", handoffRounds),
+	{16, "handoff-latency", fmt.Sprintf("`kha-supervisor handoff --to OTHER --wait` in the leader, %d times back and forth", HandoffRounds),
 		"every unit beating on the target within 500 ms plus the units' own start time", noted(handoffLatency)},
 	{17, "freeze", "freeze, then the leader's rack cut from etcd for longer than the TTL; unfreeze",
 		"the leader still fences; no promotion while frozen; the standby promotes on unfreeze", noted(freezeScenario)},
@@ -55,8 +56,10 @@ func noted(run func(context.Context, *Run) error) func(context.Context, *Run) er
 				continue
 			}
 			seen[ev.Record.Incarnation+ev.Record.Reason] = true
-			r.Notef("%s%s at %s: %s; it sat out its cooldown (%s)", PromotionFailedNote, ev.Record.Node,
+			n := fmt.Sprintf("%s%s at %s: %s; it sat out its cooldown (%s)", report.PromotionFailedNote, ev.Record.Node,
 				ev.At.UTC().Format("15:04:05.000"), ev.Record.Reason, r.Profile.Cooldown)
+			r.Notef("%s", n)
+			r.Res.Figures.PromotionFailures = append(r.Res.Figures.PromotionFailures, n)
 		}
 		return err
 	}
@@ -72,9 +75,6 @@ func (r *Run) promotionFailedSince(t time.Time) bool {
 	}
 	return false
 }
-
-// PromotionFailedNote starts the note of a failed promotion.
-const PromotionFailedNote = "promotion failed on "
 
 // OperatorIDs are the IDs of the operator scenarios (`kha-lab run operator`).
 func OperatorIDs() []int {
@@ -287,8 +287,8 @@ func (r *Run) clusterStatus(ctx context.Context, node string) (supervisor.Cluste
 
 // --- 16: handoff latency ---------------------------------------------------
 
-// handoffRounds is how many handoffs scenario 16 measures per run.
-const handoffRounds = 5
+// HandoffRounds is how many handoffs scenario 16 measures per run.
+const HandoffRounds = 5
 
 var handoffTookRE = regexp.MustCompile(`target units active (\S+) after the request`)
 
@@ -305,7 +305,7 @@ type handoffSample struct {
 
 func handoffLatency(ctx context.Context, r *Run) error {
 	var samples []handoffSample
-	for i := 1; i <= handoffRounds; i++ {
+	for i := 1; i <= HandoffRounds; i++ {
 		if i > 1 {
 			if err := r.resteady(ctx); err != nil {
 				return fmt.Errorf("before handoff %d: %w", i, err)
@@ -326,24 +326,25 @@ func handoffLatency(ctx context.Context, r *Run) error {
 		}
 		return out
 	}
-	total := summarize(col(func(s handoffSample) float64 { return s.total }))
-	r.setMS("handoff", total.median)
-	r.setMS("handoff_min", total.min)
-	r.setMS("handoff_max", total.max)
+	total := report.Summarize(col(func(s handoffSample) float64 { return s.total }))
+	r.setMS("handoff", total.Median)
+	r.setMS("handoff_min", total.Min)
+	r.setMS("handoff_max", total.Max)
 	sup := col(func(s handoffSample) float64 { return s.supervisor })
-	r.setMS("supervisor", summarize(sup).median)
-	r.setMS("unit_start", summarize(col(func(s handoffSample) float64 { return s.unitStart })).median)
-	r.setMS("unit_stop", summarize(col(func(s handoffSample) float64 { return s.unitStop })).median)
-	r.setMS("dark", summarize(col(func(s handoffSample) float64 { return s.dark })).median)
+	r.setMS("supervisor", report.Summarize(sup).Median)
+	r.setMS("unit_start", report.Summarize(col(func(s handoffSample) float64 { return s.unitStart })).Median)
+	r.setMS("unit_stop", report.Summarize(col(func(s handoffSample) float64 { return s.unitStop })).Median)
+	r.setMS("dark", report.Summarize(col(func(s handoffSample) float64 { return s.dark })).Median)
 	if d := col(func(s handoffSample) float64 { return s.demoting }); len(d) > 0 {
-		r.setMS("to_demoting", summarize(d).median)
+		r.setMS("to_demoting", report.Summarize(d).Median)
 	}
 	if rep := col(func(s handoffSample) float64 { return s.reported }); len(rep) > 0 {
-		r.setMS("cmd_reported", summarize(rep).median)
+		r.setMS("cmd_reported", report.Summarize(rep).Median)
 	}
 	var parts []string
 	met, metStop := 0, 0
 	for _, s := range samples {
+		r.Res.Figures.Handoffs = append(r.Res.Figures.Handoffs, report.Handoff{Total: s.total, Supervisor: s.supervisor, UnitStop: s.unitStop, UnitStart: s.unitStart})
 		parts = append(parts, fmt.Sprintf("%.0f (%.0f + %.0f, old units' stop %.0f)", s.total, s.supervisor, s.unitStart, s.unitStop))
 		if s.supervisor >= 0 && s.supervisor < 500 {
 			met++
@@ -357,28 +358,9 @@ func handoffLatency(ctx context.Context, r *Run) error {
 	return nil
 }
 
-// handoffNote starts the note listing scenario 16's samples (the operator
-// doc reads them back).
+// handoffNote starts the note listing scenario 16's samples (for people;
+// the documents read Figures.Handoffs).
 const handoffNote = "handoffs, ms from the command to every target unit beating (supervisor part + units' own start, old units' stop within the supervisor part): "
-
-// parseHandoffNote reads back the samples of a handoffNote.
-func parseHandoffNote(note string) []handoffSample {
-	rest, ok := strings.CutPrefix(note, handoffNote)
-	if !ok {
-		return nil
-	}
-	var out []handoffSample
-	for _, m := range handoffSampleRE.FindAllStringSubmatch(rest, -1) {
-		var v [4]float64
-		for i := range v {
-			v[i], _ = strconv.ParseFloat(m[i+1], 64)
-		}
-		out = append(out, handoffSample{total: v[0], supervisor: v[1], unitStart: v[2], unitStop: v[3]})
-	}
-	return out
-}
-
-var handoffSampleRE = regexp.MustCompile(`(-?[0-9]+) \((-?[0-9]+) \+ (-?[0-9]+), old units' stop (-?[0-9]+)\)`)
 
 // measureHandoff runs one handoff from the current leader to the standby.
 func (r *Run) measureHandoff(ctx context.Context, i int) (handoffSample, error) {
@@ -386,7 +368,7 @@ func (r *Run) measureHandoff(ctx context.Context, i int) (handoffSample, error) 
 	from, to := r.Leader, r.Standby
 	var out string
 	var code int
-	t0, err := r.Fault(fmt.Sprintf("handoff %d/%d: `kha-supervisor handoff --to %s --wait` on %s", i, handoffRounds, to, from), func() error {
+	t0, err := r.Fault(fmt.Sprintf("handoff %d/%d: `kha-supervisor handoff --to %s --wait` on %s", i, HandoffRounds, to, from), func() error {
 		out, code = r.kha(ctx, from, "handoff", "--to", to, "--wait", "--timeout", "30s")
 		return nil
 	})
@@ -484,7 +466,7 @@ func freezeScenario(ctx context.Context, r *Run) error {
 	}
 	oldLast := latest(r.lastBeats(r.Leader, fault))
 	if !oldLast.IsZero() {
-		r.Metric(MStopped, oldLast.Sub(fault))
+		r.Metric(report.MStopped, oldLast.Sub(fault))
 		r.Mark(oldLast, r.Leader, "last heartbeat of "+r.Leader+"'s units")
 	}
 	// Frozen past the old lease's expiry (at most one TTL after the fault):
@@ -589,7 +571,9 @@ func banScenario(ctx context.Context, r *Run) error {
 	if code == 0 || !strings.Contains(out, "banned") {
 		r.Failf("handoff --to the banned %s: exit %d, want a refusal naming the ban: %q", banned, code, out)
 	} else {
-		r.Notef("handoff --to %s refused (exit %d): %s", banned, code, out)
+		n := fmt.Sprintf("handoff --to %s refused (exit %d): %s", banned, code, out)
+		r.Notef("%s", n)
+		r.Res.Figures.BanRefusals = append(r.Res.Figures.BanRefusals, n)
 	}
 	out, code = r.kha(ctx, other, "handoff", "--wait", "--timeout", "10s")
 	if code == 0 {
@@ -655,8 +639,9 @@ func parseDrill(out string) (drillTimeline, bool) {
 }
 
 // drill runs `kha-supervisor drill ARGS` on the leader and records the
-// printed timeline in the notes.
-func (r *Run) drill(ctx context.Context, args ...string) (string, int, drillTimeline, error) {
+// printed timeline in the notes and in Figures.Drills (want is the exit
+// the scenario expects).
+func (r *Run) drill(ctx context.Context, want int, args ...string) (string, int, drillTimeline, error) {
 	var out string
 	var code int
 	issued, err := r.Fault("`kha-supervisor drill "+strings.Join(args, " ")+"` on "+r.Leader, func() error {
@@ -670,10 +655,12 @@ func (r *Run) drill(ctx context.Context, args ...string) (string, int, drillTime
 			lines = append(lines, l)
 		}
 	}
-	r.Notef("drill %s -> exit %d: %s", strings.Join(args, " "), code, strings.Join(lines, " / "))
+	d := report.Drill{Args: strings.Join(args, " "), Exit: code, WantExit: want, Output: lines}
+	r.Notef("%s", d.Note())
 	if ok {
-		r.noteWitnessOrder(ctx, "drill "+args[0], issued, t.Old, t.New)
+		d.Witness = r.noteWitnessOrder(ctx, "drill "+args[0], issued, t.Old, t.New)
 	}
+	r.Res.Figures.Drills = append(r.Res.Figures.Drills, d)
 	return out, code, t, err
 }
 
@@ -681,10 +668,10 @@ func (r *Run) drill(ctx context.Context, args ...string) (string, int, drillTime
 // new issued at t: the old units' last heartbeat and the new ones' first,
 // from the command being issued. It is the ground truth to hold a
 // command's own timeline (from the members' records) against.
-func (r *Run) noteWitnessOrder(ctx context.Context, what string, t time.Time, old, new string) {
+func (r *Run) noteWitnessOrder(ctx context.Context, what string, t time.Time, old, new string) string {
 	if _, err := r.waitUnits(ctx, new, t); err != nil {
 		r.Notef("%s: witness: %v", what, err)
-		return
+		return err.Error()
 	}
 	oldLast := latest(r.lastBeats(old, t))
 	var newFirst time.Time
@@ -694,13 +681,15 @@ func (r *Run) noteWitnessOrder(ctx context.Context, what string, t time.Time, ol
 		}
 	}
 	if oldLast.IsZero() || newFirst.IsZero() {
-		return
+		return ""
 	}
 	order := "in order"
 	if !newFirst.After(oldLast) {
 		order = "OUT OF ORDER"
 	}
-	r.Notef("%s: witness: %s's units last beat %+.3fs, %s's first %+.3fs after the command (%s)", what, old, oldLast.Sub(t).Seconds(), new, newFirst.Sub(t).Seconds(), order)
+	seen := fmt.Sprintf("%s's units last beat %+.3fs, %s's first %+.3fs after the command (%s)", old, oldLast.Sub(t).Seconds(), new, newFirst.Sub(t).Seconds(), order)
+	r.Notef("%s: witness: %s", what, seen)
+	return seen
 }
 
 func drills(ctx context.Context, r *Run) error {
@@ -714,7 +703,7 @@ func drills(ctx context.Context, r *Run) error {
 	for attempt := 1; ; attempt++ {
 		from := time.Now()
 		var err error
-		if out, code, t, err = r.drill(ctx, "handoff", "--expect-within", "10s"); err != nil {
+		if out, code, t, err = r.drill(ctx, 0, "handoff", "--expect-within", "10s"); err != nil {
 			return err
 		}
 		if code != 7 || attempt == 3 || !r.promotionFailedSince(from) {
@@ -737,7 +726,7 @@ func drills(ctx context.Context, r *Run) error {
 
 	// Failover: the leader fences without releasing; the standby waits out
 	// the lease.
-	out, code, t, err := r.drill(ctx, "failover", "--expect-within", "30s")
+	out, code, t, err := r.drill(ctx, 0, "failover", "--expect-within", "30s")
 	if err != nil {
 		return err
 	}
@@ -761,7 +750,7 @@ func drills(ctx context.Context, r *Run) error {
 	}
 
 	// An expectation no failover can meet: the drill must say so.
-	out, code, t, err = r.drill(ctx, "failover", "--expect-within", "100ms")
+	out, code, t, err = r.drill(ctx, 7, "failover", "--expect-within", "100ms")
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
@@ -272,7 +273,9 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	if v := installedVersion(ctx, r.Nodes[old]); v != up {
 		r.Failf("dpkg on %s says %q is installed, want %s", old, v, up)
 	}
-	r.Notef("upgraded %s to %s in %s (dpkg -i); %s took over; %s came back as %s on %s", old, up, took.Round(time.Millisecond), winner, old, wantState, up)
+	note := fmt.Sprintf("upgraded %s to %s in %s (dpkg -i); %s took over; %s came back as %s on %s", old, up, took.Round(time.Millisecond), winner, old, wantState, up)
+	r.Notef("%s", note)
+	r.Res.Figures.Upgrades = append(r.Res.Figures.Upgrades, note)
 
 	// The guard on the standby after the upgrade (scenario 9, again).
 	if err := r.resteady(ctx); err != nil {
@@ -297,7 +300,7 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	}
 	r.expectStoppedBeforeWin()
 	second := maps.Clone(r.Res.Metrics)
-	for _, k := range []string{MStopped, MWon, MFailover, MMargin, MGap} {
+	for _, k := range []string{report.MStopped, report.MWon, report.MFailover, report.MMargin, report.MGap} {
 		delete(r.Res.Metrics, k)
 		if v, ok := second[k]; ok {
 			r.Res.Metrics["remove_"+k] = v
@@ -381,7 +384,9 @@ func (r *Run) guardRefuses(ctx context.Context, node, leader string) {
 		}
 		for _, line := range strings.Split(r.JournalSince(ctx, node, unit, at), "\n") {
 			if strings.Contains(line, "refusing") && strings.Contains(line, leader) {
-				r.Notef("guard on %s refused (systemctl exit %d): %s", node, code, strings.TrimSpace(line))
+				note := fmt.Sprintf("guard on %s refused (systemctl exit %d): %s", node, code, strings.TrimSpace(line))
+				r.Notef("%s", note)
+				r.Res.Figures.GuardAnswers = append(r.Res.Figures.GuardAnswers, note)
 				return
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 )
@@ -83,7 +84,7 @@ func (r *Run) cutFromEtcd(ctx context.Context, node string, alsoFrom string) err
 // check covers it too): the old leader's units were gone before the new
 // leader won.
 func (r *Run) expectStoppedBeforeWin() {
-	m, ok := r.Res.Metrics[MMargin]
+	m, ok := r.Res.Metrics[report.MMargin]
 	if !ok {
 		r.Failf("no margin measured (old units' last heartbeat or the win not seen)")
 		return
@@ -281,7 +282,7 @@ func quorumLost(ctx context.Context, r *Run) error {
 			oldLast = t
 		}
 	}
-	r.Metric(MStopped, oldLast.Sub(fault))
+	r.Metric(report.MStopped, oldLast.Sub(fault))
 	r.Mark(oldLast, r.Leader, "last heartbeat of "+r.Leader+"'s units")
 	// Stay without quorum past the lease TTL: nobody may start anything.
 	if err := Sleep(ctx, time.Until(fault.Add(r.Profile.TTL+3*time.Second))); err != nil {
@@ -419,6 +420,9 @@ func manualStart(ctx context.Context, r *Run) error {
 			if strings.Contains(line, "refusing") && strings.Contains(line, r.Leader) {
 				msg = strings.TrimSpace(line)
 				r.Notef("refused (systemctl exit %d); guard said: %s", code, msg)
+				if r.Res.Figures.GuardMessage == "" {
+					r.Res.Figures.GuardMessage = msg
+				}
 			}
 		}
 		if msg == "" {
@@ -533,7 +537,7 @@ func manualStartNoGuard(ctx context.Context, r *Run) error {
 	if first, ok := r.W.FirstStart(r.Standby, scheduler, fault); ok {
 		last, _ := r.W.LastBeat(r.Standby, scheduler, time.Now())
 		r.Metric("rogue_beating", last.Sub(first)+witness.Grace)
-		r.Metric(MStopped, last.Sub(fault))
+		r.Metric(report.MStopped, last.Sub(fault))
 		r.Mark(first, r.Standby, "hand-started unit beats on "+r.Standby)
 		r.Mark(last, r.Standby, "its last heartbeat")
 	} else {
@@ -607,7 +611,7 @@ func keyDeleted(ctx context.Context, r *Run) error {
 	// The row's standard metrics are the deletion's; the revocation's go
 	// under their own names.
 	second := maps.Clone(r.Res.Metrics)
-	for _, k := range []string{MStopped, MWon, MFailover, MMargin, MGap} {
+	for _, k := range []string{report.MStopped, report.MWon, report.MFailover, report.MMargin, report.MGap} {
 		delete(r.Res.Metrics, k)
 		if v, ok := second[k]; ok {
 			r.Res.Metrics["revoke_"+k] = v
