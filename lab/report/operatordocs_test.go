@@ -102,3 +102,54 @@ func TestLegacyHandoffs(t *testing.T) {
 		t.Error("another note parsed as samples")
 	}
 }
+
+// The doc reads the typed figures only: a report saved now, its notes gone,
+// gives the same doc as the legacy report its figures came from.
+func TestOperatorDocReadsFiguresNotNotes(t *testing.T) {
+	render := func(rep *Report) string {
+		var b bytes.Buffer
+		if err := WriteOperatorDoc(&b, OperatorDoc{Reports: []*Report{rep}, IDs: operatorIDs, HandoffRounds: 5}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	legacy := loadLegacy(t, legacyOperatorReport())
+	want := render(legacy)
+	typed := *legacy
+	typed.Results = nil
+	for _, res := range legacy.Results {
+		res.Notes = nil
+		typed.Results = append(typed.Results, res)
+	}
+	path, err := typed.Save(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reps[0].Schema != Schema || len(reps[0].Results[0].Figures.Handoffs) != 3 {
+		t.Fatalf("saved report: schema %d, scenario 16's figures %+v", reps[0].Schema, reps[0].Results[0].Figures)
+	}
+	if got := render(reps[0]); got != want {
+		t.Errorf("the doc from typed figures differs from the legacy one:\n--- legacy\n%s\n--- typed\n%s", want, got)
+	}
+}
+
+// Scenario 9's guard message in failure-modes.md comes from the figures.
+func TestFailureModesQuotesTheGuard(t *testing.T) {
+	res := result(9, true, 0, 0)
+	res.Figures.GuardMessage = "kha-supervisor: refusing to start kube-scheduler.service on m2: this node is standby; leader is m1 (token 7)"
+	var b bytes.Buffer
+	if err := WriteFailureModes(&b, FailureModes{Matrix: []*Report{{Kind: "matrix", Results: []Result{res}}}, IssueIDs: []int{23}}); err != nil {
+		t.Fatal(err)
+	}
+	doc := b.String()
+	if !strings.Contains(doc, "naming the leader:\n\n    "+res.Figures.GuardMessage+"\n\n") {
+		t.Errorf("the guard's message is not quoted:\n%s", doc)
+	}
+	if strings.Contains(doc, "Paths the first matrix could not see") {
+		t.Error("the issue scenarios' section is written although none of them ran")
+	}
+}
