@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -180,7 +179,7 @@ func runSoak(ctx context.Context, args []string) error {
 }
 
 func runList(ctx context.Context, args []string) error {
-	for _, s := range slices.Concat(scenario.All, scenario.Operator, scenario.Issues) {
+	for _, s := range scenario.Tables() {
 		fmt.Printf("%2d  %-26s %s\n      expected: %s\n", s.ID, s.Name, s.Fault, s.Expected)
 	}
 	return nil

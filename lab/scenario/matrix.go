@@ -63,18 +63,6 @@ func (e *Env) finish(rep *report.Report) {
 	}
 }
 
-// SoakSet is what a soak draws from: every scenario but 10, whose whole
-// point is an operator removing the safety net (it makes an overlap by hand).
-func SoakSet() []int {
-	var out []int
-	for _, s := range All {
-		if s.ID != 10 {
-			out = append(out, s.ID)
-		}
-	}
-	return out
-}
-
 // Soak injects random faults from SoakSet back to back for d, seeded, with
 // the invariant checked after every fault and over the whole span.
 func (e *Env) Soak(ctx context.Context, d time.Duration, seed uint64, outDir string, progress io.Writer) (*report.Report, string, error) {

@@ -204,7 +204,7 @@ func TestReportKind(t *testing.T) {
 		{OperatorIDs(), "operator"},
 		{[]int{16}, "operator"},
 		{[]int{1, 16}, "matrix"},
-		{CISubset, "matrix"},
+		{CISubset(), "matrix"},
 		{nil, "matrix"},
 	} {
 		if got := reportKind(tc.ids); got != tc.want {

@@ -11,14 +11,55 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
-// Scenario is one row of the failure matrix.
+// Scenario is one row of a scenario table (All, Operator, Issues; each
+// scenario's code in its own file). Adding a scenario is that file and one
+// row: `kha-lab run`, the soak, the CI subset and the documents read the
+// tables.
 type Scenario struct {
 	ID       int
 	Name     string
 	Fault    string
 	Expected string
 	run      func(ctx context.Context, r *Run) error
+	// In are the runs besides its own table's that take the scenario.
+	In Set
 }
+
+// Set names runs a scenario can belong to besides its own table's.
+type Set uint8
+
+const (
+	// Alone: only its own table's runs (`kha-lab run all|operator|issues`).
+	Alone Set = 0
+	// CI: `make test` runs it (TestCISubset): short, and together a
+	// partition, a crash, a freeze, an operator's mistake, a planned
+	// handoff and every operator command.
+	CI Set = 1 << iota
+	// Soak: `kha-lab soak` draws from it.
+	Soak
+)
+
+// Tables are every scenario table, in `kha-lab list` order.
+func Tables() []Scenario { return slices.Concat(All, Operator, Issues) }
+
+// IDsIn are the IDs of the scenarios in set, in table order.
+func IDsIn(set Set) []int {
+	var ids []int
+	for _, s := range Tables() {
+		if s.In&set != 0 {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
+}
+
+// CISubset are the scenarios `make test` runs.
+func CISubset() []int { return IDsIn(CI) }
+
+// SoakSet is what a soak draws from: every matrix scenario but 10, whose
+// whole point is an operator removing the safety net (it makes an overlap by
+// hand).
+func SoakSet() []int { return IDsIn(Soak) }
 
 // Run is the state of one scenario execution.
 type Run struct {

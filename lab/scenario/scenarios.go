@@ -24,40 +24,40 @@ import (
 // All is the failure matrix of the design brief, section 8, in order.
 var All = []Scenario{
 	{1, "leader-rack-isolated", "leader's rack cut off from etcd and from the other rack",
-		"leader fences before its lease can expire; other node takes over ~TTL later", leaderRackIsolated},
+		"leader fences before its lease can expire; other node takes over ~TTL later", leaderRackIsolated, CI | Soak},
 	{2, "standby-rack-isolated", "standby's rack cut off",
-		"nothing changes on the leader; standby rejoins on heal", standbyRackIsolated},
+		"nothing changes on the leader; standby rejoins on heal", standbyRackIsolated, Soak},
 	{3, "leader-etcd-cut", "leader cut off from etcd only (still sees the other rack)",
-		"as 1", leaderEtcdCut},
+		"as 1", leaderEtcdCut, Soak},
 	{4, "kill-supervisor", "kill -9 of the leader's supervisor",
-		"units stop at once (BindsTo); takeover after TTL", killSupervisor},
+		"units stop at once (BindsTo); takeover after TTL", killSupervisor, CI | Soak},
 	{5, "freeze-supervisor", "SIGSTOP of the leader's supervisor for longer than TTL",
-		"systemd watchdog kills it; units stop; takeover", freezeSupervisor},
+		"systemd watchdog kills it; units stop; takeover", freezeSupervisor, CI | Soak},
 	{6, "etcd-member-down", "one etcd member down (the raft leader, kill -9)",
-		"no leadership change", etcdMemberDown},
+		"no leadership change", etcdMemberDown, Soak},
 	{7, "etcd-quorum-lost", "etcd quorum lost (two members killed), then restored",
-		"leader fences; no node runs units; one takes over after restore", quorumLost},
+		"leader fences; no node runs units; one takes over after restore", quorumLost, Soak},
 	{8, "unit-ignores-term", "managed unit ignores SIGTERM (leader then cut from etcd)",
-		"fencing escalates to SIGKILL within S_max", unitIgnoresTerm},
+		"fencing escalates to SIGKILL within S_max", unitIgnoresTerm, Soak},
 	{9, "manual-start-standby", "operator runs `systemctl start kube-scheduler` on the standby",
-		"refused by the guard with a message naming the leader", manualStart},
+		"refused by the guard with a message naming the leader", manualStart, CI | Soak},
 	{10, "manual-start-no-guard", "same, with the guard drop-in removed",
-		"the standby supervisor stops the unit within one poll", manualStartNoGuard},
+		"the standby supervisor stops the unit within one poll", manualStartNoGuard, Alone},
 	{11, "key-deleted-lease-revoked", "election key deleted by hand, then the new leader's lease revoked by hand",
-		"old leader fences at once; new leader waits for it (barrier)", keyDeleted},
+		"old leader fences at once; new leader waits for it (barrier)", keyDeleted, Soak},
 	{12, "unit-crash-loop", "managed unit crash-loops on the leader",
-		"leader demotes; other node takes over", crashLoop},
+		"leader demotes; other node takes over", crashLoop, Soak},
 	{13, "graceful-stop", "`systemctl stop kha-supervisor` on the leader",
-		"handoff well under one second", gracefulStop},
+		"handoff well under one second", gracefulStop, CI | Soak},
 	{14, "simultaneous-start", "both supervisors start at the same instant",
-		"exactly one leader", simultaneousStart},
+		"exactly one leader", simultaneousStart, Soak},
 	{15, "systemd-reexec", "systemd daemon-reexec, then a dbus restart, on the leader",
-		"supervisor reconnects; no spurious fence", systemdReexec},
+		"supervisor reconnects; no spurious fence", systemdReexec, Soak},
 }
 
 // Lookup returns the scenario with id.
 func Lookup(id int) (Scenario, bool) {
-	for _, s := range slices.Concat(All, Operator, Issues) {
+	for _, s := range Tables() {
 		if s.ID == id {
 			return s, true
 		}
