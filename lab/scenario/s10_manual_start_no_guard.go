@@ -9,32 +9,14 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
 func manualStartNoGuard(ctx context.Context, r *Run) error {
 	n := r.Nodes[r.Standby]
-	paths, err := guardDropins(n)
-	if err != nil {
-		return err
-	}
-	// Registered first, so it runs last (undo steps run last-in,
-	// first-out): after every drop-in is back.
-	r.Undo(func(ctx context.Context) error {
-		_, err := n.Systemctl(ctx, "daemon-reload")
-		return err
-	})
-	for _, p := range paths {
-		host := filepath.Join(n.Root(), p)
-		if err := os.Rename(host, host+".lab-removed"); err != nil {
-			return err
-		}
-		r.Undo(func(ctx context.Context) error {
-			return os.Rename(host+".lab-removed", host)
-		})
-	}
-	if _, err := n.Systemctl(ctx, "daemon-reload"); err != nil {
+	if err := r.removeGuard(ctx, n); err != nil {
 		return err
 	}
 	// Reloading systemd stalls its bus for seconds on this machine; let the
@@ -66,19 +48,8 @@ func manualStartNoGuard(ctx context.Context, r *Run) error {
 	if err != nil {
 		return err
 	}
-	// How long it ran, by systemd's own clock (monotonic, microseconds).
-	out, err := n.Exec(ctx, "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "-p", "InactiveEnterTimestampMonotonic", unit)
-	if err != nil {
+	if err := r.rogueActive(ctx, n, unit); err != nil {
 		return err
-	}
-	props := map[string]int64{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			props[k], _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	if a, i := props["ActiveEnterTimestampMonotonic"], props["InactiveEnterTimestampMonotonic"]; a > 0 && i > a {
-		r.Metric("rogue_active", time.Duration(i-a)*time.Microsecond)
 	}
 	_ = r.W.Refresh()
 	if first, ok := r.W.FirstStart(r.Standby, scheduler, fault); ok {
@@ -97,6 +68,52 @@ func manualStartNoGuard(ctx context.Context, r *Run) error {
 	}
 	if ch := r.Obs.LeaderChanges(fault, time.Now()); len(ch) > 0 {
 		r.Failf("leadership changed")
+	}
+	return nil
+}
+
+// removeGuard moves the guard drop-ins of n aside until the scenario ends.
+func (r *Run) removeGuard(ctx context.Context, n *master.Node) error {
+	paths, err := guardDropins(n)
+	if err != nil {
+		return err
+	}
+	// Registered first, so it runs last (undo steps run last-in,
+	// first-out): after every drop-in is back.
+	r.Undo(func(ctx context.Context) error {
+		_, err := n.Systemctl(ctx, "daemon-reload")
+		return err
+	})
+	for _, p := range paths {
+		host := filepath.Join(n.Root(), p)
+		if err := os.Rename(host, host+".lab-removed"); err != nil {
+			return err
+		}
+		r.Undo(func(ctx context.Context) error {
+			return os.Rename(host+".lab-removed", host)
+		})
+	}
+	if _, err := n.Systemctl(ctx, "daemon-reload"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// rogueActive records how long the hand-started unit was active, by
+// systemd's own clock (monotonic, microseconds).
+func (r *Run) rogueActive(ctx context.Context, n *master.Node, unit string) error {
+	out, err := n.Exec(ctx, "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "-p", "InactiveEnterTimestampMonotonic", unit)
+	if err != nil {
+		return err
+	}
+	props := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			props[k], _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if a, i := props["ActiveEnterTimestampMonotonic"], props["InactiveEnterTimestampMonotonic"]; a > 0 && i > a {
+		r.Metric("rogue_active", time.Duration(i-a)*time.Microsecond)
 	}
 	return nil
 }

@@ -79,19 +79,9 @@ func (r *Run) reconfigure(ctx context.Context, cfg func(node string) []byte, dro
 }
 
 func hooksOrder(ctx context.Context, r *Run) error {
-	if err := mkdirShared(r.Lab.SharedPath("hooks")); err != nil {
+	if err := r.configureHooks(ctx); err != nil {
 		return err
 	}
-	// Last clean-up step: the hook log goes once no hook can write it.
-	r.Undo(func(context.Context) error { return os.RemoveAll(r.Lab.SharedPath("hooks")) })
-	dropin := []byte("# Written by kha-lab (scenario 21): the test hook appends to the shared hook log.\n[Service]\nReadWritePaths=" + hookDir + "\n")
-	r.Undo(func(ctx context.Context) error {
-		return r.reconfigure(ctx, r.Lab.SupervisorConfigFor, nil)
-	})
-	if err := r.reconfigure(ctx, r.hookConfig, dropin); err != nil {
-		return fmt.Errorf("configure hooks: %w", err)
-	}
-	r.Mark(time.Now(), "", "hooks configured on both masters")
 
 	// A handoff: on_demote on the old leader, on_promote on the new one.
 	a, b, tokA := r.Leader, r.Standby, r.LeaderToken
@@ -160,6 +150,32 @@ func hooksOrder(ctx context.Context, r *Run) error {
 		{Phase: "cut", Event: "on_fence", Node: b, Token: tokB, Since: t2, After: oldB},
 		{Phase: "cut", Event: "on_promote", Node: a, Token: cs2.Token, Since: t2, Before: r.firstBeats(a, t2)},
 	}
+	r.judgeHooks(evs, checks)
+	return nil
+}
+
+// configureHooks gives both masters the logging hooks (and the drop-in
+// that lets them write the log) until the scenario ends.
+func (r *Run) configureHooks(ctx context.Context) error {
+	if err := mkdirShared(r.Lab.SharedPath("hooks")); err != nil {
+		return err
+	}
+	// Last clean-up step: the hook log goes once no hook can write it.
+	r.Undo(func(context.Context) error { return os.RemoveAll(r.Lab.SharedPath("hooks")) })
+	dropin := []byte("# Written by kha-lab (scenario 21): the test hook appends to the shared hook log.\n[Service]\nReadWritePaths=" + hookDir + "\n")
+	r.Undo(func(ctx context.Context) error {
+		return r.reconfigure(ctx, r.Lab.SupervisorConfigFor, nil)
+	})
+	if err := r.reconfigure(ctx, r.hookConfig, dropin); err != nil {
+		return fmt.Errorf("configure hooks: %w", err)
+	}
+	r.Mark(time.Now(), "", "hooks configured on both masters")
+	return nil
+}
+
+// judgeHooks records each check's verdict on the logged hook events, and
+// the margins of the hooks it found.
+func (r *Run) judgeHooks(evs []HookEvent, checks []hookCheck) {
 	for _, c := range checks {
 		ev, problems := c.judge(evs)
 		for _, p := range problems {
@@ -171,7 +187,6 @@ func hooksOrder(ctx context.Context, r *Run) error {
 			r.setMS(c.metricName(), c.margin(*ev))
 		}
 	}
-	return nil
 }
 
 // firstBeats returns, per unit, the first heartbeat of node's instance that
