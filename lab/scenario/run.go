@@ -28,9 +28,10 @@ type Scenario struct {
 // Set names runs a scenario can belong to besides its own table's.
 type Set uint8
 
+// Alone: only its own table's runs (`kha-lab run all|operator|issues`).
+const Alone Set = 0
+
 const (
-	// Alone: only its own table's runs (`kha-lab run all|operator|issues`).
-	Alone Set = 0
 	// CI: `make test` runs it (TestCISubset): short, and together a
 	// partition, a crash, a freeze, an operator's mistake, a planned
 	// handoff and every operator command.
