@@ -56,7 +56,7 @@ package-check: deps packages
 # (also when a scenario fails). LAB_FLAGS is passed to every kha-lab command
 # (e.g. --prefix other --profile default; --etcd tuned for a 50/500 ms etcd,
 # stock timing otherwise); lab-soak takes SOAK_DURATION and SOAK_SEED.
-# lab-issues runs scenarios 23-36 (issues 13 and 11) on a lab that is up.
+# lab-issues runs the issue scenarios (scenario.Issues: `kha-lab list`) on a lab that is up.
 LAB := ./bin/kha-lab
 LAB_FLAGS ?=
 SOAK_DURATION ?= 30m

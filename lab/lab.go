@@ -30,6 +30,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/proc"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // DefaultPrefix names the demo lab's namespaces, containers and directories.
@@ -70,9 +71,9 @@ type Lab struct {
 	log        *slog.Logger
 	// plane, when set, is the real control plane (realplane.go).
 	plane RealPlane
-	// configTail, when set, is appended to every supervisor's
-	// configuration (realplane.go, WithConfigTail).
-	configTail func(node string) []byte
+	// configEdit, when set, changes every supervisor's configuration
+	// (realplane.go, WithConfigEdit).
+	configEdit func(node string, c *config.Config)
 }
 
 // New resolves defaults; it creates nothing.
@@ -104,6 +105,9 @@ func New(cfg Config) (*Lab, error) {
 	}
 	if cfg.Profile.Name == "" {
 		cfg.Profile = Fast
+	}
+	if _, ok := config.Profiles[cfg.Profile.Name]; !ok {
+		return nil, fmt.Errorf("lab: profile %q: not a shipped profile (%s)", cfg.Profile.Name, strings.Join(config.ProfileNames(), ", "))
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -11,6 +11,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/etcd"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // Planes a lab can run: the witnesses standing in for the managed units
@@ -99,10 +100,10 @@ func (l *Lab) InstallSupervisor(ctx context.Context, n *master.Node) error {
 	return l.installSupervisor(ctx, n)
 }
 
-// WithConfigTail is l with tail(node) appended to each supervisor's
-// configuration (the real plane's [api_fence] section).
-func (l *Lab) WithConfigTail(tail func(node string) []byte) *Lab {
+// WithConfigEdit is l with edit applied to each supervisor's configuration
+// (the real plane's [api_fence] section).
+func (l *Lab) WithConfigEdit(edit func(node string, c *config.Config)) *Lab {
 	c := *l
-	c.configTail = tail
+	c.configEdit = edit
 	return &c
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // Paths of the supervisor inside a master, as the package installs them.
@@ -25,54 +25,51 @@ const (
 	EtcdPrefix = "/kha-supervisor"
 )
 
-// SupervisorConfigFor renders master's configuration: every etcd member
-// over TLS with the master's own client certificate, and the profile's
-// timings.
-func (l *Lab) SupervisorConfigFor(node string) []byte {
+// SupervisorConfig is master node's configuration: the lab profile's
+// shipped profile (config.Profiles, applied by UseProfile: the one
+// definition of its timings) with the lab's own cooldown, every etcd member
+// over TLS with the master's own client certificate, the witnesses as the
+// managed units and debug logs. Scenarios change a copy of it (hooks, a
+// takeover delay) and write it with WriteSupervisorConfig.
+func (l *Lab) SupervisorConfig(node string) config.Config {
 	p := l.cfg.Profile
-	q := func(s []string) string {
-		for i := range s {
-			s[i] = fmt.Sprintf("%q", s[i])
-		}
-		return "[" + strings.Join(s, ", ") + "]"
+	c := config.Default()
+	if err := c.UseProfile(p.Name); err != nil {
+		// New refuses a profile config.Profiles does not have.
+		panic(fmt.Sprintf("lab: profile %q: %v", p.Name, err))
 	}
-	var units []string
+	c.Node, c.Cluster = node, Cluster
+	c.Etcd.Endpoints = l.Etcd.Endpoints()
+	c.Etcd.Prefix = EtcdPrefix
+	c.Etcd.CA = "/lab/pki/ca.crt"
+	c.Etcd.Cert = "/lab/pki/" + node + ".crt"
+	c.Etcd.Key = "/lab/pki/" + node + ".key"
+	c.Units.Managed = nil
 	for _, w := range Witnesses {
-		units = append(units, w.Service())
+		c.Units.Managed = append(c.Units.Managed, w.Service())
 	}
-	out := fmt.Appendf(nil, `# Written by kha-lab (profile %[1]s).
-node = %[2]q
-cluster = %[3]q
-
-[etcd]
-endpoints = %[4]s
-prefix = %[14]q
-ca = "/lab/pki/ca.crt"
-cert = "/lab/pki/%[2]s.crt"
-key = "/lab/pki/%[2]s.key"
-request_timeout = %[5]q
-
-[lease]
-ttl = %[6]q
-renew_interval = %[7]q
-slack = %[8]q
-
-[units]
-managed = %[9]s
-stop_timeout = %[10]q
-kill_grace = %[11]q
-poll_interval = %[12]q
-cooldown = %[13]q
-
-[log]
-level = "debug"
-`, p.Name, node, Cluster, q(l.Etcd.Endpoints()), p.RequestTimeout, p.TTL, p.Renew, p.Slack,
-		q(units), p.StopTimeout, p.KillGrace, p.Poll, p.Cooldown, EtcdPrefix)
-	if l.configTail != nil {
-		out = append(out, l.configTail(node)...)
+	c.Units.Cooldown = config.D(p.Cooldown)
+	c.Log.Level = "debug"
+	c.Path = "kha-lab (profile " + p.Name + ")"
+	if l.configEdit != nil {
+		l.configEdit(node, &c)
 	}
-	return out
+	return c
 }
+
+// ConfigText is c as the TOML file a master reads (config.Describe: every
+// key, then the fence window as comments).
+func ConfigText(c config.Config) []byte {
+	var b bytes.Buffer
+	if err := c.Describe(&b); err != nil {
+		panic(fmt.Sprintf("lab: describe a configuration into memory: %v", err)) // a bytes.Buffer does not fail
+	}
+	return b.Bytes()
+}
+
+// SupervisorConfigFor renders master node's configuration (SupervisorConfig)
+// as the file it reads.
+func (l *Lab) SupervisorConfigFor(node string) []byte { return ConfigText(l.SupervisorConfig(node)) }
 
 // watchdogDropin shortens the shipped unit's watchdog for short TTLs, as the
 // unit file's own comment asks: the frozen-supervisor path (SIGSTOP) must

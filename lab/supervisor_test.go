@@ -1,12 +1,14 @@
 package lab
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -54,5 +56,92 @@ func TestSupervisorConfigLoads(t *testing.T) {
 		if err := c.Window().Validate(c.Lease.RenewInterval.D()); err != nil {
 			t.Fatalf("profile %s: fence window: %v", p.Name, err)
 		}
+	}
+}
+
+// legacyConfigText is the configuration the lab wrote before it built a
+// config.Config (a TOML format string with the profile's numbers), kept
+// here only to prove the new file says the same.
+func legacyConfigText(l *Lab, node string) []byte {
+	p := l.cfg.Profile
+	q := func(s []string) string {
+		for i := range s {
+			s[i] = fmt.Sprintf("%q", s[i])
+		}
+		return "[" + strings.Join(s, ", ") + "]"
+	}
+	var units []string
+	for _, w := range Witnesses {
+		units = append(units, w.Service())
+	}
+	return fmt.Appendf(nil, `node = %[2]q
+cluster = %[3]q
+
+[etcd]
+endpoints = %[4]s
+prefix = %[14]q
+ca = "/lab/pki/ca.crt"
+cert = "/lab/pki/%[2]s.crt"
+key = "/lab/pki/%[2]s.key"
+request_timeout = %[5]q
+
+[lease]
+ttl = %[6]q
+renew_interval = %[7]q
+slack = %[8]q
+
+[units]
+managed = %[9]s
+stop_timeout = %[10]q
+kill_grace = %[11]q
+poll_interval = %[12]q
+cooldown = %[13]q
+
+[log]
+level = "debug"
+`, p.Name, node, Cluster, q(l.Etcd.Endpoints()), p.RequestTimeout, p.TTL, p.Renew, p.Slack,
+		q(units), p.StopTimeout, p.KillGrace, p.Poll, p.Cooldown, EtcdPrefix)
+}
+
+// The configuration built as a config.Config and printed by Describe
+// decodes to what the old format string decoded to. The one difference is
+// on purpose: the new file names its profile (profile = "fast"), where the
+// old one left it to the default and set every timing key; the timings are
+// the same, and install-dropins now writes the profile's WatchdogSec (the
+// lab's own 90-lab-watchdog.conf sets the same value after it).
+func TestSupervisorConfigMatchesLegacy(t *testing.T) {
+	for _, p := range []Profile{Fast, Default} {
+		l, err := New(Config{Prefix: "khcfgtest", StateDir: t.TempDir(), Binary: "/bin/true", Profile: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		decode := func(name string, text []byte) config.Config {
+			c := config.Default()
+			if _, err := toml.Decode(string(text), &c); err != nil {
+				t.Fatalf("profile %s: %s text does not decode: %v\n%s", p.Name, name, err, text)
+			}
+			return c
+		}
+		old := decode("legacy", legacyConfigText(l, "m1"))
+		cur := decode("Describe", l.SupervisorConfigFor("m1"))
+		if old.Profile != config.DefaultProfile || cur.Profile != p.Name {
+			t.Errorf("profile %s: profile keys %q (legacy) and %q (new)", p.Name, old.Profile, cur.Profile)
+		}
+		old.Profile = cur.Profile
+		// Compared as Describe prints them: every key, a nil list and an
+		// empty one alike (the old file left lists out, the new one says []).
+		if a, b := string(ConfigText(old)), string(ConfigText(cur)); a != b {
+			t.Errorf("profile %s: the configurations differ:\nlegacy:\n%s\nnew:\n%s", p.Name, a, b)
+		}
+	}
+}
+
+// An unknown profile name is refused when the lab is set up, naming it.
+func TestLabRefusesUnknownProfile(t *testing.T) {
+	p := Fast
+	p.Name = "turbo"
+	_, err := New(Config{Prefix: "khcfgtest", StateDir: t.TempDir(), Binary: "/bin/true", Profile: p})
+	if err == nil || !strings.Contains(err.Error(), `"turbo"`) {
+		t.Fatalf("New with profile turbo: %v; want a refusal naming it", err)
 	}
 }

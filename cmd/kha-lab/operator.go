@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 )
 
@@ -62,7 +63,7 @@ func runOperatorDocs(ctx context.Context, args []string) error {
 			paths = paths[len(paths)-1:]
 		}
 	}
-	reps, err := scenario.Load(paths...)
+	reps, err := report.Load(paths...)
 	if err != nil {
 		return err
 	}
@@ -73,8 +74,11 @@ func runOperatorDocs(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	scenario.WriteOperatorDoc(md, reps)
-	if err := md.Close(); err != nil {
+	err = report.WriteOperatorDoc(md, report.OperatorDoc{Reports: reps, IDs: scenario.OperatorIDs(), HandoffRounds: scenario.HandoffRounds})
+	if cerr := md.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s from %d run(s)\n", *out, len(paths))

@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 )
 
@@ -92,7 +92,7 @@ func runRun(ctx context.Context, args []string) error {
 	defer env.Close()
 	rep, path, err := env.RunMatrix(ctx, ids, *repeat, reportsDir(l))
 	if rep != nil {
-		scenario.WriteMarkdown(os.Stdout, []*scenario.Report{rep})
+		report.WriteMarkdown(os.Stdout, []*report.Report{rep})
 		fmt.Printf("\nreport: %s (and .md)\n", path)
 	}
 	if err != nil {
@@ -136,11 +136,11 @@ func runReport(ctx context.Context, args []string) error {
 			paths = paths[len(paths)-1:]
 		}
 	}
-	reps, err := scenario.Load(paths...)
+	reps, err := report.Load(paths...)
 	if err != nil {
 		return err
 	}
-	scenario.WriteMarkdown(os.Stdout, reps)
+	report.WriteMarkdown(os.Stdout, reps)
 	for _, r := range reps {
 		if !r.Pass {
 			return errors.New("a reported run failed")
@@ -179,7 +179,7 @@ func runSoak(ctx context.Context, args []string) error {
 }
 
 func runList(ctx context.Context, args []string) error {
-	for _, s := range slices.Concat(scenario.All, scenario.Operator, scenario.Issues) {
+	for _, s := range scenario.Tables() {
 		fmt.Printf("%2d  %-26s %s\n      expected: %s\n", s.ID, s.Name, s.Fault, s.Expected)
 	}
 	return nil
@@ -217,18 +217,18 @@ func runDocs(ctx context.Context, args []string) error {
 			paths = paths[len(paths)-1:]
 		}
 	}
-	matrix, err := scenario.Load(paths...)
+	matrix, err := report.Load(paths...)
 	if err != nil {
 		return err
 	}
-	var soak *scenario.Report
+	var soak *report.Report
 	if sp, _ := savedReports(l, "soak"); len(sp) > 0 {
-		if s, err := scenario.Load(sp[len(sp)-1]); err == nil {
+		if s, err := report.Load(sp[len(sp)-1]); err == nil {
 			soak = s[0]
 		}
 	}
 	svg := ""
-	if r, ok := scenario.FirstResult(matrix, 1); ok {
+	if r, ok := report.FirstResult(matrix, 1); ok {
 		ttl, err := time.ParseDuration(matrix[len(matrix)-1].Profile.TTL)
 		if err != nil {
 			return fmt.Errorf("profile TTL: %w", err)
@@ -238,7 +238,7 @@ func runDocs(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := scenario.WriteTimelineSVG(fsvg, r, ttl); err != nil {
+		if err := report.WriteTimelineSVG(fsvg, r, ttl); err != nil {
 			fsvg.Close()
 			return err
 		}
@@ -250,20 +250,23 @@ func runDocs(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var def []*scenario.Report
+	var def []*report.Report
 	if *defaults != "" {
-		if def, err = scenario.Load(strings.Split(*defaults, ",")...); err != nil {
+		if def, err = report.Load(strings.Split(*defaults, ",")...); err != nil {
 			return err
 		}
 	}
-	var bef []*scenario.Report
+	var bef []*report.Report
 	if *before != "" {
-		if bef, err = scenario.Load(strings.Split(*before, ",")...); err != nil {
+		if bef, err = report.Load(strings.Split(*before, ",")...); err != nil {
 			return err
 		}
 	}
-	scenario.WriteFailureModes(md, matrix, soak, def, svg, bef)
-	if err := md.Close(); err != nil {
+	err = report.WriteFailureModes(md, report.FailureModes{Matrix: matrix, Soak: soak, Defaults: def, Before: bef, SVG: svg, IssueIDs: scenario.IssueIDs()})
+	if cerr := md.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s from %d run(s)\n", filepath.Join(*out, "failure-modes.md"), len(paths))

@@ -49,6 +49,45 @@ func Hold(ctx context.Context, o HoldOptions) error {
 		lg = slog.Default()
 	}
 	_ = os.Remove(o.StateFile)
+	containers, err := bootAll(ctx, o, lg)
+	shutdown := func() error { return shutdownAll(containers, o.StateFile) }
+	if err != nil {
+		return errors.Join(err, shutdown())
+	}
+	var st []entry
+	for name, c := range containers {
+		id, err := proc.Identify(c.Leader())
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		st = append(st, entry{Name: name, Machine: c.Name(), Leader: c.Leader(), LeaderStart: id.Start, NspawnPID: c.PID()})
+	}
+	if err := writeState(o.StateFile, st); err != nil {
+		return errors.Join(err, shutdown())
+	}
+	lg.Info("masters booted and held", "state", o.StateFile)
+	exited := make(chan string, len(containers))
+	for name, c := range containers {
+		go func() {
+			<-c.Exited()
+			exited <- name
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		lg.Info("powering masters off")
+		return shutdown()
+	case name := <-exited:
+		// A master that powers off on its own leaves the lab broken: say so
+		// and release the other, so `up` can start over.
+		lg.Error("master container exited on its own", "master", name)
+		return errors.Join(fmt.Errorf("master %s exited", name), shutdown())
+	}
+}
+
+// bootAll boots every master of o at once; it returns those that booted and
+// the errors of those that did not.
+func bootAll(ctx context.Context, o HoldOptions, lg *slog.Logger) (map[string]*nspawn.Container, error) {
 	var (
 		mu         sync.Mutex
 		containers = map[string]*nspawn.Container{}
@@ -85,59 +124,30 @@ func Hold(ctx context.Context, o HoldOptions) error {
 		}()
 	}
 	wg.Wait()
-	shutdown := func() error {
-		var serrs []error
-		var swg sync.WaitGroup
-		var smu sync.Mutex
-		for name, c := range containers {
-			swg.Add(1)
-			go func() {
-				defer swg.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				if err := c.Shutdown(sctx); err != nil {
-					smu.Lock()
-					serrs = append(serrs, fmt.Errorf("shut down %s: %w", name, err))
-					smu.Unlock()
-				}
-			}()
-		}
-		swg.Wait()
-		_ = os.Remove(o.StateFile)
-		return errors.Join(serrs...)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return errors.Join(err, shutdown())
-	}
-	var st []entry
+	return containers, errors.Join(errs...)
+}
+
+// shutdownAll powers every container off at once and removes the state file.
+func shutdownAll(containers map[string]*nspawn.Container, stateFile string) error {
+	var serrs []error
+	var swg sync.WaitGroup
+	var smu sync.Mutex
 	for name, c := range containers {
-		id, err := proc.Identify(c.Leader())
-		if err != nil {
-			return errors.Join(err, shutdown())
-		}
-		st = append(st, entry{Name: name, Machine: c.Name(), Leader: c.Leader(), LeaderStart: id.Start, NspawnPID: c.PID()})
-	}
-	if err := writeState(o.StateFile, st); err != nil {
-		return errors.Join(err, shutdown())
-	}
-	lg.Info("masters booted and held", "state", o.StateFile)
-	exited := make(chan string, len(containers))
-	for name, c := range containers {
+		swg.Add(1)
 		go func() {
-			<-c.Exited()
-			exited <- name
+			defer swg.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := c.Shutdown(sctx); err != nil {
+				smu.Lock()
+				serrs = append(serrs, fmt.Errorf("shut down %s: %w", name, err))
+				smu.Unlock()
+			}
 		}()
 	}
-	select {
-	case <-ctx.Done():
-		lg.Info("powering masters off")
-		return shutdown()
-	case name := <-exited:
-		// A master that powers off on its own leaves the lab broken: say so
-		// and release the other, so `up` can start over.
-		lg.Error("master container exited on its own", "master", name)
-		return errors.Join(fmt.Errorf("master %s exited", name), shutdown())
-	}
+	swg.Wait()
+	_ = os.Remove(stateFile)
+	return errors.Join(serrs...)
 }
 
 func writeState(path string, st []entry) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
@@ -23,35 +24,35 @@ import (
 // follows shows in the figures.
 var Issues = []Scenario{
 	{23, "record-and-key-deleted", "election key and the leader's member record deleted together; the leader's " + scheduler + " ignores SIGTERM",
-		"the new leader waits for the old units (barrier remembers the holder); the old leader fences; records come back", noted(recordAndKeyDeleted)},
+		"the new leader waits for the old units (barrier remembers the holder); the old leader fences; records come back", noted(recordAndKeyDeleted), Alone},
 	{24, "prefix-deleted", "`etcdctl del --prefix` of the group's prefix while a leader runs (" + scheduler + " ignores SIGTERM)",
-		"no overlap; every member's record comes back, nobody stranded", noted(prefixDeleted)},
+		"no overlap; every member's record comes back, nobody stranded", noted(prefixDeleted), Alone},
 	{25, "dbus-frozen-then-cut", "dbus-daemon frozen (SIGSTOP) on the leader, then the leader cut off from etcd",
-		"units down before the lease can lapse, without D-Bus; zero overlap", noted(dbusFrozenThenCut)},
+		"units down before the lease can lapse, without D-Bus; zero overlap", noted(dbusFrozenThenCut), Alone},
 	{26, "pid1-frozen-then-cut", "PID 1 of the leader's container frozen (SIGSTOP), then the leader cut off from etcd",
-		"the supervisor kills the units from their cgroups before the lease can lapse; zero overlap", noted(pid1FrozenThenCut)},
+		"the supervisor kills the units from their cgroups before the lease can lapse; zero overlap", noted(pid1FrozenThenCut), Alone},
 	{27, "start-at-barrier", "`systemctl start " + scheduler + "` on a node that won but waits out lease.takeover_delay",
-		"refused by the guard until the promotion itself starts the units", noted(startAtBarrier)},
+		"refused by the guard until the promotion itself starts the units", noted(startAtBarrier), Alone},
 	{28, "stray-copy-standby", "the " + scheduler + " binary started by hand on the standby, outside any unit (setsid)",
-		"killed within one poll plus the stop budget (units.stray_policy = kill)", noted(strayCopyStandby)},
+		"killed within one poll plus the stop budget (units.stray_policy = kill)", noted(strayCopyStandby), Alone},
 	{29, "stray-copy-leader", "the same beside the unit on the leader",
-		"the stray copy killed within one poll plus the stop budget; the unit keeps running", noted(strayCopyLeader)},
+		"the stray copy killed within one poll plus the stop budget; the unit keeps running", noted(strayCopyLeader), Alone},
 	{30, "guard-overridden", "on the standby, a later drop-in (90-*.conf) resets ExecStartPre= (the guard gone); then the leader stops",
-		"the standby refuses to campaign; nobody else takes over; the leader leads again on restart", noted(guardOverridden)},
+		"the standby refuses to campaign; nobody else takes over; the leader leads again on restart", noted(guardOverridden), Alone},
 	{32, "minority-partition", "the leader and one etcd member cut from the other two members and the other master (which still reaches that member), for 2 TTLs + 2 s",
-		"the other master takes over during the partition, about as fast as a rack cut", noted(minorityPartition)},
+		"the other master takes over during the partition, about as fast as a rack cut", noted(minorityPartition), Alone},
 	{33, "crash-takeover", "kill -9 of the leader's supervisor",
-		"peer (or the restarted node) runs the units within 1.5 s (crash takeover revokes the old lease)", noted(crashTakeover)},
+		"peer (or the restarted node) runs the units within 1.5 s (crash takeover revokes the old lease)", noted(crashTakeover), Alone},
 	{34, "cut-and-etcd-leader-change", "the leader cut off from etcd while the etcd raft leader is killed at the same instant",
-		"failover within two TTLs (etcd extends leases on a leader change)", noted(cutAndEtcdLeaderChange)},
+		"failover within two TTLs (etcd extends leases on a leader change)", noted(cutAndEtcdLeaderChange), Alone},
 	{35, "busy-etcd", fmt.Sprintf("%d writes/s of %d B from the observer; %d MB of values rewritten before every run (database about 290 MB on a fresh lab, 650 MB-1 GB on later runs); defrag of each member in turn (the raft leader among them), a snapshot save, a compaction, a rolling restart of the three members", busyRate, busyValueSize, busyFillKeys*busyValueSize>>20),
-		"no leadership change, no unit or supervisor restart; zero overlap (renewal latency per member and failed renewals reported)", noted(busyEtcd)},
+		"no leadership change, no unit or supervisor restart; zero overlap (renewal latency per member and failed renewals reported)", noted(busyEtcd), Alone},
 	{36, "cooldown-alone", "the leader demotes into cooldown (unit crash loop); then the other master stops",
-		"the cooled-down node takes over (no other member eligible) before its cooldown ends", noted(cooldownAlone)},
+		"the cooled-down node takes over (no other member eligible) before its cooldown ends", noted(cooldownAlone), Alone},
 	{37, "groups-cost", "etcd's request rate and CPU with the lab's group (two supervisors) running, then with both supervisors stopped, 30 s each",
-		"a measurement: one group's cost as etcd sees it, extrapolated to 50 groups", noted(groupsCost)},
+		"a measurement: one group's cost as etcd sees it, extrapolated to 50 groups", noted(groupsCost), Alone},
 	{38, "etcd-leader-stalled", "the etcd raft leader stalled (SIGSTOP) for 3 s, stock etcd timing",
-		"no leadership change: the leader's renewals resume through the new etcd leader inside its fence window", noted(etcdLeaderStalled)},
+		"no leadership change: the leader's renewals resume through the new etcd leader inside its fence window", noted(etcdLeaderStalled), Alone},
 }
 
 // IssueIDs are the IDs of Issues (`kha-lab run issues`).
@@ -164,7 +165,7 @@ func (r *Run) expectDownBeforeLapse(node string, fault time.Time) {
 
 // failoverWithin fails the scenario when the failover figure exceeds bound.
 func (r *Run) failoverWithin(bound time.Duration, what string) {
-	f, ok := r.Res.Metrics[MFailover]
+	f, ok := r.Res.Metrics[report.MFailover]
 	if !ok {
 		r.Failf("no failover measured")
 		return

@@ -6,15 +6,15 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
 // RunMatrix runs the scenarios ids, repeats times over, saving the report
 // into outDir after every scenario (a crash keeps what was measured).
-func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir string) (*Report, string, error) {
+func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir string) (*report.Report, string, error) {
 	var scs []Scenario
 	for _, id := range ids {
 		sc, ok := Lookup(id)
@@ -23,7 +23,7 @@ func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir stri
 		}
 		scs = append(scs, sc)
 	}
-	rep := &Report{Kind: reportKind(ids), Started: time.Now(), Profile: TimingOf(e.Profile, e.Lab.EtcdTiming)}
+	rep := &report.Report{Kind: reportKind(ids), Started: time.Now(), Profile: report.TimingOf(e.Profile, e.Lab.EtcdTiming)}
 	var path string
 	for i := 1; i <= repeats; i++ {
 		for _, sc := range scs {
@@ -45,7 +45,7 @@ func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir stri
 
 // finish runs the overlap check over the report's whole span, apart from
 // overlaps a scenario caused by hand on purpose, and sets the verdict.
-func (e *Env) finish(rep *Report) {
+func (e *Env) finish(rep *report.Report) {
 	_ = e.W.Refresh()
 	var excused []string
 	for _, r := range rep.Results {
@@ -63,40 +63,13 @@ func (e *Env) finish(rep *Report) {
 	}
 }
 
-// SoakStats sums up a soak.
-type SoakStats struct {
-	Seed         uint64         `json:"seed"`
-	Requested    string         `json:"requested"`
-	Ran          string         `json:"ran"`
-	Faults       map[string]int `json:"faults"`
-	Failed       int            `json:"failed"`
-	FailedIn     []string       `json:"failed_in,omitempty"` // scenario and first problem of each miss
-	Transitions  int            `json:"transitions"`
-	LongestGapMS float64        `json:"longest_unavailable_ms"`
-	LongestGapIn string         `json:"longest_unavailable_in"`
-	OverlapMS    float64        `json:"overlap_ms"`
-	OverlapCount int            `json:"overlaps"`
-}
-
-// SoakSet is what a soak draws from: every scenario but 10, whose whole
-// point is an operator removing the safety net (it makes an overlap by hand).
-func SoakSet() []int {
-	var out []int
-	for _, s := range All {
-		if s.ID != 10 {
-			out = append(out, s.ID)
-		}
-	}
-	return out
-}
-
 // Soak injects random faults from SoakSet back to back for d, seeded, with
 // the invariant checked after every fault and over the whole span.
-func (e *Env) Soak(ctx context.Context, d time.Duration, seed uint64, outDir string, progress io.Writer) (*Report, string, error) {
+func (e *Env) Soak(ctx context.Context, d time.Duration, seed uint64, outDir string, progress io.Writer) (*report.Report, string, error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	set := SoakSet()
-	rep := &Report{Kind: "soak", Started: time.Now(), Profile: TimingOf(e.Profile, e.Lab.EtcdTiming)}
-	st := &SoakStats{Seed: seed, Requested: d.String(), Faults: map[string]int{}}
+	rep := &report.Report{Kind: "soak", Started: time.Now(), Profile: report.TimingOf(e.Profile, e.Lab.EtcdTiming)}
+	st := &report.SoakStats{Seed: seed, Requested: d.String(), Faults: map[string]int{}}
 	rep.Soak = st
 	deadline := rep.Started.Add(d)
 	var path string
@@ -126,7 +99,7 @@ func (e *Env) Soak(ctx context.Context, d time.Duration, seed uint64, outDir str
 	return rep, path, ctx.Err()
 }
 
-func (e *Env) soakStats(rep *Report) {
+func (e *Env) soakStats(rep *report.Report) {
 	st := rep.Soak
 	st.Ran = rep.Ended.Sub(rep.Started).Round(time.Second).String()
 	st.Transitions = len(e.Obs.LeaderChanges(rep.Started, rep.Ended))
@@ -152,31 +125,4 @@ func (e *Env) soakStats(rep *Report) {
 			st.OverlapMS += float64(o.Duration().Microseconds()) / 1000
 		}
 	}
-}
-
-// WriteMarkdown prints the soak's summary.
-func (st *SoakStats) WriteMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "### Soak: seed %d, %s requested, %s run\n\n", st.Seed, st.Requested, st.Ran)
-	total := 0
-	var names []string
-	for n, c := range st.Faults {
-		total += c
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	fmt.Fprintf(w, "- faults injected: %d (", total)
-	for i, n := range names {
-		if i > 0 {
-			fmt.Fprint(w, ", ")
-		}
-		fmt.Fprintf(w, "%s x%d", n, st.Faults[n])
-	}
-	fmt.Fprintln(w, ")")
-	fmt.Fprintf(w, "- scenarios that missed an expectation: %d\n", st.Failed)
-	for _, f := range st.FailedIn {
-		fmt.Fprintf(w, "  - %s\n", f)
-	}
-	fmt.Fprintf(w, "- leadership transitions: %d\n", st.Transitions)
-	fmt.Fprintf(w, "- longest unavailability of a unit: %s in %s\n", fmtMS(st.LongestGapMS), st.LongestGapIn)
-	fmt.Fprintf(w, "- overlap: %.0f ms in %d interval(s)\n", st.OverlapMS, st.OverlapCount)
 }

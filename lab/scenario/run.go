@@ -7,76 +7,65 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
-// Scenario is one row of the failure matrix.
+// Scenario is one row of a scenario table (All, Operator, Issues; each
+// scenario's code in its own file). Adding a scenario is that file and one
+// row: `kha-lab run`, the soak, the CI subset and the documents read the
+// tables.
 type Scenario struct {
 	ID       int
 	Name     string
 	Fault    string
 	Expected string
 	run      func(ctx context.Context, r *Run) error
+	// In are the runs besides its own table's that take the scenario.
+	In Set
 }
 
-// Standard metric names (milliseconds). Each scenario fills those that
-// apply.
+// Set names runs a scenario can belong to besides its own table's.
+type Set uint8
+
+// Alone: only its own table's runs (`kha-lab run all|operator|issues`).
+const Alone Set = 0
+
 const (
-	MStopped  = "stopped"     // fault -> last heartbeat of the old leader's units
-	MWon      = "won"         // fault -> the observer saw another node win the election key
-	MFailover = "failover"    // fault -> every unit beating on the new leader
-	MMargin   = "margin"      // won - last heartbeat of the old leader's units (> 0: stopped before anyone could win)
-	MGap      = "unavailable" // longest span in which some unit ran nowhere
+	// CI: `make test` runs it (TestCISubset): short, and together a
+	// partition, a crash, a freeze, an operator's mistake, a planned
+	// handoff and every operator command.
+	CI Set = 1 << iota
+	// Soak: `kha-lab soak` draws from it.
+	Soak
 )
 
-// Result is one execution of one scenario.
-type Result struct {
-	ID        int                `json:"id"`
-	Name      string             `json:"name"`
-	Fault     string             `json:"fault"`
-	Expected  string             `json:"expected"`
-	Repeat    int                `json:"repeat"`
-	Pass      bool               `json:"pass"`
-	Problems  []string           `json:"problems,omitempty"`
-	Notes     []string           `json:"notes,omitempty"`
-	Leader    string             `json:"leader,omitempty"` // at the start
-	NewLeader string             `json:"new_leader,omitempty"`
-	Start     time.Time          `json:"start"`
-	FaultAt   time.Time          `json:"fault_at"`
-	HealAt    time.Time          `json:"heal_at,omitempty"`
-	End       time.Time          `json:"end"`
-	Metrics   map[string]float64 `json:"metrics_ms"`
-	OverlapMS float64            `json:"overlap_ms"`
-	Overlaps  []string           `json:"overlaps,omitempty"`
-	// Excused are overlaps the scenario itself caused on purpose by
-	// bypassing the safety net (scenario 10: an operator removes the guard
-	// and starts a unit by hand). They are reported, never hidden.
-	Excused  []string `json:"excused_overlaps,omitempty"`
-	Timeline []Mark   `json:"timeline,omitempty"`
-	// Alive is when each node ran each unit during the scenario and the 3 s
-	// before it (merged witness intervals), for the timeline picture.
-	Alive []Span `json:"alive,omitempty"`
+// Tables are every scenario table, in `kha-lab list` order.
+func Tables() []Scenario { return slices.Concat(All, Operator, Issues) }
+
+// IDsIn are the IDs of the scenarios in set, in table order.
+func IDsIn(set Set) []int {
+	var ids []int
+	for _, s := range Tables() {
+		if s.In&set != 0 {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
 }
 
-// Span is one node's unit alive from From to To.
-type Span struct {
-	Node string    `json:"node"`
-	Unit string    `json:"unit"`
-	From time.Time `json:"from"`
-	To   time.Time `json:"to"`
-}
+// CISubset are the scenarios `make test` runs.
+func CISubset() []int { return IDsIn(CI) }
 
-// Mark is one instant of a scenario's timeline (for the report's picture).
-type Mark struct {
-	At    time.Time `json:"at"`
-	Label string    `json:"label"`
-	Node  string    `json:"node,omitempty"`
-}
+// SoakSet is what a soak draws from: every matrix scenario but 10, whose
+// whole point is an operator removing the safety net (it makes an overlap by
+// hand).
+func SoakSet() []int { return IDsIn(Soak) }
 
 // Run is the state of one scenario execution.
 type Run struct {
 	*Env
-	Res             *Result
+	Res             *report.Result
 	Leader, Standby string
 	LeaderToken     int64
 
@@ -106,7 +95,7 @@ func (r *Run) Metric(name string, d time.Duration) {
 
 // Mark adds a timeline entry.
 func (r *Run) Mark(at time.Time, node, label string) {
-	r.Res.Timeline = append(r.Res.Timeline, Mark{At: at, Node: node, Label: label})
+	r.Res.Timeline = append(r.Res.Timeline, report.Mark{At: at, Node: node, Label: label})
 }
 
 // Undo registers a clean-up step, run (in reverse order) after the scenario
@@ -154,8 +143,8 @@ func (e *Env) failoverTimeout() time.Duration { return 4*e.Profile.TTL + 30*time
 
 // Execute runs one scenario: steady state, fault, checks, restore, overlap
 // check over the whole span.
-func (e *Env) Execute(ctx context.Context, sc Scenario, repeat int) Result {
-	res := Result{ID: sc.ID, Name: sc.Name, Fault: sc.Fault, Expected: sc.Expected, Repeat: repeat, Metrics: map[string]float64{}}
+func (e *Env) Execute(ctx context.Context, sc Scenario, repeat int) report.Result {
+	res := report.Result{ID: sc.ID, Name: sc.Name, Fault: sc.Fault, Expected: sc.Expected, Repeat: repeat, Metrics: map[string]float64{}}
 	r := &Run{Env: e, Res: &res, started: time.Now()}
 	res.Start = r.started
 	e.Log.Info("scenario: start", "scenario", sc.ID, "name", sc.Name, "repeat", repeat)
@@ -197,7 +186,7 @@ func (e *Env) Execute(ctx context.Context, sc Scenario, repeat int) Result {
 	r.checkOverlaps()
 	r.recordAlive()
 	res.Pass = len(res.Problems) == 0
-	slices.SortFunc(res.Timeline, func(a, b Mark) int { return a.At.Compare(b.At) })
+	slices.SortFunc(res.Timeline, func(a, b report.Mark) int { return a.At.Compare(b.At) })
 	e.Log.Info("scenario: done", "scenario", sc.ID, "pass", res.Pass, "metrics_ms", res.Metrics, "overlap_ms", res.OverlapMS)
 	return res
 }
@@ -231,7 +220,7 @@ func (r *Run) recordAlive() {
 		}
 		for _, u := range Units() {
 			for _, iv := range witness.Coverage(mine, u, r.Res.Start.Add(-3*time.Second), r.Res.End) {
-				r.Res.Alive = append(r.Res.Alive, Span{Node: n, Unit: u, From: iv.From, To: iv.To})
+				r.Res.Alive = append(r.Res.Alive, report.Span{Node: n, Unit: u, From: iv.From, To: iv.To})
 			}
 		}
 	}
@@ -297,18 +286,18 @@ func (r *Run) measure(fault time.Time, old, new string, won time.Time) {
 		}
 	}
 	if !oldLast.IsZero() {
-		r.Metric(MStopped, oldLast.Sub(fault))
+		r.Metric(report.MStopped, oldLast.Sub(fault))
 		r.Mark(oldLast, old, "last heartbeat of "+old+"'s units")
 	}
 	if !won.IsZero() {
-		r.Metric(MWon, won.Sub(fault))
+		r.Metric(report.MWon, won.Sub(fault))
 		r.Mark(won, new, new+" wins the election key")
 		if !oldLast.IsZero() {
-			r.Metric(MMargin, won.Sub(oldLast))
+			r.Metric(report.MMargin, won.Sub(oldLast))
 		}
 	}
 	if !newFirst.IsZero() {
-		r.Metric(MFailover, newFirst.Sub(fault))
+		r.Metric(report.MFailover, newFirst.Sub(fault))
 		r.Mark(newFirst, new, "every unit beating on "+new)
 		var worst time.Duration
 		ins := r.W.Instances()
@@ -316,7 +305,7 @@ func (r *Run) measure(fault time.Time, old, new string, won time.Time) {
 			g := witness.LongestGap(ins, u, fault, newFirst.Add(time.Second))
 			worst = max(worst, g.To.Sub(g.From))
 		}
-		r.Metric(MGap, worst)
+		r.Metric(report.MGap, worst)
 	}
 }
 

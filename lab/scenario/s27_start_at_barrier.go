@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // takeoverDelay holds the winner of scenario 27 between its win and its
@@ -22,9 +22,9 @@ const takeoverDelay = 5 * time.Second
 func startAtBarrier(ctx context.Context, r *Run) error {
 	s, l := r.Standby, r.Leader
 	n := r.Nodes[s]
-	withDelay := bytes.Replace(r.Lab.SupervisorConfigFor(s), []byte("[lease]\n"),
-		fmt.Appendf(nil, "[lease]\ntakeover_delay = %q\n", takeoverDelay), 1)
-	if err := r.setConfig(ctx, s, withDelay); err != nil {
+	withDelay := r.Lab.SupervisorConfig(s)
+	withDelay.Lease.TakeoverDelay = config.D(takeoverDelay)
+	if err := r.setConfig(ctx, s, lab.ConfigText(withDelay)); err != nil {
 		return err
 	}
 	r.Undo(func(ctx context.Context) error { return r.setConfig(ctx, s, r.Lab.SupervisorConfigFor(s)) })

@@ -3,6 +3,8 @@ package scenario
 import (
 	"context"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // crashTarget is issue 11.3's target for a crashed leader's takeover, and
@@ -22,7 +24,7 @@ func crashTakeover(ctx context.Context, r *Run) error {
 	if err := killSupervisor(ctx, r); err != nil {
 		return err
 	}
-	if f := r.Res.Metrics[MFailover]; time.Duration(f*float64(time.Millisecond)) > crashTarget {
+	if f := r.Res.Metrics[report.MFailover]; time.Duration(f*float64(time.Millisecond)) > crashTarget {
 		r.Notef("over the %s target (%.0f ms)", crashTarget, f)
 	}
 	r.failoverWithin(crashTarget+crashAllowance, "target 1.5 s, plus 1 s for the machine")

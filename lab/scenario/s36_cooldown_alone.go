@@ -6,6 +6,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // Scenario 36 (issue 11.8): a cooldown that leaves nobody. The leader's
@@ -62,7 +63,7 @@ func cooldownAlone(ctx context.Context, r *Run) error {
 	if _, err := r.Failover(ctx, fault, a); err != nil {
 		return err
 	}
-	if f := r.Res.Metrics[MFailover]; fault.Add(time.Duration(f * float64(time.Millisecond))).After(cooldownEnd.Add(-time.Second)) {
+	if f := r.Res.Metrics[report.MFailover]; fault.Add(time.Duration(f * float64(time.Millisecond))).After(cooldownEnd.Add(-time.Second)) {
 		r.Failf("%s took over only as its cooldown ended (%.0f ms after the stop, %s of cooldown left): nobody ran the units meanwhile", a, f, left.Round(time.Millisecond))
 	}
 	return nil
@@ -77,7 +78,7 @@ func (r *Run) notJudged(format string, a ...any) error {
 // keepAsSetup drops the standard metrics measured so far (a scenario's first
 // phase), keeping them under "setup_" names.
 func (r *Run) keepAsSetup() {
-	for _, k := range []string{MStopped, MWon, MFailover, MMargin, MGap} {
+	for _, k := range []string{report.MStopped, report.MWon, report.MFailover, report.MMargin, report.MGap} {
 		if v, ok := r.Res.Metrics[k]; ok {
 			r.Res.Metrics["setup_"+k] = v
 			delete(r.Res.Metrics, k)

@@ -18,6 +18,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // The fence at the API server in the lab (api_fence.mode): the kha modes
@@ -100,10 +101,10 @@ func (p *Plane) supervisorKubeconfig(m string) (string, error) {
 	return path, kube.WriteKubeconfig(path, a.URL(), ca.CertFile, supervisorUser, pair)
 }
 
-// fenceTail renders [api_fence] for mode: the master's own apiserver first
+// fenceEdit sets [api_fence] for mode: the master's own apiserver first
 // (the gates forward to it), the other one too (the token is confirmed on
 // both).
-func (p *Plane) fenceTail(mode Mode) (func(node string) []byte, error) {
+func (p *Plane) fenceEdit(mode Mode) (func(node string, c *config.Config), error) {
 	kcs := map[string]string{}
 	urls := map[string]string{}
 	for _, m := range lab.MasterNames {
@@ -121,14 +122,11 @@ func (p *Plane) fenceTail(mode Mode) (func(node string) []byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(node string) []byte {
-		return fmt.Appendf(nil, `
-[api_fence]
-mode = %q
-kubeconfig = %q
-apiservers = [%q, %q]
-client_ca = %q
-`, mode.Fence, kcs[node], urls[node], urls[other(node)], ca.CertFile)
+	return func(node string, c *config.Config) {
+		c.APIFence.Mode = mode.Fence
+		c.APIFence.Kubeconfig = kcs[node]
+		c.APIFence.APIServers = []string{urls[node], urls[other(node)]}
+		c.APIFence.ClientCA = ca.CertFile
 	}, nil
 }
 
@@ -139,11 +137,11 @@ func (p *Plane) SupervisorLab(mode Mode) (*lab.Lab, error) {
 	if mode.Fence == "" {
 		return l, nil
 	}
-	tail, err := p.fenceTail(mode)
+	edit, err := p.fenceEdit(mode)
 	if err != nil {
 		return nil, err
 	}
-	return l.WithConfigTail(tail), nil
+	return l.WithConfigEdit(edit), nil
 }
 
 // StartSupervisor installs and starts n's supervisor in mode. A fenced

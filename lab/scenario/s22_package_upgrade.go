@@ -18,6 +18,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 )
@@ -175,45 +176,75 @@ func (r *Run) prepareBase(ctx context.Context, root, dir, base string) error {
 }
 
 func packageUpgrade(ctx context.Context, r *Run) error {
-	root, err := r.sourceRoot()
+	pkg, err := r.buildUpgrade(ctx)
 	if err != nil {
 		return err
 	}
-	if err := r.allowServiceActions(); err != nil {
+	fault, err := r.upgradeLeader(ctx, pkg)
+	if err != nil {
 		return err
 	}
-	// The packages are built for this run only; the last clean-up step
-	// (registered first) removes them.
+	// The guard on the standby after the upgrade (scenario 9, again).
+	if err := r.resteady(ctx); err != nil {
+		return err
+	}
+	r.guardRefuses(ctx, r.Standby, r.Leader)
+
+	leader := r.Leader
+	if err := r.removeLeader(ctx, fault); err != nil {
+		return err
+	}
+	return r.purgeAndReinstall(ctx, leader, pkg)
+}
+
+// upgradePkg is scenario 22's higher version, built for this run.
+type upgradePkg struct {
+	version string // the higher version
+	deb     string // its package on the host
+	shared  string // the same inside the masters
+}
+
+// buildUpgrade builds a package of a version higher than the installed one
+// (the last clean-up step, registered first, removes it) and makes sure no
+// master is left without a supervisor whatever happens next.
+func (r *Run) buildUpgrade(ctx context.Context) (upgradePkg, error) {
+	root, err := r.sourceRoot()
+	if err != nil {
+		return upgradePkg{}, err
+	}
+	if err := r.allowServiceActions(); err != nil {
+		return upgradePkg{}, err
+	}
 	if err := os.MkdirAll(r.Lab.OutDir(), 0o755); err != nil {
-		return fmt.Errorf("scenario: %w", err)
+		return upgradePkg{}, fmt.Errorf("scenario: %w", err)
 	}
 	dir, err := os.MkdirTemp(r.Lab.OutDir(), "debs-")
 	if err != nil {
-		return fmt.Errorf("scenario: %w", err)
+		return upgradePkg{}, fmt.Errorf("scenario: %w", err)
 	}
 	r.Undo(func(context.Context) error { return os.RemoveAll(dir) })
 	base := installedVersion(ctx, r.Nodes[r.Leader])
 	if base == "" {
 		if base, err = mkpkg(ctx, root, "-print-version"); err != nil {
-			return err
+			return upgradePkg{}, err
 		}
 	}
 	built := time.Now()
 	if err := r.prepareBase(ctx, root, dir, base); err != nil {
-		return err
+		return upgradePkg{}, err
 	}
 	up := bumpVersion(base)
 	if _, code := r.Nodes[r.Leader].Run(ctx, "dpkg", "--compare-versions", up, "gt", base); code != 0 {
-		return fmt.Errorf("version %s does not sort after %s", up, base)
+		return upgradePkg{}, fmt.Errorf("version %s does not sort after %s", up, base)
 	}
 	upDeb, err := buildDeb(ctx, root, dir, up)
 	if err != nil {
-		return err
+		return upgradePkg{}, err
 	}
 	r.Metric("build", time.Since(built))
 	upIn, err := r.shared(upDeb)
 	if err != nil {
-		return err
+		return upgradePkg{}, err
 	}
 	// Whatever happens below, no master is left without a supervisor.
 	r.Undo(func(ctx context.Context) error {
@@ -225,14 +256,19 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 		}
 		return errors.Join(errs...)
 	})
+	return upgradePkg{version: up, deb: upDeb, shared: upIn}, nil
+}
 
-	// Upgrade on the leader while everything runs: postinst restarts the
-	// supervisor, which is a clean handoff.
+// upgradeLeader runs dpkg -i of the higher version on the leader while
+// everything runs and checks the handoff it makes and the upgraded node's
+// return; it returns the fault instant.
+func (r *Run) upgradeLeader(ctx context.Context, pkg upgradePkg) (time.Time, error) {
+	up := pkg.version
 	old, other := r.Leader, r.Standby
 	var took time.Duration
 	fault, err := r.Fault(fmt.Sprintf("dpkg -i %s %s on the leader %s", pkgName, up, old), func() error {
 		t := time.Now()
-		out, err := r.dpkg(ctx, old, "-i", upIn)
+		out, err := r.dpkg(ctx, old, "-i", pkg.shared)
 		took = time.Since(t)
 		if err == nil && strings.Contains(out, "restart after upgrade failed") {
 			err = fmt.Errorf("postinst: %s", strings.TrimSpace(out))
@@ -240,7 +276,7 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	r.Metric("dpkg_upgrade", took)
 	// The other node takes over, unless its promotion fails (a unit start
@@ -248,7 +284,7 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	// cooldown and the upgraded node, back after its restart, may win.
 	winner, err := r.Failover(ctx, fault, other, old)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	r.expectStoppedBeforeWin()
 	wantState := group.Standby
@@ -264,7 +300,7 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 		return ok && rec.State == wantState && rec.Version == up, fmt.Sprintf("%s version %q", describe(rec, ok), rec.Version)
 	})
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if out, code := r.kha(ctx, old, "version"); code != 0 || out != up {
 		r.Failf("`kha-supervisor version` on %s: %q (exit %d), want %s", old, out, code, up)
@@ -272,17 +308,17 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	if v := installedVersion(ctx, r.Nodes[old]); v != up {
 		r.Failf("dpkg on %s says %q is installed, want %s", old, v, up)
 	}
-	r.Notef("upgraded %s to %s in %s (dpkg -i); %s took over; %s came back as %s on %s", old, up, took.Round(time.Millisecond), winner, old, wantState, up)
+	note := fmt.Sprintf("upgraded %s to %s in %s (dpkg -i); %s took over; %s came back as %s on %s", old, up, took.Round(time.Millisecond), winner, old, wantState, up)
+	r.Notef("%s", note)
+	r.Res.Figures.Upgrades = append(r.Res.Figures.Upgrades, note)
+	return fault, nil
+}
 
-	// The guard on the standby after the upgrade (scenario 9, again).
-	if err := r.resteady(ctx); err != nil {
-		return err
-	}
-	r.guardRefuses(ctx, r.Standby, r.Leader)
+// removeLeader runs dpkg -r on the leader: prerm stops the supervisor
+// (units stopped, lease released), the standby takes over; the removal's
+// standard figures get a remove_ prefix beside the upgrade's (fault).
+func (r *Run) removeLeader(ctx context.Context, fault time.Time) error {
 	leader, standby := r.Leader, r.Standby
-
-	// Removal on the leader: prerm stops the supervisor (units stopped,
-	// lease released), the standby takes over.
 	saved := maps.Clone(r.Res.Metrics)
 	fault2, err := r.Fault("dpkg -r "+pkgName+" on the leader "+leader, func() error {
 		_, err := r.dpkg(ctx, leader, "-r", pkgName)
@@ -297,7 +333,7 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	}
 	r.expectStoppedBeforeWin()
 	second := maps.Clone(r.Res.Metrics)
-	for _, k := range []string{MStopped, MWon, MFailover, MMargin, MGap} {
+	for _, k := range []string{report.MStopped, report.MWon, report.MFailover, report.MMargin, report.MGap} {
 		delete(r.Res.Metrics, k)
 		if v, ok := second[k]; ok {
 			r.Res.Metrics["remove_"+k] = v
@@ -327,7 +363,13 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 			r.Failf("%s started on %s after the package was removed", u, leader)
 		}
 	}
+	return nil
+}
 
+// purgeAndReinstall checks that dpkg --purge removes the configuration and
+// the drop-ins, then puts the package back on leader (standby again).
+func (r *Run) purgeAndReinstall(ctx context.Context, leader string, pkg upgradePkg) error {
+	n, up := r.Nodes[leader], pkg.version
 	// Purge: the configuration and the drop-ins install-dropins wrote go.
 	if _, err := r.dpkg(ctx, leader, "--purge", pkgName); err != nil {
 		return err
@@ -346,10 +388,10 @@ func packageUpgrade(ctx context.Context, r *Run) error {
 	// Back to the lab's normal state: the package (the new version) on
 	// both, configured, running as standby.
 	reinstall := time.Now()
-	if err := r.Lab.InstallPackage(ctx, n, upDeb); err != nil {
+	if err := r.Lab.InstallPackage(ctx, n, pkg.deb); err != nil {
 		return err
 	}
-	err = WaitFor(ctx, r.steadyTimeout(), leader+" reinstalled, standby", func() (bool, string) {
+	err := WaitFor(ctx, r.steadyTimeout(), leader+" reinstalled, standby", func() (bool, string) {
 		rec, ok := r.Obs.Now().Records[leader]
 		return ok && rec.State == group.Standby && rec.Version == up, describe(rec, ok)
 	})
@@ -381,7 +423,9 @@ func (r *Run) guardRefuses(ctx context.Context, node, leader string) {
 		}
 		for _, line := range strings.Split(r.JournalSince(ctx, node, unit, at), "\n") {
 			if strings.Contains(line, "refusing") && strings.Contains(line, leader) {
-				r.Notef("guard on %s refused (systemctl exit %d): %s", node, code, strings.TrimSpace(line))
+				note := fmt.Sprintf("guard on %s refused (systemctl exit %d): %s", node, code, strings.TrimSpace(line))
+				r.Notef("%s", note)
+				r.Res.Figures.GuardAnswers = append(r.Res.Figures.GuardAnswers, note)
 				return
 			}
 		}

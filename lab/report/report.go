@@ -1,9 +1,10 @@
-package scenario
+package report
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,9 @@ import (
 // Report is one `kha-lab run` (or soak): every result plus the overlap check
 // over the whole span.
 type Report struct {
+	// Schema is the layout of the file: 0 for reports from before the
+	// typed figures (Load converts them, legacy.go), Schema otherwise.
+	Schema   int        `json:"schema,omitempty"`
 	Kind     string     `json:"kind"` // "matrix" or "soak"
 	Started  time.Time  `json:"started"`
 	Ended    time.Time  `json:"ended"`
@@ -27,6 +31,9 @@ type Report struct {
 	Pass     bool       `json:"pass"`
 	Soak     *SoakStats `json:"soak,omitempty"`
 }
+
+// Schema is the layout Save writes: results carry typed Figures.
+const Schema = 2
 
 // Timing is the profile as the report prints it.
 type Timing struct {
@@ -56,6 +63,7 @@ func (rep *Report) Save(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("report: %w", err)
 	}
+	rep.Schema = Schema
 	base := filepath.Join(dir, fmt.Sprintf("%s-%s", rep.Kind, rep.Started.UTC().Format("20060102-150405")))
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
@@ -73,7 +81,8 @@ func (rep *Report) Save(dir string) (string, error) {
 	return base + ".json", nil
 }
 
-// Load reads reports written by Save.
+// Load reads reports written by Save; reports from before the typed
+// figures are converted once, here (legacy.go).
 func Load(paths ...string) ([]*Report, error) {
 	var out []*Report
 	for _, p := range paths {
@@ -85,20 +94,24 @@ func Load(paths ...string) ([]*Report, error) {
 		if err := json.Unmarshal(b, &r); err != nil {
 			return nil, fmt.Errorf("report: %s: %w", p, err)
 		}
+		if r.Schema < Schema {
+			upgradeLegacy(&r)
+		}
 		out = append(out, &r)
 	}
 	return out, nil
 }
 
-// stat is median and spread of one metric.
-type stat struct {
-	n                int
-	median, min, max float64
+// Stat is median and spread of one metric.
+type Stat struct {
+	N                int
+	Median, Min, Max float64
 }
 
-func summarize(vs []float64) stat {
+// Summarize is the median and spread of vs.
+func Summarize(vs []float64) Stat {
 	if len(vs) == 0 {
-		return stat{}
+		return Stat{}
 	}
 	s := slices.Clone(vs)
 	sort.Float64s(s)
@@ -106,17 +119,17 @@ func summarize(vs []float64) stat {
 	if len(s)%2 == 0 {
 		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
-	return stat{n: len(s), median: med, min: s[0], max: s[len(s)-1]}
+	return Stat{N: len(s), Median: med, Min: s[0], Max: s[len(s)-1]}
 }
 
-func (s stat) String() string {
+func (s Stat) String() string {
 	switch {
-	case s.n == 0:
+	case s.N == 0:
 		return "–"
-	case s.n == 1 || s.min == s.max:
-		return fmtMS(s.median)
+	case s.N == 1 || s.Min == s.Max:
+		return fmtMS(s.Median)
 	}
-	return fmt.Sprintf("%s (%s–%s)", fmtMS(s.median), fmtMS(s.min), fmtMS(s.max))
+	return fmt.Sprintf("%s (%s–%s)", fmtMS(s.Median), fmtMS(s.Min), fmtMS(s.Max))
 }
 
 func fmtMS(v float64) string {
@@ -131,7 +144,7 @@ type Row struct {
 	ID                    int
 	Name, Fault, Expected string
 	Runs, Passes          int
-	Metrics               map[string]stat
+	Metrics               map[string]Stat
 	OverlapMS             float64
 	Excused               int
 	Notes                 []string
@@ -172,9 +185,9 @@ func Aggregate(reps []*Report) []Row {
 	}
 	var rows []Row
 	for id, row := range byID {
-		row.Metrics = map[string]stat{}
+		row.Metrics = map[string]Stat{}
 		for k, vs := range vals[id] {
-			row.Metrics[k] = summarize(vs)
+			row.Metrics[k] = Summarize(vs)
 		}
 		rows = append(rows, *row)
 	}
@@ -191,6 +204,27 @@ func WriteMarkdown(w io.Writer, reps []*Report) {
 		return
 	}
 	rows := Aggregate(reps)
+	writeMatrixHead(w, reps, rows)
+	for _, row := range rows {
+		fmt.Fprintf(w, "| %s |\n", strings.Join(matrixCells(row), " | "))
+	}
+	for _, r := range reps {
+		for _, o := range r.Overlaps {
+			fmt.Fprintf(w, "\nOVERLAP (%s run of %s): %s\n", r.Kind, r.Started.UTC().Format("15:04:05"), o)
+		}
+		for _, o := range r.Excused {
+			fmt.Fprintf(w, "\nBy hand, guard removed (%s run of %s): %s\n", r.Kind, r.Started.UTC().Format("15:04:05"), o)
+		}
+		if r.Soak != nil {
+			fmt.Fprintln(w)
+			r.Soak.WriteMarkdown(w)
+		}
+	}
+}
+
+// writeMatrixHead prints the verdict line, the runs' span and profiles and
+// the table's legend and header.
+func writeMatrixHead(w io.Writer, reps []*Report, rows []Row) {
 	runs, pass, overlaps := 0, 0, 0
 	profiles := map[string]bool{}
 	var start, end time.Time
@@ -209,11 +243,7 @@ func WriteMarkdown(w io.Writer, reps []*Report) {
 		runs += row.Runs
 		pass += row.Passes
 	}
-	var profs []string
-	for p := range profiles {
-		profs = append(profs, p)
-	}
-	sort.Strings(profs)
+	profs := slices.Sorted(maps.Keys(profiles))
 	fmt.Fprintf(w, "## Failure matrix: %d/%d runs passed, %d overlap interval(s)\n\n", pass, runs, overlaps)
 	fmt.Fprintf(w, "%d report(s), %s to %s UTC. Timing profile: %s.\n", len(reps),
 		start.UTC().Format("2006-01-02 15:04:05"), end.UTC().Format("15:04:05"), strings.Join(profs, "; "))
@@ -225,47 +255,35 @@ func WriteMarkdown(w io.Writer, reps []*Report) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| # | fault | expected | verdict | stopped | won | failover | margin | unavailable | overlap | other measurements, notes |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, row := range rows {
-		verdict := fmt.Sprintf("PASS %d/%d", row.Passes, row.Runs)
-		if row.Passes != row.Runs {
-			verdict = fmt.Sprintf("**FAIL** %d/%d", row.Passes, row.Runs)
-		}
-		cells := []string{fmt.Sprint(row.ID), esc(row.Fault), esc(row.Expected), verdict}
-		for _, k := range standard {
-			cells = append(cells, row.Metrics[k].String())
-		}
-		ov := fmt.Sprintf("%.0f ms", row.OverlapMS)
-		if row.Excused > 0 {
-			ov += fmt.Sprintf(" (+%d by hand, see notes)", row.Excused)
-		}
-		cells = append(cells, ov)
-		var other []string
-		var keys []string
-		for k := range row.Metrics {
-			if !slices.Contains(standard, k) {
-				keys = append(keys, k)
-			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+}
+
+// matrixCells is one row of the matrix table.
+func matrixCells(row Row) []string {
+	cells := []string{fmt.Sprint(row.ID), esc(row.Fault), esc(row.Expected), row.Verdict()}
+	for _, k := range standard {
+		cells = append(cells, row.Metrics[k].String())
+	}
+	ov := fmt.Sprintf("%.0f ms", row.OverlapMS)
+	if row.Excused > 0 {
+		ov += fmt.Sprintf(" (+%d by hand, see notes)", row.Excused)
+	}
+	cells = append(cells, ov)
+	var other []string
+	for _, k := range slices.Sorted(maps.Keys(row.Metrics)) {
+		if !slices.Contains(standard, k) {
 			other = append(other, k+" "+row.Metrics[k].String())
 		}
-		other = append(other, row.Notes...)
-		cells = append(cells, esc(strings.Join(other, "; ")))
-		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	for _, r := range reps {
-		for _, o := range r.Overlaps {
-			fmt.Fprintf(w, "\nOVERLAP (%s run of %s): %s\n", r.Kind, r.Started.UTC().Format("15:04:05"), o)
-		}
-		for _, o := range r.Excused {
-			fmt.Fprintf(w, "\nBy hand, guard removed (%s run of %s): %s\n", r.Kind, r.Started.UTC().Format("15:04:05"), o)
-		}
-		if r.Soak != nil {
-			fmt.Fprintln(w)
-			r.Soak.WriteMarkdown(w)
-		}
+	other = append(other, row.Notes...)
+	return append(cells, esc(strings.Join(other, "; ")))
+}
+
+// Verdict is "PASS n/n" or "**FAIL** passes/runs".
+func (row Row) Verdict() string {
+	if row.Passes != row.Runs {
+		return fmt.Sprintf("**FAIL** %d/%d", row.Passes, row.Runs)
 	}
+	return fmt.Sprintf("PASS %d/%d", row.Passes, row.Runs)
 }
 
 func esc(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ") }

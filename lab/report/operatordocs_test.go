@@ -1,0 +1,155 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 29, 17, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+// legacyOperatorReport is an operator run as reports were saved before the
+// typed figures: the figures the doc quotes only in the notes.
+func legacyOperatorReport() *Report {
+	return &Report{Kind: "operator", Started: t0, Ended: at(60000), Profile: Timing{Name: "fast", TTL: "4s"}, Results: []Result{
+		{ID: 16, Name: "handoff-latency", Pass: true, Metrics: map[string]float64{"handoff": 612, "handoff_min": 504, "handoff_max": 969, "supervisor": 260},
+			Notes: []string{legacyHandoffNote + "969 (322 + 647, old units' stop 100), 612 (560 + 52, old units' stop 120), 504 (230 + 274, old units' stop -1)"}},
+		{ID: 17, Name: "freeze", Repeat: 2, Pass: true, Metrics: map[string]float64{MStopped: 4321},
+			Notes: []string{PromotionFailedNote + "m1 at 17:05:02.486: demoted: promotion failed: start ...; it sat out its cooldown (10s)"}},
+		{ID: 19, Name: "drills", Repeat: 2, Pass: false, Problems: []string{"drill handoff: exit 7"}, Metrics: map[string]float64{},
+			Notes: []string{"drill handoff --expect-within 10s -> exit 7: drill handoff: m1 -> m2 / FAIL: m2 won the lease before m1's units were recorded stopped",
+				"drill handoff: witness: m1's units last beat +0.182s, m2's first +0.575s after the command (in order)",
+				"drill failover --expect-within 100ms -> exit 7: as it should"}},
+		{ID: 19, Name: "drills", Pass: true, Metrics: map[string]float64{"drill_failover_won": 3959},
+			Notes: []string{"drill failover --expect-within 30s -> exit 0: drill failover: m1 -> m2 / +0.000s  request / +3.959s  m2: lease won",
+				"drill failover: witness: m1's units last beat +0.050s, m2's first +4.100s after the command (in order)"}},
+		{ID: 22, Name: "package-upgrade-remove", Pass: false, Problems: []string{"guard silent"}, Metrics: map[string]float64{}},
+		{ID: 1, Name: "leader-rack-isolated", Pass: true, Metrics: map[string]float64{"handoff": 1}},
+	}}
+}
+
+// loadLegacy saves rep the way reports were saved before Schema 2 (no
+// schema, no figures) and loads it back.
+func loadLegacy(t *testing.T, rep *Report) *Report {
+	t.Helper()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte(`"schema"`)) || bytes.Contains(b, []byte(`"figures"`)) {
+		t.Fatalf("the legacy report already has typed figures: %s", b)
+	}
+	path := filepath.Join(t.TempDir(), "matrix-old.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reps, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reps[0]
+}
+
+var operatorIDs = []int{16, 17, 18, 19, 20, 21, 22}
+
+// A report saved before the typed figures loads with them, converted from
+// its notes (legacy.go), and the doc reads them as it read the notes.
+func TestWriteOperatorDocFromLegacyReport(t *testing.T) {
+	rep := loadLegacy(t, legacyOperatorReport())
+	var b bytes.Buffer
+	if err := WriteOperatorDoc(&b, OperatorDoc{Reports: []*Report{rep}, IDs: operatorIDs, HandoffRounds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	doc := b.String()
+	for _, want := range []string{
+		"3 of 5 runs passed",
+		"| **612 ms (504 ms–969 ms)** |",
+		"of which the rest: command start-up, request through etcd, release, win, barrier | 331 ms (222 ms–440 ms) |",
+		"met in 2 of 3 handoffs; not counting the old\nunits' own stop time either, in 2 of 3",
+		"scenario 17 (run 2): promotion failed on m1 at 17:05:02.486",
+		"leave out the\n1 run(s) in which a promotion failed",
+		"its units stopped (not measured) after", // the excluded run's figure stays out of the text
+		"stopped 4321 ms",                        // and is in the table
+		"win the lease 3959 ms after",
+		"    $ kha-supervisor drill failover --expect-within 30s\n    drill failover: m1 -> m2\n",
+		"(exit 0)\n    (witness heartbeats: m1's units last beat +0.050s, m2's first +4.100s after the command (in order))\n",
+		"**FAIL** 0/1",
+		"- run 2 of 17:00: drill handoff --expect-within 10s -> exit 7: drill handoff: m1 -> m2 / FAIL: m2 won the lease before m1's units were recorded stopped — witnesses: m1's units last beat +0.182s, m2's first +0.575s after the command (in order)\n\n",
+		"FAILED: guard silent",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("doc lacks %q", want)
+		}
+	}
+	if strings.Contains(doc, "leader-rack-isolated") {
+		t.Error("a matrix scenario made it into the operator doc")
+	}
+}
+
+func TestLegacyHandoffs(t *testing.T) {
+	got := legacyHandoffs(legacyHandoffNote + "969 (322 + 647, old units' stop 100), 504 (-1 + -1, old units' stop 80)")
+	want := []Handoff{{Total: 969, Supervisor: 322, UnitStart: 647, UnitStop: 100}, {Total: 504, Supervisor: -1, UnitStart: -1, UnitStop: 80}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if legacyHandoffs("target met in 5 of 5") != nil {
+		t.Error("another note parsed as samples")
+	}
+}
+
+// The doc reads the typed figures only: a report saved now, its notes gone,
+// gives the same doc as the legacy report its figures came from.
+func TestOperatorDocReadsFiguresNotNotes(t *testing.T) {
+	render := func(rep *Report) string {
+		var b bytes.Buffer
+		if err := WriteOperatorDoc(&b, OperatorDoc{Reports: []*Report{rep}, IDs: operatorIDs, HandoffRounds: 5}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	legacy := loadLegacy(t, legacyOperatorReport())
+	want := render(legacy)
+	typed := *legacy
+	typed.Results = nil
+	for _, res := range legacy.Results {
+		res.Notes = nil
+		typed.Results = append(typed.Results, res)
+	}
+	path, err := typed.Save(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reps[0].Schema != Schema || len(reps[0].Results[0].Figures.Handoffs) != 3 {
+		t.Fatalf("saved report: schema %d, scenario 16's figures %+v", reps[0].Schema, reps[0].Results[0].Figures)
+	}
+	if got := render(reps[0]); got != want {
+		t.Errorf("the doc from typed figures differs from the legacy one:\n--- legacy\n%s\n--- typed\n%s", want, got)
+	}
+}
+
+// Scenario 9's guard message in failure-modes.md comes from the figures.
+func TestFailureModesQuotesTheGuard(t *testing.T) {
+	res := result(9, true, 0, 0)
+	res.Figures.GuardMessage = "kha-supervisor: refusing to start kube-scheduler.service on m2: this node is standby; leader is m1 (token 7)"
+	var b bytes.Buffer
+	if err := WriteFailureModes(&b, FailureModes{Matrix: []*Report{{Kind: "matrix", Results: []Result{res}}}, IssueIDs: []int{23}}); err != nil {
+		t.Fatal(err)
+	}
+	doc := b.String()
+	if !strings.Contains(doc, "naming the leader:\n\n    "+res.Figures.GuardMessage+"\n\n") {
+		t.Errorf("the guard's message is not quoted:\n%s", doc)
+	}
+	if strings.Contains(doc, "Paths the first matrix could not see") {
+		t.Error("the issue scenarios' section is written although none of them ran")
+	}
+}

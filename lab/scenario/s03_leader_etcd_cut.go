@@ -1,0 +1,19 @@
+package scenario
+
+import (
+	"context"
+)
+
+func leaderEtcdCut(ctx context.Context, r *Run) error {
+	fault, err := r.Fault("cut rack of "+r.Leader+" from etcd", func() error {
+		return r.cutFromEtcd(ctx, r.Leader, "")
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := r.Failover(ctx, fault, r.Standby); err != nil {
+		return err
+	}
+	r.expectStoppedBeforeWin()
+	return r.Heal(ctx)
+}
