@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -38,11 +40,11 @@ func (e electionKey) campaign(ctx context.Context, id clientv3.LeaseID) (campaig
 		return campaignResult{}, fmt.Errorf("campaign: %w", err)
 	}
 	if !c.ours {
-		li := LeaderInfo{Revision: c.rev}
-		if kv := c.other; kv != nil {
-			li.Node, li.Token, li.Lease = string(kv.Value), kv.CreateRevision, clientv3.LeaseID(kv.Lease)
+		var kvs []*mvccpb.KeyValue
+		if c.other != nil {
+			kvs = append(kvs, c.other)
 		}
-		return campaignResult{leader: li}, nil
+		return campaignResult{leader: group.DecodeLeader(kvs, c.rev, time.Time{})}, nil
 	}
 	token := c.createRev
 	li, err := e.read(ctx)

@@ -3,8 +3,6 @@ package supervisor
 import (
 	"os"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-
 	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
@@ -26,9 +24,6 @@ type (
 	Control        = group.Control
 	Event          = group.Event
 	RecordAPIFence = group.APIFence
-
-	// mvccKV was the parsers' own copy of an etcd key-value.
-	mvccKV = mvccpb.KeyValue
 )
 
 const (

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
@@ -38,7 +39,7 @@ func (l leases) grant(ctx context.Context, ttl time.Duration) (lease, error) {
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	sent := deadlineNow()
-	resp, err := l.pool.Grant(rctx, int64((ttl+time.Second-1)/time.Second))
+	resp, err := l.pool.Grant(rctx, group.TTLSeconds(ttl))
 	if err != nil {
 		return lease{}, fmt.Errorf("grant lease: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -103,14 +104,7 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	if err != nil {
 		return leaderObs{err: fmt.Errorf("read election key and control records: %w", err)}
 	}
-	li := LeaderInfo{Revision: resp.Header.Revision, ReadStart: start}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		li.Node, li.Token, li.Lease = string(kvs[0].Value), kvs[0].CreateRevision, clientv3.LeaseID(kvs[0].Lease)
-	}
-	var kvs []*mvccKV
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		kvs = append(kvs, &mvccKV{Key: kv.Key, Value: kv.Value})
-	}
+	li := group.DecodeLeader(resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, start)
 	members, _ := decodeMembers(s.keys, resp.Responses[2].GetResponseRange().Kvs)
-	return leaderObs{info: li, ctl: parseControl(s.keys, kvs), members: members}
+	return leaderObs{info: li, ctl: parseControl(s.keys, resp.Responses[1].GetResponseRange().Kvs), members: members}
 }

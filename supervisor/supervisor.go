@@ -6,8 +6,6 @@ package supervisor
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -206,15 +204,13 @@ func New(o Options) (*Supervisor, error) {
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
 	s := &Supervisor{
 		cfg: c, cli: o.Client, clock: o.Clock, pool: o.Pool, units: o.Units, opts: o,
 		log:       o.Log.With("node", c.Node, "cluster", c.Cluster),
 		keys:      NewKeys(c.Etcd.Prefix, c.Cluster),
 		window:    w,
 		timeout:   c.Timeouts(),
-		inc:       hex.EncodeToString(b),
+		inc:       NewID(),
 		state:     Starting,
 		deadline:  fencing.NewDeadline(w),
 		restarts:  map[string]uint32{},
