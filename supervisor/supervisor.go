@@ -20,6 +20,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -158,6 +159,7 @@ type Supervisor struct {
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 	dropins        atomic.Pointer[dropinCheck]
+	health         *health.Set // the units' health probes, armed on the leader only (monitor.go); nil: none
 
 	// Channels into the loop.
 	renewals chan renewal
@@ -219,6 +221,11 @@ func New(o Options) (*Supervisor, error) {
 		notes:     make(chan string, 32),
 		since:     time.Now(),
 	}
+	hs, err := newHealthSet(c)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	s.health = hs
 	if o.RunStateDir != "" {
 		s.runStore = &runstate.Store{Dir: o.RunStateDir}
 	}

@@ -87,3 +87,11 @@ func (s *Set) Reports() []Report {
 	}
 	return out
 }
+
+// Rearm re-arms unit's probe with a fresh grace (its process was
+// replaced), if it has one.
+func (s *Set) Rearm(ctx context.Context, unit string) {
+	if p := s.Probe(unit); p != nil {
+		p.Rearm(ctx)
+	}
+}
