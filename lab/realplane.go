@@ -37,6 +37,21 @@ type RealPlane interface {
 	Ready(ctx context.Context) error
 }
 
+// HealthProber is a RealPlane whose units answer health probes: its
+// HealthConfig is the [health] section of master node's supervisor. The
+// witnesses serve none, so the witness lab has no probes.
+type HealthProber interface {
+	HealthConfig(node string) []byte
+}
+
+// healthConfig is the [health] section for node's supervisor, if any.
+func (l *Lab) healthConfig(node string) []byte {
+	if h, ok := l.plane.(HealthProber); ok {
+		return append([]byte("\n"), h.HealthConfig(node)...)
+	}
+	return nil
+}
+
 // UsePlane makes l run the real control plane.
 func (l *Lab) UsePlane(p RealPlane) {
 	l.plane = p

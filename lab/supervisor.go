@@ -40,7 +40,7 @@ func (l *Lab) SupervisorConfigFor(node string) []byte {
 	for _, w := range Witnesses {
 		units = append(units, w.Service())
 	}
-	return fmt.Appendf(nil, `# Written by kha-lab (profile %[1]s).
+	return append(fmt.Appendf(nil, `# Written by kha-lab (profile %[1]s).
 node = %[2]q
 cluster = %[3]q
 
@@ -67,7 +67,7 @@ cooldown = %[13]q
 [log]
 level = "debug"
 `, p.Name, node, Cluster, q(l.Etcd.Endpoints()), p.RequestTimeout, p.TTL, p.Renew, p.Slack,
-		q(units), p.StopTimeout, p.KillGrace, p.Poll, p.Cooldown, EtcdPrefix)
+		q(units), p.StopTimeout, p.KillGrace, p.Poll, p.Cooldown, EtcdPrefix), l.healthConfig(node)...)
 }
 
 // watchdogDropin shortens the shipped unit's watchdog for short TTLs, as the

@@ -212,6 +212,24 @@ func (p *Plane) Component(m, name string, mode Mode) (kube.Component, error) {
 	}, nil
 }
 
+// HealthConfig is the [health] section of master m's supervisor: both
+// components' /healthz on m's address, verified with the plane's CA (lab
+// hook; the masters see the CA at its host path).
+func (p *Plane) HealthConfig(m string) []byte {
+	var cs []kube.Component
+	for _, name := range Units {
+		cs = append(cs, kube.Component{Name: name, Address: p.Lab.Topo.Addr(m).String(), Port: componentPorts[name]})
+	}
+	return kube.HealthSection(cs, p.Dir("ca", "ca.crt"), LabProbing)
+}
+
+// LabProbing probes every second (the default is 2 s) with the default 1 s
+// timeout and threshold 3: a frozen component is unhealthy about 3 s after
+// it froze and the leader steps down about 2 s later. A second, not less:
+// on the lab's loaded machine a shorter timeout would fail healthy
+// components and disturb every other scenario.
+var LabProbing = kube.Probing{Interval: time.Second, Timeout: time.Second, Threshold: 3, Grace: 30 * time.Second}
+
 // Units are the managed units, in the supervisor's start order.
 var Units = []string{kube.ControllerManager, kube.Scheduler}
 
