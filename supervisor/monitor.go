@@ -115,12 +115,16 @@ func (s *Supervisor) recentFailures(now time.Time) int {
 	return len(s.failures)
 }
 
-func unitsSignature(states []fencing.UnitState) string {
+// unitsSignature is what the record says of the units: their states and
+// their probes' (a change is published).
+func unitsSignature(states []fencing.UnitState, probes *health.Set) string {
 	var b []byte
 	for _, u := range states {
 		b = append(b, u.Name...)
 		b = append(b, '=')
 		b = append(b, u.ActiveState...)
+		b = append(b, '/')
+		b = append(b, probes.State(u.Name)...)
 		b = append(b, ';')
 	}
 	return string(b)
@@ -130,7 +134,7 @@ func unitsSignature(states []fencing.UnitState) string {
 // states changed, so status and the other members see them.
 func (s *Supervisor) noteUnits(o unitObs) {
 	s.lastUnits, s.unitsSeen = o.states, o.started
-	if sig := unitsSignature(o.states); sig != s.publishedUnits {
+	if sig := unitsSignature(o.states, s.health); sig != s.publishedUnits {
 		s.publishedUnits = sig
 		s.updateSnapshot()
 		offer(s.pub, struct{}{})

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // server answers /healthz with the status in code (200 by default), or
@@ -229,5 +232,32 @@ func TestSet(t *testing.T) {
 	}
 	if _, err := NewSet([]Target{{"a.service", "https://x/"}}, Settings{Timeout: time.Second}); err == nil {
 		t.Fatal("https without CA accepted")
+	}
+}
+
+func TestCollector(t *testing.T) {
+	reports := []Report{
+		{Unit: "a.service", State: StateUnhealthy, Consecutive: 4, Probes: 10, Failures: 4, Last: &Result{Latency: 1500 * time.Millisecond}},
+		{Unit: "b.service", State: StateOff},
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(func() []Report { return reports }))
+	want := `
+# HELP kha_health_probe_consecutive_failures Failed health probes of the unit in a row (0 while not probing).
+# TYPE kha_health_probe_consecutive_failures gauge
+kha_health_probe_consecutive_failures{unit="a.service"} 4
+kha_health_probe_consecutive_failures{unit="b.service"} 0
+# HELP kha_health_probe_healthy 1 while the unit's health probe passes, 0 while it is starting or unhealthy; absent while not probing (standby, unit stopped).
+# TYPE kha_health_probe_healthy gauge
+kha_health_probe_healthy{unit="a.service"} 0
+# HELP kha_health_probe_latency_seconds How long the unit's last health probe took (to its answer or its timeout); absent before the first.
+# TYPE kha_health_probe_latency_seconds gauge
+kha_health_probe_latency_seconds{unit="a.service"} 1.5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kha_health_probe_healthy", "kha_health_probe_consecutive_failures", "kha_health_probe_latency_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "kha_health_probes_total", "kha_health_probe_failures_total"); err != nil || n != 4 {
+		t.Fatalf("counters: %d series, %v", n, err)
 	}
 }

@@ -95,3 +95,16 @@ func (s *Set) Rearm(ctx context.Context, unit string) {
 		p.Rearm(ctx)
 	}
 }
+
+// State is unit's probe state while armed ("" without a probe or while
+// not probing), for the member record.
+func (s *Set) State(unit string) string {
+	p := s.Probe(unit)
+	if p == nil {
+		return ""
+	}
+	if st := p.Report().State; st != StateOff {
+		return st
+	}
+	return ""
+}
