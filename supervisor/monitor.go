@@ -68,7 +68,7 @@ func (s *Supervisor) probeFailures(now time.Time, unit string) {
 	n, last := p.Take()
 	for range n {
 		s.failed(now, fmt.Sprintf("%s failed its health probe (%d in a row, threshold %d): %s",
-			unit, p.Report().Consecutive, s.cfg.Health.FailureThreshold, last.Error))
+			unit, last.InARow, s.cfg.Health.FailureThreshold, last.Error))
 	}
 }
 

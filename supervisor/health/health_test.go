@@ -152,8 +152,8 @@ func TestProbeThreshold(t *testing.T) {
 	if c := p.Report().Consecutive; n < 3 || n > c-2 {
 		t.Fatalf("took %d failures at %d consecutive (threshold 3: want consecutive-2)", n, c)
 	}
-	if last.OK || last.Code != http.StatusServiceUnavailable {
-		t.Fatalf("last result %+v", last)
+	if last.OK || last.Code != http.StatusServiceUnavailable || last.InARow < 3 {
+		t.Fatalf("last strike %+v", last)
 	}
 	s.code.Store(http.StatusOK)
 	waitFor(t, "healthy again", func() bool { return p.Report().State == StateHealthy })

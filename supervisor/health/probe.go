@@ -54,7 +54,8 @@ type Probe struct {
 	armedAt      time.Time
 	started      bool // a probe succeeded since arming
 	consecutive  int
-	strikes      int // failures at or past the threshold not yet taken
+	strikes      int    // failures at or past the threshold not yet taken
+	strike       Strike // the latest of them
 	probes, bad  int64
 	last         *Result
 	healthySince time.Time
@@ -101,19 +102,23 @@ func (p *Probe) Rearm(ctx context.Context) {
 	p.Arm(ctx)
 }
 
+// Strike is a failed probe that counts against the unit: its result and
+// how many had failed in a row with it.
+type Strike struct {
+	Result
+	InARow int
+}
+
 // Take returns how many failed probes counted against the unit since the
 // last Take: each failure once the unit is unhealthy (the one that reached
-// the threshold, and every further one), with the last result.
-func (p *Probe) Take() (int, Result) {
+// the threshold, and every further one), with the latest of them (a later
+// success does not undo them: each was a real failure).
+func (p *Probe) Take() (int, Strike) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := p.strikes
+	n, s := p.strikes, p.strike
 	p.strikes = 0
-	var last Result
-	if p.last != nil {
-		last = *p.last
-	}
-	return n, last
+	return n, s
 }
 
 // Report returns the probe's current view.
@@ -183,5 +188,6 @@ func (p *Probe) record(epoch int, r Result) {
 	p.consecutive++
 	if p.consecutive >= p.spec.Threshold {
 		p.strikes++
+		p.strike = Strike{Result: r, InARow: p.consecutive}
 	}
 }
