@@ -64,6 +64,9 @@ type Record struct {
 type UnitStatus struct {
 	Name  string `json:"name"`
 	State string `json:"state"`
+	// Health is the unit's health probe state while the leader probes it
+	// ([health]: starting, healthy, unhealthy); empty otherwise.
+	Health string `json:"health,omitempty"`
 }
 
 // ReadMembers returns every live member record, keyed by node.

@@ -38,6 +38,13 @@ type RealPlane interface {
 	Ready(ctx context.Context) error
 }
 
+// HealthProber is a RealPlane whose units answer health probes: its
+// HealthConfig is the [health] section of master node's supervisor. The
+// witnesses serve none, so the witness lab has no probes.
+type HealthProber interface {
+	HealthConfig(node string) config.Health
+}
+
 // UsePlane makes l run the real control plane.
 func (l *Lab) UsePlane(p RealPlane) {
 	l.plane = p

@@ -51,6 +51,9 @@ func (l *Lab) SupervisorConfig(node string) config.Config {
 	c.Units.Cooldown = config.D(p.Cooldown)
 	c.Log.Level = "debug"
 	c.Path = "kha-lab (profile " + p.Name + ")"
+	if h, ok := l.plane.(HealthProber); ok {
+		c.Health = h.HealthConfig(node)
+	}
 	if l.configEdit != nil {
 		l.configEdit(node, &c)
 	}

@@ -94,6 +94,9 @@ func (s *Supervisor) transition(to State, kind, reason string) {
 	s.checkEdge(from, to)
 	s.prevState = from
 	s.state, s.reason, s.since = to, reason, s.now()
+	if to != Active {
+		s.health.DisarmAll() // only the active leader probes its units (monitor.go)
+	}
 	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.token)
 	s.notify("STATUS=" + s.statusLine())
 	s.recordHistory(Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token})

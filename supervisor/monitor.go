@@ -2,10 +2,14 @@ package supervisor
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
 // onUnits records the managed units' states and counts failures on the
@@ -27,6 +31,7 @@ func (s *Supervisor) onUnits(bg context.Context, o unitObs) {
 // systemd restarted since the last look. Reaching the threshold demotes.
 func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
 	if s.state != Active {
+		s.health.DisarmAll() // standbys do not probe
 		return
 	}
 	now := s.now()
@@ -35,14 +40,62 @@ func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
 		s.restarts[u.Name] = u.NRestarts
 		switch {
 		case !u.Running():
+			s.health.Disarm(u.Name)
 			s.failed(now, fmt.Sprintf("%s is %s", u.Name, u.ActiveState))
 		case seen && u.NRestarts > base:
+			s.health.Rearm(bg, u.Name) // a new process: a new grace
 			s.failed(now, fmt.Sprintf("%s was restarted by systemd (%d restarts)", u.Name, u.NRestarts))
+		default:
+			s.health.Arm(bg, u.Name)
+			s.probeFailures(now, u.Name)
 		}
 	}
 	if n := s.recentFailures(now); n >= s.cfg.Units.FailureThreshold {
 		s.demote(bg, "failure_threshold", fmt.Sprintf("%d unit failures within %s (threshold %d)", n, s.cfg.Units.FailureWindow, s.cfg.Units.FailureThreshold), s.cfg.Units.Cooldown.D())
 	}
+}
+
+// probeFailures counts each failed probe of an unhealthy unit as a unit
+// failure: a component systemd reports active but that does not answer is
+// as unavailable as a stopped one, and a restart would not be judged by the
+// probe either, so the failures add up to the threshold and the other
+// node takes over.
+func (s *Supervisor) probeFailures(now time.Time, unit string) {
+	p := s.health.Probe(unit)
+	if p == nil {
+		return
+	}
+	n, last := p.Take()
+	for range n {
+		s.failed(now, fmt.Sprintf("%s failed its health probe (%d in a row, threshold %d): %s",
+			unit, last.InARow, s.cfg.Health.FailureThreshold, last.Error))
+	}
+}
+
+// newHealthSet builds the probes the configuration names (nil: none).
+func newHealthSet(c config.Config) (*health.Set, error) {
+	probes, err := c.Health.ProbeList()
+	if err != nil || len(probes) == 0 {
+		return nil, err
+	}
+	h := c.Health
+	set := health.Settings{TLS: health.TLS{Insecure: h.Insecure}, Interval: h.Interval.D(), Timeout: h.Timeout.D(),
+		Threshold: h.FailureThreshold, Grace: h.Grace.D()}
+	if h.CA != "" {
+		pem, err := os.ReadFile(h.CA)
+		if err != nil {
+			return nil, fmt.Errorf("health.ca: %w", err)
+		}
+		set.TLS.Roots = x509.NewCertPool()
+		if !set.TLS.Roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("health.ca: %s holds no PEM certificate", h.CA)
+		}
+	}
+	targets := make([]health.Target, 0, len(probes))
+	for _, p := range probes {
+		targets = append(targets, health.Target{Unit: p.Unit, URL: p.URL})
+	}
+	return health.NewSet(targets, set)
 }
 
 func (s *Supervisor) failed(now time.Time, what string) {
@@ -62,12 +115,16 @@ func (s *Supervisor) recentFailures(now time.Time) int {
 	return len(s.failures)
 }
 
-func unitsSignature(states []fencing.UnitState) string {
+// unitsSignature is what the record says of the units: their states and
+// their probes' (a change is published).
+func unitsSignature(states []fencing.UnitState, probes *health.Set) string {
 	var b []byte
 	for _, u := range states {
 		b = append(b, u.Name...)
 		b = append(b, '=')
 		b = append(b, u.ActiveState...)
+		b = append(b, '/')
+		b = append(b, probes.State(u.Name)...)
 		b = append(b, ';')
 	}
 	return string(b)
@@ -77,7 +134,7 @@ func unitsSignature(states []fencing.UnitState) string {
 // states changed, so status and the other members see them.
 func (s *Supervisor) noteUnits(o unitObs) {
 	s.lastUnits, s.unitsSeen = o.states, o.started
-	if sig := unitsSignature(o.states); sig != s.publishedUnits {
+	if sig := unitsSignature(o.states, s.health); sig != s.publishedUnits {
 		s.publishedUnits = sig
 		s.updateSnapshot()
 		offer(s.pub, struct{}{})

@@ -23,7 +23,7 @@ func (s *Supervisor) record() Record {
 		r.LeaseLeftMS = st.LeaseLeft.Milliseconds()
 	}
 	for _, u := range st.Units {
-		r.Units = append(r.Units, UnitStatus{Name: u.Name, State: u.ActiveState})
+		r.Units = append(r.Units, UnitStatus{Name: u.Name, State: u.ActiveState, Health: s.health.State(u.Name)})
 	}
 	return r
 }

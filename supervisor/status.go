@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
 // Status is a member's view of itself, safe to read from any goroutine
@@ -50,6 +51,9 @@ type Status struct {
 	// Problems the group has that an operator must clear: unreadable
 	// control records (ignored), an election key on no lease (deleted).
 	Problems []string `json:"problems,omitempty"`
+	// Health: the units' health probes ([health]); armed on the leader
+	// while the unit runs, "off" otherwise.
+	Health []health.Report `json:"health,omitempty"`
 
 	fenceAt time.Time
 }
@@ -75,6 +79,7 @@ func (s *Supervisor) Status() Status {
 	}
 	st.APIFence = s.apiFenceStatus()
 	st.ForeignEndpoints = s.pool.Foreign()
+	st.Health = s.health.Reports()
 	return st
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -163,6 +164,7 @@ type Supervisor struct {
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 	dropins        atomic.Pointer[dropinCheck]
+	health         *health.Set // the units' health probes, armed on the leader only (monitor.go); nil: none
 
 	// Channels into the loop.
 	renewals chan renewal
@@ -227,6 +229,11 @@ func New(o Options) (*Supervisor, error) {
 	}
 	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout.D(), log: s.log}
 	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout.D()}
+	hs, err := newHealthSet(c)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	s.health = hs
 	if o.RunStateDir != "" {
 		s.runStore = &runstate.Store{Dir: o.RunStateDir}
 	}

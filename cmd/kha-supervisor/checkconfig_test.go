@@ -116,3 +116,13 @@ func TestCheckConfigProductOnly(t *testing.T) {
 		t.Errorf("docs/configuration.md lists a watchdog key among the checks")
 	}
 }
+
+// An https probe with neither a CA nor insecure is refused like every
+// configuration error: exit 2, one line naming file, line and key.
+func TestCheckConfigRefusesHTTPSProbeWithoutTrust(t *testing.T) {
+	p := checkConfigFile(t, "node = \"m1\"\n[health]\nprobes = [\"kube-scheduler.service=https://127.0.0.1:10259/healthz\"]\n")
+	code, _, stderr := runCheckConfig(t, "-c", p)
+	if code != exitConfig || !strings.Contains(stderr, p+":3: health.probes") || !strings.Contains(stderr, "health.ca") {
+		t.Fatalf("exit %d, stderr %q: want %d naming %s:3: health.probes", code, stderr, exitConfig, p)
+	}
+}

@@ -59,9 +59,10 @@ type timeline struct {
 	requested   time.Time
 	oldNode     string
 	newNode     string
-	oldStopped  time.Time // old leader's units confirmed stopped
-	leaseWon    time.Time // new leader won the election key
-	unitsActive time.Time // new leader's units confirmed active
+	oldStopped  time.Time   // old leader's units confirmed stopped
+	leaseWon    time.Time   // new leader won the election key
+	unitsActive time.Time   // new leader's units confirmed active
+	health      drillHealth // with [health] probes: the new units healthy (drillhealth.go)
 
 	handover apiHandover // apifencedrill.go: the token handover (token mode)
 }
@@ -80,9 +81,16 @@ func (t timeline) check(expect time.Duration) []string {
 		bad = append(bad, fmt.Sprintf("%s won the lease at %s, before %s's units were recorded stopped at %s",
 			t.newNode, t.leaseWon.Format("15:04:05.000"), t.oldNode, t.oldStopped.Format("15:04:05.000")))
 	}
+	last := t.unitsActive
+	if len(t.health.probed) > 0 {
+		last = t.health.healthy // the timeline ends when the new units are healthy
+	}
+	if p := t.health.problem(t.newNode); p != "" {
+		bad = append(bad, p)
+	}
 	if t.unitsActive.IsZero() {
 		bad = append(bad, "no record of the new leader's units becoming active")
-	} else if took := t.unitsActive.Sub(t.requested); expect > 0 && took > expect {
+	} else if took := last.Sub(t.requested); expect > 0 && !last.IsZero() && took > expect {
 		bad = append(bad, fmt.Sprintf("took %s, more than the expected %s", took.Round(time.Millisecond), expect))
 	}
 	return append(bad, t.handover.check(t)...)
@@ -100,6 +108,9 @@ func (t timeline) print(w io.Writer) {
 	fmt.Fprintf(w, "  %s  %s: lease won\n", at(t.leaseWon), t.newNode)
 	t.handover.print(w, at, t.newNode)
 	fmt.Fprintf(w, "  %s  %s: new units active\n", at(t.unitsActive), t.newNode)
+	if len(t.health.probed) > 0 {
+		fmt.Fprintf(w, "  %s  %s: new units healthy\n", at(t.health.healthy), t.newNode)
+	}
 }
 
 // fill reads the history after the request and finds the three events.
@@ -172,6 +183,7 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) i
 	}
 	s.fill(e, &t, stoppedTo)
 	s.fillHandover(e, &t)
+	t.health = s.waitHealthy(e, t.newNode, t.requested, timeout)
 	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)
 	t.print(e.stdout)
 	if bad := t.check(expect); len(bad) > 0 {

@@ -24,6 +24,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/hooks"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
@@ -155,6 +156,10 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	if err != nil {
 		log.Error("cannot create supervisor", "err", err)
 		return exitConfig
+	}
+	if err := reg.Register(health.NewCollector(func() []health.Report { return sup.Status().Health })); err != nil {
+		log.Error("cannot register metrics", "err", err)
+		return exitFailure
 	}
 
 	gsrv, err := guard.Listen(cfg.Guard.Socket)

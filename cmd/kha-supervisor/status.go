@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
 func init() { register(statusCommand) }
@@ -149,7 +151,22 @@ func unitSummary(m group.Record) string {
 	if len(m.Units) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%d/%d active", active(m), len(m.Units))
+	s := fmt.Sprintf("%d/%d active", active(m), len(m.Units))
+	if n := unhealthy(m); n > 0 {
+		s += fmt.Sprintf(", %d unhealthy", n)
+	}
+	return s
+}
+
+// unhealthy counts the units whose health probe fails ([health]).
+func unhealthy(m supervisor.Record) int {
+	n := 0
+	for _, u := range m.Units {
+		if u.Health == health.StateUnhealthy {
+			n++
+		}
+	}
+	return n
 }
 
 // stamp is a wall-clock time for people: date, time and zone, local (TZ).
@@ -207,7 +224,11 @@ func memberRow(cs group.ClusterStatus, m group.Record, now time.Time, wide bool)
 	if wide {
 		var us []string
 		for _, u := range m.Units {
-			us = append(us, strings.TrimSuffix(u.Name, ".service")+"="+u.State)
+			s := strings.TrimSuffix(u.Name, ".service") + "=" + u.State
+			if u.Health != "" {
+				s += "/" + u.Health // the leader's probe: starting, healthy, unhealthy
+			}
+			us = append(us, s)
 		}
 		units = strings.Join(us, ",")
 	}

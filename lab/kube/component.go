@@ -175,12 +175,18 @@ func (c Component) Start(ctx context.Context) (ComponentFiles, error) {
 	// certificate needed, only trust in the serving certificate.
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: c.CA.Pool(), MinVersion: tls.VersionTLS12}}}
-	url := "https://" + joinHostPort(c.Address, c.Port) + "/healthz"
+	url := c.HealthURL()
 	if err := waitHTTP(ctx, f.PIDFile, client, url, timeout); err != nil {
 		stopErr := proc.Stop(context.WithoutCancel(ctx), f.PIDFile, 10*time.Second)
 		return ComponentFiles{}, errors.Join(fmt.Errorf("%s on %s: %w\n%s", c.Name, url, err, tail(f.Log, 15)), stopErr)
 	}
 	return f, nil
+}
+
+// HealthURL is the component's /healthz on its secure port: what the lab
+// waits for at start and what kha-supervisor's [health] probe GETs.
+func (c Component) HealthURL() string {
+	return "https://" + joinHostPort(c.Address, c.Port) + "/healthz"
 }
 
 // Stop ends the component recorded in its PID file.

@@ -64,6 +64,9 @@ RestartSec=%dms
 	return b.Bytes(), nil
 }
 
+// ExampleHealthConfig is the example's kha-supervisor [health] section.
+const ExampleHealthConfig = "kha-supervisor-health.toml"
+
 // Example paths: the kubeadm layout an operator most likely has.
 const (
 	exampleBinDir = "/usr/local/bin"
@@ -77,6 +80,7 @@ const (
 func Examples() (map[string][]byte, error) {
 	ca := &pki.CA{CertFile: examplePKI + "/ca.crt", KeyFile: examplePKI + "/ca.key"}
 	out := map[string][]byte{}
+	var probed []Component
 	for _, name := range []string{Scheduler, ControllerManager} {
 		c := Component{
 			Name:              name,
@@ -98,6 +102,9 @@ func Examples() (map[string][]byte, error) {
 			return nil, err
 		}
 		out[name+".service"] = u
+		probed = append(probed, c)
 	}
+	out[ExampleHealthConfig] = append([]byte("# The [health] section of /etc/kha-supervisor/config.toml for these units.\n"),
+		HealthSection(probed, ca.CertFile, DefaultProbing)...)
 	return out, nil
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/pki"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // examplesDir holds the example units operators copy; they must be what the
@@ -74,5 +77,37 @@ func TestLeaderElectUnitsCarryTheTiming(t *testing.T) {
 	}
 	if _, err := (Component{Name: "kube-proxy"}).Unit(ComponentFiles{}); err == nil {
 		t.Error("a unit for an unknown component rendered")
+	}
+}
+
+// The example [health] section is a valid part of kha-supervisor's
+// configuration and probes both example units on their secure ports.
+func TestExampleHealthSectionLoads(t *testing.T) {
+	ex, err := Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, err := pki.NewCA(filepath.Join(dir, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(ex[ExampleHealthConfig]), examplePKI+"/ca.crt", ca.CertFile)
+	path := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(path, []byte("node = \"m1\"\n"+text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("the example [health] section is refused: %v\n%s", err, text)
+	}
+	probes, err := c.Health.ProbeList()
+	if err != nil || len(probes) != 2 {
+		t.Fatalf("probes %+v, %v", probes, err)
+	}
+	for _, p := range probes {
+		if _, ok := ex[p.Unit]; !ok || !strings.Contains(string(ex[p.Unit]), "--secure-port="+p.URL[strings.LastIndexByte(p.URL, ':')+1:strings.LastIndexByte(p.URL, '/')]) {
+			t.Errorf("probe %s=%s does not match the example unit's secure port", p.Unit, p.URL)
+		}
 	}
 }

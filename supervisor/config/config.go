@@ -39,6 +39,7 @@ type Config struct {
 	History History `toml:"history"`
 
 	APIFence APIFence `toml:"api_fence"` // apifence.go
+	Health   Health   `toml:"health"`    // health.go
 
 	// Path is the file this configuration was read from (not a TOML key).
 	Path string `toml:"-"`
@@ -162,6 +163,7 @@ func Default() Config {
 		History: History{Retain: 1000},
 
 		APIFence: DefaultAPIFence(),
+		Health:   DefaultHealth(),
 	}
 }
 

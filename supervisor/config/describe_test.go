@@ -77,6 +77,8 @@ func TestDescribeRoundTrip(t *testing.T) {
 		History: History{Retain: 7},
 		APIFence: APIFence{Mode: "off", Kubeconfig: "/k", APIServers: []string{"https://10.0.0.1:6443"}, StateDir: "/s", ClientCA: "/ca",
 			Gates: []string{"b.service=127.0.0.1:1"}, ConfirmTimeout: D(time.Second)},
+		Health: Health{Probes: []string{"b.service=https://127.0.0.1:10259/healthz", "a@x.service=http://[::1]:8080/livez"},
+			CA: p.ca, Interval: D(3 * time.Second), Timeout: D(2 * time.Second), FailureThreshold: 2, Grace: D(7 * time.Second)},
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

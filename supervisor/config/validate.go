@@ -44,6 +44,7 @@ var rules = []rule{
 	checkTLSFiles,
 	checkPasswordFile,
 	checkAPIFence,
+	checkHealth,
 }
 
 func (c Config) check(d *document) error {

@@ -29,6 +29,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/lab/proc"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // APIPort is the apiservers' secure port.
@@ -216,6 +217,24 @@ func (p *Plane) Component(m, name string, mode Mode) (kube.Component, error) {
 		StopTimeout:       mode.Profile.StopTimeout,
 	}, nil
 }
+
+// HealthConfig is the [health] section of master m's supervisor: both
+// components' /healthz on m's address, verified with the plane's CA (lab
+// hook; the masters see the CA at its host path).
+func (p *Plane) HealthConfig(m string) config.Health {
+	var cs []kube.Component
+	for _, name := range Units {
+		cs = append(cs, kube.Component{Name: name, Address: p.Lab.Topo.Addr(m).String(), Port: componentPorts[name]})
+	}
+	return kube.Health(cs, p.Dir("ca", "ca.crt"), LabProbing)
+}
+
+// LabProbing probes every second (the default is 2 s) with the default 1 s
+// timeout and threshold 3: a frozen component is unhealthy about 3 s after
+// it froze and the leader steps down about 2 s later. A second, not less:
+// on the lab's loaded machine a shorter timeout would fail healthy
+// components and disturb every other scenario.
+var LabProbing = kube.Probing{Interval: time.Second, Timeout: time.Second, Threshold: 3, Grace: 30 * time.Second}
 
 // Units are the managed units, in the supervisor's start order.
 var Units = []string{kube.ControllerManager, kube.Scheduler}

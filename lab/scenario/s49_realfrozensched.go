@@ -1,0 +1,42 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+)
+
+// Scenario 49 (real plane): kube-scheduler frozen with SIGSTOP on the
+// leader. systemd still reports its unit active; only kha-supervisor's
+// [health] probe of its /healthz sees it: after health.failure_threshold
+// failed probes the unit is unhealthy, each further failed probe is a unit
+// failure, and at units.failure_threshold the leader steps down (SIGKILL
+// ends the stopped process after TimeoutStopSec) and the other master takes
+// over. With leader election the frozen scheduler renews nothing: its
+// lease expires and the other scheduler acquires it. The heal sends
+// SIGCONT (the process is gone under kha; under leader election it wakes,
+// finds its lease lost and exits, and systemd restarts it).
+func init() {
+	plane.Register(plane.Scenario{ID: 49, Name: "real: scheduler frozen (SIGSTOP) on the leader",
+		Fault: "SIGSTOP of kube-scheduler's main process on the scheduler's leader (its unit stays active)",
+		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
+			n := t.Node()
+			pid, err := n.MainPID(ctx, "kube-scheduler.service")
+			if err != nil {
+				return nil, err
+			}
+			if pid <= 0 {
+				return nil, fmt.Errorf("kube-scheduler does not run on %s", t.Leader)
+			}
+			if _, err := n.Exec(ctx, "kill", "-STOP", strconv.Itoa(pid)); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error {
+				// Gone already (stopped by kha-supervisor) is fine.
+				_, _ = n.Exec(ctx, "kill", "-CONT", strconv.Itoa(pid))
+				return nil
+			}, nil
+		}})
+}

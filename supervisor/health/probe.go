@@ -1,0 +1,193 @@
+package health
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Spec is one unit's probe, as the configuration gives it.
+type Spec struct {
+	Unit      string
+	Interval  time.Duration // between the starts of two probes
+	Threshold int           // consecutive failures that make the unit unhealthy
+	// Grace: after the probe is armed (the unit seen running on the
+	// leader), failures do not count until one probe succeeded or Grace
+	// passed, because a component answers /healthz only some seconds after
+	// its start.
+	Grace time.Duration
+}
+
+// States of a probe, as Report shows them.
+const (
+	StateOff       = "off"       // not probing: not the leader, or the unit does not run
+	StateStarting  = "starting"  // armed, within its grace, no success yet
+	StateHealthy   = "healthy"   // fewer than Threshold consecutive failures
+	StateUnhealthy = "unhealthy" // Threshold consecutive failures or more
+)
+
+// Report is what status and metrics show of one probe.
+type Report struct {
+	Unit        string  `json:"unit"`
+	URL         string  `json:"url"`
+	State       string  `json:"state"`
+	Consecutive int     `json:"consecutive_failures"`
+	Threshold   int     `json:"threshold"`
+	Probes      int64   `json:"probes"`   // since this process started
+	Failures    int64   `json:"failures"` // failed probes since this process started
+	Last        *Result `json:"last,omitempty"`
+	// HealthySince is when the probe last went from not healthy to
+	// healthy while armed (zero if it has not since it was armed).
+	HealthySince time.Time `json:"healthy_since,omitzero"`
+}
+
+// Probe probes one unit while armed. Its methods are safe for concurrent
+// use: the supervisor's loop arms, disarms and takes; status reads.
+type Probe struct {
+	spec  Spec
+	check *Checker
+	now   func() time.Time
+
+	mu           sync.Mutex
+	cancel       context.CancelFunc // nil when disarmed
+	epoch        int                // bumped by every arm and disarm; results of an older epoch are dropped
+	armedAt      time.Time
+	started      bool // a probe succeeded since arming
+	consecutive  int
+	strikes      int    // failures at or past the threshold not yet taken
+	strike       Strike // the latest of them
+	probes, bad  int64
+	last         *Result
+	healthySince time.Time
+}
+
+// NewProbe returns a disarmed probe.
+func NewProbe(spec Spec, check *Checker) *Probe {
+	return &Probe{spec: spec, check: check, now: time.Now}
+}
+
+// Unit names the probed unit.
+func (p *Probe) Unit() string { return p.spec.Unit }
+
+// Arm starts probing (from now, with a fresh grace), unless armed already.
+// The probing ends with Disarm or with ctx.
+func (p *Probe) Arm(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel != nil {
+		return
+	}
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.epoch++
+	p.armedAt, p.started, p.consecutive, p.strikes, p.last, p.healthySince = p.now(), false, 0, 0, nil, time.Time{}
+	go p.run(ctx, p.epoch)
+}
+
+// Disarm stops probing and forgets the failures not yet taken.
+func (p *Probe) Disarm() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	p.cancel = nil
+	p.epoch++
+	p.consecutive, p.strikes = 0, 0
+}
+
+// Rearm restarts the grace: the unit's process was replaced.
+func (p *Probe) Rearm(ctx context.Context) {
+	p.Disarm()
+	p.Arm(ctx)
+}
+
+// Strike is a failed probe that counts against the unit: its result and
+// how many had failed in a row with it.
+type Strike struct {
+	Result
+	InARow int
+}
+
+// Take returns how many failed probes counted against the unit since the
+// last Take: each failure once the unit is unhealthy (the one that reached
+// the threshold, and every further one), with the latest of them (a later
+// success does not undo them: each was a real failure).
+func (p *Probe) Take() (int, Strike) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, s := p.strikes, p.strike
+	p.strikes = 0
+	return n, s
+}
+
+// Report returns the probe's current view.
+func (p *Probe) Report() Report {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := Report{Unit: p.spec.Unit, URL: p.check.URL(), State: p.stateLocked(), Consecutive: p.consecutive,
+		Threshold: p.spec.Threshold, Probes: p.probes, Failures: p.bad, HealthySince: p.healthySince}
+	if p.last != nil {
+		l := *p.last
+		r.Last = &l
+	}
+	return r
+}
+
+func (p *Probe) stateLocked() string {
+	switch {
+	case p.cancel == nil:
+		return StateOff
+	case p.consecutive >= p.spec.Threshold:
+		return StateUnhealthy
+	case !p.started && p.last != nil && !p.last.OK || !p.started && p.last == nil:
+		return StateStarting
+	default:
+		return StateHealthy
+	}
+}
+
+func (p *Probe) run(ctx context.Context, epoch int) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(p.spec.Interval)
+		r := p.check.Check(ctx)
+		if ctx.Err() != nil {
+			return // disarmed mid-probe: its failure says nothing
+		}
+		p.record(epoch, r)
+	}
+}
+
+// record adds one result, unless the probe was re-armed since it began.
+func (p *Probe) record(epoch int, r Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if epoch != p.epoch {
+		return
+	}
+	p.probes++
+	p.last = &r
+	if r.OK {
+		if !p.started || p.consecutive >= p.spec.Threshold {
+			p.healthySince = r.At
+		}
+		p.started, p.consecutive = true, 0
+		return
+	}
+	p.bad++
+	if !p.started && p.now().Sub(p.armedAt) < p.spec.Grace {
+		return // still starting: not counted
+	}
+	p.consecutive++
+	if p.consecutive >= p.spec.Threshold {
+		p.strikes++
+		p.strike = Strike{Result: r, InARow: p.consecutive}
+	}
+}
