@@ -90,7 +90,7 @@ lab-down: lab
 # progress into /var/cache/kha-lab, never rebuilt): DEMO_REAL's faults in every
 # DEMO_MODES mode, kha-supervisor side by side with the components' own
 # --leader-elect, judged at the apiservers' audit logs; it prints the table.
-DEMO_REAL ?= 40 43 44
+DEMO_REAL ?= 40 41 42 43 44
 DEMO_MODES ?= kha-fast,kha-default,le-tuned,le-defaults
 demo: deps build lab packages
 	$(LAB) down $(LAB_FLAGS)
