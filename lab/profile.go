@@ -25,13 +25,13 @@ func fromConfig(name string, cooldown time.Duration) Profile {
 	p := config.Profiles[name]
 	return Profile{
 		Name:           p.Name,
-		TTL:            p.TTL.D(),
-		Renew:          p.RenewInterval.D(),
-		RequestTimeout: p.RequestTimeout.D(),
-		StopTimeout:    p.StopTimeout.D(),
-		KillGrace:      p.KillGrace.D(),
-		Slack:          config.Default().Lease.Slack.D(),
-		Poll:           p.PollInterval.D(),
+		TTL:            p.TTL,
+		Renew:          p.RenewInterval,
+		RequestTimeout: p.RequestTimeout,
+		StopTimeout:    p.StopTimeout,
+		KillGrace:      p.KillGrace,
+		Slack:          config.Default().Lease.Slack,
+		Poll:           p.PollInterval,
 		Cooldown:       cooldown,
 	}
 }

@@ -48,7 +48,7 @@ func (l *Lab) SupervisorConfig(node string) config.Config {
 	for _, w := range Witnesses {
 		c.Units.Managed = append(c.Units.Managed, w.Service())
 	}
-	c.Units.Cooldown = config.D(p.Cooldown)
+	c.Units.Cooldown = p.Cooldown
 	c.Log.Level = "debug"
 	c.Path = "kha-lab (profile " + p.Name + ")"
 	if h, ok := l.plane.(HealthProber); ok {

@@ -46,14 +46,14 @@ func TestSupervisorConfigLoads(t *testing.T) {
 		if err != nil {
 			t.Fatalf("profile %s: the real loader refuses the lab's configuration: %v", p.Name, err)
 		}
-		if c.Node != "m2" || c.Cluster != Cluster || c.Lease.TTL.D() != p.TTL || c.Lease.RenewInterval.D() != p.Renew ||
-			c.Units.StopTimeout.D() != p.StopTimeout || c.Units.KillGrace.D() != p.KillGrace || c.Units.PollInterval.D() != p.Poll {
+		if c.Node != "m2" || c.Cluster != Cluster || c.Lease.TTL != p.TTL || c.Lease.RenewInterval != p.Renew ||
+			c.Units.StopTimeout != p.StopTimeout || c.Units.KillGrace != p.KillGrace || c.Units.PollInterval != p.Poll {
 			t.Fatalf("profile %s: loaded %+v", p.Name, c)
 		}
 		if !slices.Equal(c.Etcd.Endpoints, l.Etcd.Endpoints()) || len(c.Etcd.Endpoints) != 3 || c.Etcd.Cert != filepath.Join(dir, "pki", "m2.crt") {
 			t.Fatalf("profile %s: etcd %+v", p.Name, c.Etcd)
 		}
-		if err := c.Window().Validate(c.Lease.RenewInterval.D()); err != nil {
+		if err := c.Window().Validate(c.Lease.RenewInterval); err != nil {
 			t.Fatalf("profile %s: fence window: %v", p.Name, err)
 		}
 	}

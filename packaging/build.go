@@ -183,7 +183,7 @@ func stageCommon(o Options, stage string) error {
 	}
 	def := config.Default()
 	for _, u := range def.Units.Managed {
-		b, err := dropin.Render(dropin.Params{Unit: u, StopTimeout: def.Units.StopTimeout.D()})
+		b, err := dropin.Render(dropin.Params{Unit: u, StopTimeout: def.Units.StopTimeout})
 		if err != nil {
 			return err
 		}

@@ -468,17 +468,17 @@ func TestServiceUnit(t *testing.T) {
 	}
 	w := c.Window()
 	w.Watchdog = watchdog
-	if err := w.Validate(c.Lease.RenewInterval.D()); err != nil {
+	if err := w.Validate(c.Lease.RenewInterval); err != nil {
 		t.Errorf("the packaged WatchdogSec %s does not fit the default configuration: %v", watchdog, err)
 	}
 	// The loop pings every poll interval; the watchdog must tolerate one
 	// late ping without firing.
-	if watchdog < 2*c.Units.PollInterval.D() {
+	if watchdog < 2*c.Units.PollInterval {
 		t.Errorf("WatchdogSec %s is under two poll intervals (%s)", watchdog, c.Units.PollInterval)
 	}
 	// A graceful stop: every unit stopped in turn, the demote hook, the release.
 	stop := seconds(t, one(t, k, "Service", "TimeoutStopSec"))
-	need := time.Duration(len(c.Units.Managed))*w.StopMax + c.Hooks.Timeout.D() + c.Etcd.RequestTimeout.D()
+	need := time.Duration(len(c.Units.Managed))*w.StopMax + c.Hooks.Timeout + c.Etcd.RequestTimeout
 	if stop < need {
 		t.Errorf("TimeoutStopSec %s does not cover a graceful stop (%s)", stop, need)
 	}
@@ -547,7 +547,7 @@ func TestDropinsMatchInstallDropins(t *testing.T) {
 		if got := one(t, k, "Service", "ExecStartPre"); got != "+/usr/bin/kha-supervisor guard %n" {
 			t.Errorf("%s: ExecStartPre = %q", u, got)
 		}
-		if got := seconds(t, one(t, k, "Service", "TimeoutStopSec")); got != config.Default().Units.StopTimeout.D() {
+		if got := seconds(t, one(t, k, "Service", "TimeoutStopSec")); got != config.Default().Units.StopTimeout {
 			t.Errorf("%s: TimeoutStopSec %s, want units.stop_timeout %s", u, got, config.Default().Units.StopTimeout)
 		}
 	}

@@ -165,7 +165,7 @@ func (s *Supervisor) barrier(ctx context.Context, prev holderMark) error {
 				last = d.Why
 			}
 		}
-		if err := sleep(ctx, s.cfg.Units.PollInterval.D()/4); err != nil {
+		if err := sleep(ctx, s.cfg.Units.PollInterval/4); err != nil {
 			return err
 		}
 	}

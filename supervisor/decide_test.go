@@ -42,7 +42,7 @@ func newOffline(t *testing.T, edit func(*config.Config)) (*Supervisor, *fakeCloc
 	cfg := config.Default()
 	cfg.Node, cfg.Cluster = "m1", "test"
 	cfg.Units.Managed = []string{"a.service", "b.service"}
-	cfg.Etcd.RequestTimeout = config.D(100 * time.Millisecond)
+	cfg.Etcd.RequestTimeout = 100 * time.Millisecond
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -71,7 +71,7 @@ func unit(name, active, sub string, restarts uint32) fencing.UnitState {
 // The failure window: failures older than the window drop out; the count
 // is of those inside it, its start included.
 func TestFailureWindow(t *testing.T) {
-	s, _, _ := newOffline(t, func(c *config.Config) { c.Units.FailureWindow = config.D(time.Minute) })
+	s, _, _ := newOffline(t, func(c *config.Config) { c.Units.FailureWindow = time.Minute })
 	cases := []struct {
 		name     string
 		failures []time.Duration // after t0
@@ -107,8 +107,8 @@ func TestFailureWindow(t *testing.T) {
 func TestAssessUnitsCountsFailuresAndCoolsDown(t *testing.T) {
 	s, clk, bg := newOffline(t, func(c *config.Config) {
 		c.Units.FailureThreshold = 3
-		c.Units.FailureWindow = config.D(time.Minute)
-		c.Units.Cooldown = config.D(30 * time.Second)
+		c.Units.FailureWindow = time.Minute
+		c.Units.Cooldown = 30 * time.Second
 	})
 	s.state = Active
 	steps := []struct {
@@ -177,8 +177,8 @@ func TestStartPreGrace(t *testing.T) {
 // that found its predecessor's records alive sits out the crash cooldown.
 func TestStartupRetryAndCrashCooldown(t *testing.T) {
 	s, clk, bg := newOffline(t, func(c *config.Config) {
-		c.Lease.RenewInterval = config.D(time.Second)
-		c.Units.PollInterval = config.D(500 * time.Millisecond)
+		c.Lease.RenewInterval = time.Second
+		c.Units.PollInterval = 500 * time.Millisecond
 	})
 	s.startupDone(bg, outcome[registration]{err: errors.New("etcd down")})
 	if want := t0.Add(time.Second); !s.retryAt.Equal(want) || s.state != Starting {
@@ -243,7 +243,7 @@ func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 // previous holder's lease and record are first both gone, restarts if
 // either is seen again, and a proof of its units being down cuts it short.
 func TestBarrierTimeouts(t *testing.T) {
-	s, _, _ := newOffline(t, func(c *config.Config) { c.Lease.TTL = config.D(10 * time.Second) })
+	s, _, _ := newOffline(t, func(c *config.Config) { c.Lease.TTL = 10 * time.Second })
 	blind := s.blindWait()
 	if want := time.Duration(float64(10*time.Second)*(1+s.window.ClockRate)) + etcdElectionAllowance; blind != want {
 		t.Fatalf("blind wait %s, want %s", blind, want)

@@ -25,7 +25,7 @@ func (s *Supervisor) startupWork() work[registration] {
 func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (error, bool) {
 	if o.err != nil {
 		s.log.Error("start-up failed; retrying", "err", o.err)
-		s.retryAt = s.now().Add(s.cfg.Lease.RenewInterval.D())
+		s.retryAt = s.now().Add(s.cfg.Lease.RenewInterval)
 		return nil, false
 	}
 	res := o.val
@@ -37,7 +37,7 @@ func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (e
 		// at about the time its election key does. Give the members that
 		// stayed healthy a head start instead of racing them for the key
 		// as an equal.
-		s.cooldown = s.now().Add(crashCooldown(s.cfg.Lease.RenewInterval.D(), s.cfg.Units.PollInterval.D()))
+		s.cooldown = s.now().Add(crashCooldown(s.cfg.Lease.RenewInterval, s.cfg.Units.PollInterval))
 	}
 	s.transition(Standby, "registered", "registered; units stopped")
 	s.notify("READY=1")
@@ -91,7 +91,7 @@ func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error
 	case s.shutting:
 		s.demote(bg, "shutdown", "shutdown requested", 0)
 	case o.err != nil:
-		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown.D())
+		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown)
 	default:
 		s.transition(Active, "units_started", "units started")
 		if h := s.ctl.Handoff; h != nil && h.Token != s.token {

@@ -38,16 +38,16 @@ func (s *Supervisor) checkDropins(bg context.Context) {
 	for {
 		// While something is wrong, look every poll: a fixed drop-in lets
 		// the member campaign again within one.
-		every := dropinEvery * s.cfg.Units.PollInterval.D()
+		every := dropinEvery * s.cfg.Units.PollInterval
 		if probs, err := s.readDropins(bg, br); err != nil {
-			every = s.cfg.Units.PollInterval.D()
+			every = s.cfg.Units.PollInterval
 			// Keep the last verdict (none yet: no campaign): a passing D-Bus
 			// error must not hold up a failover, nor clear a known problem.
 			s.log.Warn("cannot read the managed units' drop-in settings", "err", err)
 		} else {
 			last = s.noteDropins(probs, last)
 			if len(probs) > 0 {
-				every = s.cfg.Units.PollInterval.D()
+				every = s.cfg.Units.PollInterval
 			}
 		}
 		if sleep(bg, every) != nil {
@@ -114,7 +114,7 @@ func (s *Supervisor) readDropins(bg context.Context, br fencing.BindingReader) (
 	probs := []string{}
 	for _, u := range s.cfg.Units.Managed {
 		if b, ok := bs[u]; ok {
-			probs = append(probs, b.Problems(layout.SupervisorUnit, s.cfg.Units.StopTimeout.D())...)
+			probs = append(probs, b.Problems(layout.SupervisorUnit, s.cfg.Units.StopTimeout)...)
 		}
 	}
 	return probs, nil

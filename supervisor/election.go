@@ -88,7 +88,7 @@ func (s *Supervisor) acquireJob(ctx context.Context) (acquireResult, error) {
 	if err := s.dropinsStillGood(ctx); err != nil {
 		return acquireResult{}, err
 	}
-	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL.D())
+	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL)
 	if err != nil {
 		return acquireResult{}, err
 	}

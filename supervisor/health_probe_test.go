@@ -49,10 +49,10 @@ func newHealthz(t *testing.T) *healthz {
 func (h *healthz) probing(c *config.Config) {
 	c.Health.Probes = []string{units[1] + "=" + h.srv.URL + "/healthz"}
 	c.Health.CA = h.caFile
-	c.Health.Interval = config.D(200 * time.Millisecond)
-	c.Health.Timeout = config.D(200 * time.Millisecond)
+	c.Health.Interval = 200 * time.Millisecond
+	c.Health.Timeout = 200 * time.Millisecond
 	c.Health.FailureThreshold = 2
-	c.Health.Grace = config.D(10 * time.Second)
+	c.Health.Grace = 10 * time.Second
 }
 
 func probeState(m *member) string {

@@ -32,7 +32,7 @@ func (s *Supervisor) historian(bg context.Context) {
 		}
 		pending = s.writeHistory(bg, pending)
 		if len(pending) > 0 {
-			retry.Reset(s.cfg.Units.PollInterval.D())
+			retry.Reset(s.cfg.Units.PollInterval)
 		}
 	}
 }
@@ -76,7 +76,7 @@ func (s *Supervisor) recordHistory(e Event) {
 // one request timeout: the last transitions (stopped, fencing) are the ones
 // an operator most wants to read.
 func (s *Supervisor) flushHistory() {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Etcd.RequestTimeout.D())
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Etcd.RequestTimeout)
 	defer cancel()
 	for {
 		select {

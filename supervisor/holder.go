@@ -144,6 +144,6 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li LeaderInfo)
 	}
 	// Unrenewed, the lease reaches the provable range after this long.
 	wait := left + time.Second - (s.window.StopMax + s.window.Slack)
-	w.next = now.Add(max(wait-s.cfg.Units.PollInterval.D(), s.cfg.Units.PollInterval.D()))
+	w.next = now.Add(max(wait-s.cfg.Units.PollInterval, s.cfg.Units.PollInterval))
 	return time.Time{}
 }

@@ -100,7 +100,7 @@ func noResult(fn func(context.Context) error) func(context.Context) (struct{}, e
 }
 
 func (s *Supervisor) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.Etcd.RequestTimeout.D())
+	return context.WithTimeout(ctx, s.cfg.Etcd.RequestTimeout)
 }
 
 // offer sends v on a one-slot channel, replacing an unread older value: the

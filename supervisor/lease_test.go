@@ -30,7 +30,7 @@ func newEtcdMember(t *testing.T, c *etcdtest.Cluster, node string) (*Supervisor,
 	cfg := config.Default()
 	cfg.Node, cfg.Cluster = node, "test"
 	cfg.Units.Managed = []string{"a.service"}
-	cfg.Lease.TTL = config.D(9500 * time.Millisecond) // rounds up to 10 s
+	cfg.Lease.TTL = 9500 * time.Millisecond // rounds up to 10 s
 	s, err := New(Options{Config: cfg, Client: cli, Units: plainUnits{fencing.NewMemory()}})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestLeaseGrantKeepAliveRevoke(t *testing.T) {
 	s, cli := newEtcdMember(t, c, "m1")
 	ctx := context.Background()
 	before := time.Now()
-	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL.D())
+	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestRegisterWaitsForALiveRecordOfItsName(t *testing.T) {
 	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 1})
 	first, cli := newEtcdMember(t, c, "m1")
 	second, _ := newEtcdMember(t, c, "m1")
-	second.cfg.Units.PollInterval = config.D(100 * time.Millisecond)
+	second.cfg.Units.PollInterval = 100 * time.Millisecond
 	ctx := context.Background()
 	r1, err := first.startupJob(ctx)
 	if err != nil || r1.lease.id == 0 || r1.crashed {

@@ -29,7 +29,7 @@ func TestLeaderSurvivesEtcdMaintenanceUnderLoad(t *testing.T) {
 // watchdog, against an etcd with stock timing (100 ms / 1 s).
 func survivesMaintenance(t *testing.T, name string) {
 	w := supervisortest.NewWorldWith(t, etcdtest.Options{Members: 3, Timing: etcdtest.Stock})
-	w.Options = func(_ string, o *supervisor.Options) { o.Watchdog = config.Profiles[name].Watchdog.D() }
+	w.Options = func(_ string, o *supervisor.Options) { o.Watchdog = config.Profiles[name].Watchdog }
 	profile := func(c *config.Config) {
 		if err := c.UseProfile(name); err != nil {
 			t.Fatal(err)

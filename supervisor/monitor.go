@@ -51,7 +51,7 @@ func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
 		}
 	}
 	if n := s.recentFailures(now); n >= s.cfg.Units.FailureThreshold {
-		s.demote(bg, "failure_threshold", fmt.Sprintf("%d unit failures within %s (threshold %d)", n, s.cfg.Units.FailureWindow, s.cfg.Units.FailureThreshold), s.cfg.Units.Cooldown.D())
+		s.demote(bg, "failure_threshold", fmt.Sprintf("%d unit failures within %s (threshold %d)", n, s.cfg.Units.FailureWindow, s.cfg.Units.FailureThreshold), s.cfg.Units.Cooldown)
 	}
 }
 
@@ -79,8 +79,8 @@ func newHealthSet(c config.Config) (*health.Set, error) {
 		return nil, err
 	}
 	h := c.Health
-	set := health.Settings{TLS: health.TLS{Insecure: h.Insecure}, Interval: h.Interval.D(), Timeout: h.Timeout.D(),
-		Threshold: h.FailureThreshold, Grace: h.Grace.D()}
+	set := health.Settings{TLS: health.TLS{Insecure: h.Insecure}, Interval: h.Interval, Timeout: h.Timeout,
+		Threshold: h.FailureThreshold, Grace: h.Grace}
 	if h.CA != "" {
 		pem, err := os.ReadFile(h.CA)
 		if err != nil {
@@ -106,7 +106,7 @@ func (s *Supervisor) failed(now time.Time, what string) {
 // recentFailures counts failures inside the failure window, dropping older
 // ones.
 func (s *Supervisor) recentFailures(now time.Time) int {
-	cut := now.Add(-s.cfg.Units.FailureWindow.D())
+	cut := now.Add(-s.cfg.Units.FailureWindow)
 	i := 0
 	for i < len(s.failures) && s.failures[i].Before(cut) {
 		i++
@@ -151,7 +151,7 @@ type unitObs struct {
 func (s *Supervisor) observeUnits(bg context.Context) {
 	for {
 		offer(s.unitObs, s.readUnits(bg))
-		if sleep(bg, s.cfg.Units.PollInterval.D()) != nil {
+		if sleep(bg, s.cfg.Units.PollInterval) != nil {
 			return
 		}
 	}
@@ -161,7 +161,7 @@ func (s *Supervisor) observeUnits(bg context.Context) {
 // interval.
 func (s *Supervisor) readUnits(bg context.Context) unitObs {
 	started := s.now()
-	ctx, cancel := context.WithTimeout(bg, s.cfg.Units.PollInterval.D())
+	ctx, cancel := context.WithTimeout(bg, s.cfg.Units.PollInterval)
 	defer cancel()
 	states, err := s.units.States(ctx, s.cfg.Units.Managed)
 	return unitObs{started: started, states: states, err: err}

@@ -53,7 +53,7 @@ type leaderObs struct {
 // reactions fast, the poll makes them certain (a lost watch is followed by
 // a fresh read, never trusted silently).
 func (s *Supervisor) observeLeader(bg context.Context) {
-	t := time.NewTicker(s.cfg.Units.PollInterval.D())
+	t := time.NewTicker(s.cfg.Units.PollInterval)
 	defer t.Stop()
 	var leaderW, ctlW clientv3.WatchChan
 	wctx, wcancel := context.WithCancel(bg)

@@ -31,7 +31,7 @@ type peerCheck struct {
 // each elect a leader are otherwise invisible to each other.
 func (s *Supervisor) watchPeers(bg context.Context) {
 	pc := &peerCheck{started: s.now(), seen: map[string]time.Time{}, missing: map[string]bool{}, mismatch: map[string]string{}}
-	t := time.NewTicker(max(s.cfg.Lease.TTL.D()/4, 100*time.Millisecond))
+	t := time.NewTicker(max(s.cfg.Lease.TTL/4, 100*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -74,7 +74,7 @@ func (s *Supervisor) checkPeers(pc *peerCheck, recs map[string]Record, now time.
 		}
 	}
 	var missing []string
-	ttl := s.cfg.Lease.TTL.D()
+	ttl := s.cfg.Lease.TTL
 	for _, p := range s.cfg.Peers {
 		if p == s.cfg.Node {
 			continue

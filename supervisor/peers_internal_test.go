@@ -46,7 +46,7 @@ func TestCheckPeersLogsOncePerChange(t *testing.T) {
 	}
 	t0 := time.Now()
 	pc := &peerCheck{started: t0, seen: map[string]time.Time{}, missing: map[string]bool{}, mismatch: map[string]string{}}
-	ttl := cfg.Lease.TTL.D()
+	ttl := cfg.Lease.TTL
 	other := s.agreement()
 	other.Units = []string{"b.service", "a.service"}
 	odd := map[string]Record{"m3": {Node: "m3", Agree: &other, Fingerprint: other.Fingerprint()}}

@@ -35,7 +35,7 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 		if err := s.barrier(ctx, prev); err != nil {
 			return err
 		}
-		if d := s.cfg.Lease.TakeoverDelay.D(); d > 0 {
+		if d := s.cfg.Lease.TakeoverDelay; d > 0 {
 			s.log.Info("takeover delay", "delay", d)
 			if err := sleep(ctx, d); err != nil {
 				return err

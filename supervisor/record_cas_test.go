@@ -57,7 +57,7 @@ func TestLateRecordWriteNeverLandsAfterANewerOne(t *testing.T) {
 	defer cli.Close()
 	cfg := config.Default()
 	cfg.Node, cfg.Cluster = "m1", "test"
-	cfg.Etcd.RequestTimeout = config.D(300 * time.Millisecond)
+	cfg.Etcd.RequestTimeout = 300 * time.Millisecond
 	s, err := New(Options{Config: cfg, Client: cli, Units: fencing.NewMemory()})
 	if err != nil {
 		t.Fatal(err)

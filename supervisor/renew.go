@@ -66,7 +66,7 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 	}
 	ctx, cancel := context.WithCancel(bg)
 	s.stopRenew[name] = cancel
-	every := s.cfg.Lease.RenewInterval.D()
+	every := s.cfg.Lease.RenewInterval
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()

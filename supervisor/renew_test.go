@@ -19,9 +19,9 @@ func TestSlowCampaignDoesNotFenceTheWinner(t *testing.T) {
 	// then is answered at 2.4 s, one sent a renew interval later at 3.4 s.
 	w.ProxyDelay = 300 * time.Millisecond
 	m := w.Start("m1", func(c *config.Config) {
-		c.Lease.TTL = config.D(5 * time.Second)
-		c.Lease.RenewInterval = config.D(time.Second)
-		c.Etcd.RequestTimeout = config.D(time.Second)
+		c.Lease.TTL = 5 * time.Second
+		c.Lease.RenewInterval = time.Second
+		c.Etcd.RequestTimeout = time.Second
 	})
 	waitFor(t, "m1 to win", 20*time.Second, func() bool { return m.State() != supervisor.Starting && m.State() != supervisor.Standby })
 	end := time.Now().Add(3 * 5 * time.Second) // three TTLs

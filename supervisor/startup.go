@@ -55,7 +55,7 @@ func (s *Supervisor) register(ctx context.Context, prev predecessor) (registrati
 			s.warnNameInUse(other)
 			warned = true
 		}
-		if err := sleep(ctx, s.cfg.Units.PollInterval.D()); err != nil {
+		if err := sleep(ctx, s.cfg.Units.PollInterval); err != nil {
 			return registration{}, err
 		}
 	}
@@ -65,7 +65,7 @@ func (s *Supervisor) register(ctx context.Context, prev predecessor) (registrati
 // replace our predecessor's), or give the lease back and report the record
 // in the way (a zero registration and no error).
 func (s *Supervisor) registerOnce(ctx context.Context, prev predecessor) (registration, *mvccpb.KeyValue, error) {
-	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL.D())
+	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL)
 	if err != nil {
 		return registration{}, nil, err
 	}

@@ -56,7 +56,7 @@ func (s *Supervisor) scanStrays(bg context.Context) {
 	st := &strayScan{pending: map[int]procscan.Proc{}, killAt: map[int]time.Time{}, seen: map[string]bool{}, warned: map[string]bool{}}
 	for {
 		s.strayPass(bg, st, s.now())
-		if sleep(bg, s.cfg.Units.PollInterval.D()) != nil {
+		if sleep(bg, s.cfg.Units.PollInterval) != nil {
 			return
 		}
 	}
@@ -130,7 +130,7 @@ func (s *Supervisor) strayFound(st *strayScan, sp StrayProcess, now time.Time) {
 			s.log.Error("cannot stop stray process", "pid", p.PID, "err", err)
 		}
 		st.pending[p.PID] = p
-		st.killAt[p.PID] = now.Add(s.cfg.Units.StopTimeout.D())
+		st.killAt[p.PID] = now.Add(s.cfg.Units.StopTimeout)
 		action = "SIGTERM sent, SIGKILL after units.stop_timeout"
 	}
 	s.recordHistory(Event{At: now, Node: s.cfg.Node, From: state, To: state, Kind: "rogue_process",
@@ -152,7 +152,7 @@ func (s *Supervisor) strayNames(bg context.Context, st *strayScan, now time.Time
 	if !ok || (!st.execAt.IsZero() && now.Sub(st.execAt) < strayRescan) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(bg, s.cfg.Units.PollInterval.D())
+	ctx, cancel := context.WithTimeout(bg, s.cfg.Units.PollInterval)
 	defer cancel()
 	execs, err := er.Executables(ctx, s.cfg.Units.Managed)
 	if err != nil {

@@ -193,7 +193,7 @@ func New(o Options) (*Supervisor, error) {
 	c := o.Config
 	w := c.Window()
 	w.Watchdog = o.Watchdog
-	if err := w.Validate(c.Lease.RenewInterval.D()); err != nil {
+	if err := w.Validate(c.Lease.RenewInterval); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	if o.Pool == nil {
@@ -227,8 +227,8 @@ func New(o Options) (*Supervisor, error) {
 		notes:     make(chan string, 32),
 		since:     o.Clock.Now(),
 	}
-	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout.D(), log: s.log}
-	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout.D()}
+	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout, log: s.log}
+	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout}
 	hs, err := newHealthSet(c)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)

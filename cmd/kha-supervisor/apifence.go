@@ -242,7 +242,7 @@ func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
 		specs = append(specs, apifence.GateSpec{Unit: g.Unit, Addr: g.Addr})
 	}
 	f, err := apifence.New(apifence.Options{Mode: a.Mode, Upstreams: ups, Gates: specs, StateDir: a.StateDir,
-		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout.D(), Group: cfg.Cluster, Webhook: a.Webhook, Log: log})
+		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Webhook: a.Webhook, Log: log})
 	if err != nil {
 		return nil, err
 	}

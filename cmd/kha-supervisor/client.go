@@ -216,7 +216,7 @@ func connect(e env, c *cobra.Command, f *clientFlags) (*session, int) {
 		return nil, exitConfig
 	}
 	cfg := cc.Config
-	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout.D()+2*cfg.Etcd.RequestTimeout.D()+time.Second)
+	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout+2*cfg.Etcd.RequestTimeout+time.Second)
 	defer cancel()
 	cli, err := etcdconn.Dial(ctx, cfg.Etcd)
 	if err != nil {

@@ -167,7 +167,7 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) i
 		}
 		d := group.Drill{ID: group.NewID(), Kind: "failover", Token: cs.Token, At: time.Now()}
 		ctx, cancel := s.ctx(e)
-		err = group.RequestDrill(ctx, s.cli, s.keys, d, 4*s.cfg.Lease.TTL.D())
+		err = group.RequestDrill(ctx, s.cli, s.keys, d, 4*s.cfg.Lease.TTL)
 		cancel()
 		if err != nil {
 			return fail(e, exitFailure, "%v", err)

@@ -171,7 +171,7 @@ func installDropins(e env, configFile string, o dropinFlags) int {
 // planInstall lists every file install-dropins writes or removes: the
 // managed units' drop-ins (planDropins) and the supervisor unit's own.
 func planInstall(dir string, cfg config.Config, binary string) ([]dropinChange, error) {
-	changes, err := planDropins(dir, cfg.Units.Managed, binary, cfg.Units.StopTimeout.D())
+	changes, err := planDropins(dir, cfg.Units.Managed, binary, cfg.Units.StopTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func supervisorDropin(cfg config.Config) dropin.Supervisor {
 	p := cfg.SelectedProfile()
 	// The configuration was validated on load, so the budget is valid.
 	start, _ := dropin.StartTimeout(dropin.StartBudgetOf(cfg))
-	return dropin.Supervisor{Profile: p.Name, Watchdog: p.Watchdog.D(), StartTimeout: start}
+	return dropin.Supervisor{Profile: p.Name, Watchdog: p.Watchdog, StartTimeout: start}
 }
 
 // planDropins lists the drop-ins to write for units, and the stale ones

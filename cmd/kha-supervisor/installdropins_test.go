@@ -163,7 +163,7 @@ func TestInstallDropinsDryRunChangesNothing(t *testing.T) {
 		t.Errorf("dry run reloaded systemd")
 	}
 	for _, u := range config.Default().Units.Managed {
-		text, err := dropin.Render(dropin.Params{Unit: u, StopTimeout: config.Default().Units.StopTimeout.D()})
+		text, err := dropin.Render(dropin.Params{Unit: u, StopTimeout: config.Default().Units.StopTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func init() {
 func (s *session) close() { _ = s.cli.Close() }
 
 func (s *session) ctx(e env) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(e.ctx, 5*s.cfg.Etcd.RequestTimeout.D()+time.Second)
+	return context.WithTimeout(e.ctx, 5*s.cfg.Etcd.RequestTimeout+time.Second)
 }
 
 func (s *session) cluster(e env) (group.ClusterStatus, error) {
@@ -148,7 +148,7 @@ func (s *session) handoff(e env, to string, wait bool, timeout time.Duration) (s
 	h := group.Handoff{ID: group.NewID(), From: cs.Leader, To: to, Token: cs.Token, At: time.Now()}
 	ctx, cancel := s.ctx(e)
 	// The request outlives a slow switchover but not a failed one.
-	err = group.RequestHandoff(ctx, s.cli, s.keys, h, max(timeout, 4*s.cfg.Lease.TTL.D()))
+	err = group.RequestHandoff(ctx, s.cli, s.keys, h, max(timeout, 4*s.cfg.Lease.TTL))
 	cancel()
 	if err != nil {
 		return switchover{}, fail(e, exitFailure, "%v", err)

@@ -66,7 +66,7 @@ func TestReloadAppliesSafeKeysAndNamesTheOthers(t *testing.T) {
 		t.Errorf("log level after reload = %s, want DEBUG", level.Level())
 	}
 	h := rl.Hooks()
-	if !slices.Equal(h.OnPromote, []string{"/bin/echo", "promoted"}) || h.Timeout.D() != 3*time.Second {
+	if !slices.Equal(h.OnPromote, []string{"/bin/echo", "promoted"}) || h.Timeout != 3*time.Second {
 		t.Errorf("hooks after reload = %+v", h)
 	}
 	log := out.String()
@@ -93,7 +93,7 @@ func TestReloadAppliesSafeKeysAndNamesTheOthers(t *testing.T) {
 func TestChangedKeys(t *testing.T) {
 	a := config.Default()
 	b := a
-	b.Lease.TTL = config.D(time.Minute)
+	b.Lease.TTL = time.Minute
 	b.Etcd.Endpoints = []string{"https://10.0.0.1:2379"}
 	b.Node = "m2"
 	b.Path = "/elsewhere" // not a key

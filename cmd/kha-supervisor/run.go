@@ -75,7 +75,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	}
 	defer units.Close()
 
-	dctx, cancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout.D()+cfg.Etcd.RequestTimeout.D())
+	dctx, cancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout+cfg.Etcd.RequestTimeout)
 	cli, err := etcdconn.Dial(dctx, cfg.Etcd)
 	cancel()
 	if err != nil {
@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Error("cannot build the etcd client pool", "err", err)
 		return exitFailure
 	}
-	vctx, vcancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout.D()+cfg.Etcd.RequestTimeout.D())
+	vctx, vcancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout+cfg.Etcd.RequestTimeout)
 	err = pool.Verify(vctx)
 	vcancel()
 	if err != nil {
@@ -184,7 +184,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 			log.Error("cannot listen for HTTP", "listen", cfg.HTTP.Listen, "err", err)
 			return exitFailure
 		}
-		stale := httpapi.WithStaleAfter(3 * cfg.Units.PollInterval.D())
+		stale := httpapi.WithStaleAfter(3 * cfg.Units.PollInterval)
 		hs := &http.Server{Handler: httpapi.New(statusSource{sup}, reg, stale), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
@@ -333,7 +333,7 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 func pastFences(ctx context.Context, cfg config.Config, cli *clientv3.Client, keys group.Keys, note *runstate.Fenced, log *slog.Logger) []httpapi.PastFence {
 	var out []httpapi.PastFence
 	seen := map[time.Time]bool{}
-	hctx, cancel := context.WithTimeout(ctx, cfg.Etcd.RequestTimeout.D())
+	hctx, cancel := context.WithTimeout(ctx, cfg.Etcd.RequestTimeout)
 	evs, err := group.ReadHistory(hctx, cli, keys, 0)
 	cancel()
 	if err != nil {

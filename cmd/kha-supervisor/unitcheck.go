@@ -69,7 +69,7 @@ func (uc *unitCheck) note(format string, args ...any) {
 
 func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
 	unit := dropin.SupervisorUnit
-	want := cfg.SelectedProfile().Watchdog.D()
+	want := cfg.SelectedProfile().Watchdog
 	st, err := r.Service(unit)
 	switch {
 	case err != nil:
@@ -81,7 +81,7 @@ func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
 	}
 	w := cfg.Window()
 	w.Watchdog = st.Watchdog
-	renew := cfg.Lease.RenewInterval.D()
+	renew := cfg.Lease.RenewInterval
 	if err := w.Validate(renew); err != nil {
 		return fmt.Errorf("%s: WatchdogSec=%s (%s) gives fence window %s = lease.ttl %s * (1 - %g) - S_max %s - max(lease.slack %s, WatchdogSec %s), under two renew intervals (2 x lease.renew_interval %s); run refuses to start. Fix: %s",
 			unit, span(st.Watchdog), st.From, w.Span(w.TTL), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), renew,
@@ -95,7 +95,7 @@ func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
 }
 
 func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error {
-	limit := cfg.Units.StopTimeout.D()
+	limit := cfg.Units.StopTimeout
 	st, err := r.Service(unit)
 	switch {
 	case err != nil:
@@ -107,7 +107,7 @@ func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error
 	}
 	if st.TimeoutStop == 0 || st.TimeoutStop > limit {
 		return fmt.Errorf("%s: TimeoutStopSec=%s (%s) is longer than units.stop_timeout %s: with the supervisor gone systemd alone stops the unit and would let it outlive the lease (S_max = units.stop_timeout + units.kill_grace = %s); run refuses to start. Fix: kha-supervisor install-dropins (writes TimeoutStopSec=%s)",
-			unit, timeout(st.TimeoutStop), st.From, limit, fencing.Timeouts{Stop: limit, KillGrace: cfg.Units.KillGrace.D()}.StopMax(), dropin.Seconds(limit))
+			unit, timeout(st.TimeoutStop), st.From, limit, fencing.Timeouts{Stop: limit, KillGrace: cfg.Units.KillGrace}.StopMax(), dropin.Seconds(limit))
 	}
 	uc.note("%s: TimeoutStopSec=%s (%s), ok", unit, timeout(st.TimeoutStop), st.From)
 	return nil
@@ -117,7 +117,7 @@ func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error
 // when it fits (install-dropins writes it), unless the value comes from a
 // file install-dropins does not write; else the largest value that fits.
 func watchdogFix(cfg config.Config, w fencing.Window, renew time.Duration, file string) string {
-	want := cfg.SelectedProfile().Watchdog.D()
+	want := cfg.SelectedProfile().Watchdog
 	w.Watchdog = want
 	profileFits := w.Validate(renew) == nil
 	w.Watchdog = 0

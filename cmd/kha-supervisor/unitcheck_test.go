@@ -286,7 +286,7 @@ func TestWatchdogFix(t *testing.T) {
 		{"profile's does not fit", tight, "", "lower WatchdogSec to at most 1460ms"},
 	} {
 		w := tc.cfg.Window()
-		if got := watchdogFix(tc.cfg, w, tc.cfg.Lease.RenewInterval.D(), tc.file); !strings.Contains(got, tc.want) {
+		if got := watchdogFix(tc.cfg, w, tc.cfg.Lease.RenewInterval, tc.file); !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -46,16 +46,16 @@ func FastConfig(node string) config.Config {
 	c := config.Default()
 	c.Node = node
 	c.Cluster = "test"
-	c.Etcd.RequestTimeout = config.D(400 * time.Millisecond)
-	c.Lease.TTL = config.D(4 * time.Second)
-	c.Lease.RenewInterval = config.D(500 * time.Millisecond)
+	c.Etcd.RequestTimeout = 400 * time.Millisecond
+	c.Lease.TTL = 4 * time.Second
+	c.Lease.RenewInterval = 500 * time.Millisecond
 	c.Units.Managed = Units
-	c.Units.StopTimeout = config.D(time.Second)
-	c.Units.KillGrace = config.D(500 * time.Millisecond)
-	c.Units.PollInterval = config.D(250 * time.Millisecond)
+	c.Units.StopTimeout = time.Second
+	c.Units.KillGrace = 500 * time.Millisecond
+	c.Units.PollInterval = 250 * time.Millisecond
 	c.Units.FailureThreshold = 3
-	c.Units.FailureWindow = config.D(time.Minute)
-	c.Units.Cooldown = config.D(30 * time.Second)
+	c.Units.FailureWindow = time.Minute
+	c.Units.Cooldown = 30 * time.Second
 	return c
 }
 

@@ -31,7 +31,7 @@ const stallFor = 3 * time.Second
 func TestFastProfileSurvivesEtcdLeaderLoss(t *testing.T) {
 	w := NewWorldWith(t, etcdtest.Options{Members: 3, Timing: etcdtest.Stock, StallablePeers: true})
 	fast := config.Profiles["fast"]
-	w.Options = func(_ string, o *supervisor.Options) { o.Watchdog = fast.Watchdog.D() }
+	w.Options = func(_ string, o *supervisor.Options) { o.Watchdog = fast.Watchdog }
 	a, b := w.Start("m1", useFast(t)), w.Start("m2", useFast(t))
 	leader, others := LeaderOf(t, a, b)
 	for round := 1; round <= stalls; round++ {

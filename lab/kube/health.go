@@ -31,7 +31,7 @@ func Health(cs []Component, ca string, p Probing) config.Health {
 		h.Probes = append(h.Probes, c.Name+".service="+c.HealthURL())
 	}
 	h.CA = ca
-	h.Interval, h.Timeout, h.FailureThreshold, h.Grace = config.D(p.Interval), config.D(p.Timeout), p.Threshold, config.D(p.Grace)
+	h.Interval, h.Timeout, h.FailureThreshold, h.Grace = p.Interval, p.Timeout, p.Threshold, p.Grace
 	return h
 }
 

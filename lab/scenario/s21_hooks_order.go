@@ -11,7 +11,6 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
-	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // Hook paths: the log lives in the shared directory (host side
@@ -28,7 +27,7 @@ func (r *Run) hookConfig(node string) []byte {
 	argv := func(ev string) []string { return []string{master.LabBinary, "hooklog", "--log", hookLog, ev} }
 	c := r.Lab.SupervisorConfig(node)
 	c.Hooks.OnPromote, c.Hooks.OnDemote, c.Hooks.OnFence = argv("on_promote"), argv("on_demote"), argv("on_fence")
-	c.Hooks.Timeout = config.D(5 * time.Second)
+	c.Hooks.Timeout = 5 * time.Second
 	return lab.ConfigText(c)
 }
 

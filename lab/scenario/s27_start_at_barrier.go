@@ -8,7 +8,6 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/lab"
-	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // takeoverDelay holds the winner of scenario 27 between its win and its
@@ -23,7 +22,7 @@ func startAtBarrier(ctx context.Context, r *Run) error {
 	s, l := r.Standby, r.Leader
 	n := r.Nodes[s]
 	withDelay := r.Lab.SupervisorConfig(s)
-	withDelay.Lease.TakeoverDelay = config.D(takeoverDelay)
+	withDelay.Lease.TakeoverDelay = takeoverDelay
 	if err := r.setConfig(ctx, s, lab.ConfigText(withDelay)); err != nil {
 		return err
 	}

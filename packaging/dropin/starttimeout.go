@@ -65,7 +65,7 @@ func StartTimeout(b StartBudget) (time.Duration, error) {
 // StartBudgetOf reads the budget from a loaded configuration.
 func StartBudgetOf(c config.Config) StartBudget {
 	return StartBudget{
-		Units: len(c.Units.Managed), StopMax: c.Timeouts().StopMax(), TTL: c.Lease.TTL.D(), ClockRate: c.Lease.ClockRate,
-		DialTimeout: c.Etcd.DialTimeout.D(), RequestTimeout: c.Etcd.RequestTimeout.D(), PollInterval: c.Units.PollInterval.D(),
+		Units: len(c.Units.Managed), StopMax: c.Timeouts().StopMax(), TTL: c.Lease.TTL, ClockRate: c.Lease.ClockRate,
+		DialTimeout: c.Etcd.DialTimeout, RequestTimeout: c.Etcd.RequestTimeout, PollInterval: c.Units.PollInterval,
 	}
 }

@@ -39,7 +39,7 @@ type APIFence struct {
 	Gates []string `toml:"gates"`
 	// ConfirmTimeout bounds the token handover at promotion (write plus
 	// confirmation on every apiserver).
-	ConfirmTimeout Duration `toml:"confirm_timeout"`
+	ConfirmTimeout time.Duration `toml:"confirm_timeout"`
 	// Webhook is the loopback host:port of the token webhook for clusters
 	// older than 1.30 ("" = none; gate or token mode: it is served before
 	// its registration is applied, and judges by the parameter whatever the
@@ -66,7 +66,7 @@ func DefaultAPIFence() APIFence {
 			"kube-controller-manager.service=127.0.0.1:16441",
 			"kube-scheduler.service=127.0.0.1:16442",
 		},
-		ConfirmTimeout: D(10 * time.Second),
+		ConfirmTimeout: 10 * time.Second,
 	}
 }
 

@@ -8,7 +8,6 @@
 package config
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
@@ -51,36 +50,36 @@ type Config struct {
 
 // Etcd is how to reach the etcd cluster.
 type Etcd struct {
-	Endpoints      []string `toml:"endpoints"`
-	Prefix         string   `toml:"prefix"` // key prefix; default "/kha-supervisor"
-	CA             string   `toml:"ca"`     // PEM CA bundle for the servers
-	Cert           string   `toml:"cert"`   // client certificate (PEM)
-	Key            string   `toml:"key"`    // client key (PEM)
-	Username       string   `toml:"username"`
-	PasswordFile   string   `toml:"password_file"` // file holding the password; must not be world-readable
-	DialTimeout    Duration `toml:"dial_timeout"`
-	RequestTimeout Duration `toml:"request_timeout"`
+	Endpoints      []string      `toml:"endpoints"`
+	Prefix         string        `toml:"prefix"` // key prefix; default "/kha-supervisor"
+	CA             string        `toml:"ca"`     // PEM CA bundle for the servers
+	Cert           string        `toml:"cert"`   // client certificate (PEM)
+	Key            string        `toml:"key"`    // client key (PEM)
+	Username       string        `toml:"username"`
+	PasswordFile   string        `toml:"password_file"` // file holding the password; must not be world-readable
+	DialTimeout    time.Duration `toml:"dial_timeout"`
+	RequestTimeout time.Duration `toml:"request_timeout"`
 }
 
 // Lease sets the election lease and the renewal that proves it.
 type Lease struct {
-	TTL           Duration `toml:"ttl"`
-	RenewInterval Duration `toml:"renew_interval"`
-	ClockRate     float64  `toml:"clock_rate_error"` // rho
-	Slack         Duration `toml:"slack"`            // delta
-	TakeoverDelay Duration `toml:"takeover_delay"`   // extra wait after winning, before starting units
+	TTL           time.Duration `toml:"ttl"`
+	RenewInterval time.Duration `toml:"renew_interval"`
+	ClockRate     float64       `toml:"clock_rate_error"` // rho
+	Slack         time.Duration `toml:"slack"`            // delta
+	TakeoverDelay time.Duration `toml:"takeover_delay"`   // extra wait after winning, before starting units
 }
 
 // Units lists the managed systemd units and how to handle them.
 type Units struct {
-	Managed          []string `toml:"managed"` // start order; stopped in reverse
-	StartTimeout     Duration `toml:"start_timeout"`
-	StopTimeout      Duration `toml:"stop_timeout"`
-	KillGrace        Duration `toml:"kill_grace"`
-	PollInterval     Duration `toml:"poll_interval"`
-	FailureThreshold int      `toml:"failure_threshold"` // failures within FailureWindow that make the leader demote
-	FailureWindow    Duration `toml:"failure_window"`
-	Cooldown         Duration `toml:"cooldown"` // stay out of the election this long after such a demotion
+	Managed          []string      `toml:"managed"` // start order; stopped in reverse
+	StartTimeout     time.Duration `toml:"start_timeout"`
+	StopTimeout      time.Duration `toml:"stop_timeout"`
+	KillGrace        time.Duration `toml:"kill_grace"`
+	PollInterval     time.Duration `toml:"poll_interval"`
+	FailureThreshold int           `toml:"failure_threshold"` // failures within FailureWindow that make the leader demote
+	FailureWindow    time.Duration `toml:"failure_window"`
+	Cooldown         time.Duration `toml:"cooldown"` // stay out of the election this long after such a demotion
 	// Processes are the managed components' executables (absolute paths)
 	// to look for outside their units; empty: each unit's ExecStart.
 	Processes   []string `toml:"processes"`
@@ -113,11 +112,11 @@ type HTTP struct {
 // Hooks are argv vectors run synchronously at transitions, never through a
 // shell. Empty means no hook.
 type Hooks struct {
-	OnPromote         []string `toml:"on_promote"`
-	OnDemote          []string `toml:"on_demote"`
-	OnFence           []string `toml:"on_fence"`
-	Timeout           Duration `toml:"timeout"`
-	AbortOnPromoteErr bool     `toml:"abort_on_promote_failure"`
+	OnPromote         []string      `toml:"on_promote"`
+	OnDemote          []string      `toml:"on_demote"`
+	OnFence           []string      `toml:"on_fence"`
+	Timeout           time.Duration `toml:"timeout"`
+	AbortOnPromoteErr bool          `toml:"abort_on_promote_failure"`
 }
 
 // History bounds the transition log kept in etcd.
@@ -136,30 +135,30 @@ func Default() Config {
 		Etcd: Etcd{
 			Endpoints:      []string{"https://127.0.0.1:2379"},
 			Prefix:         "/kha-supervisor",
-			DialTimeout:    D(2 * time.Second),
+			DialTimeout:    2 * time.Second,
 			RequestTimeout: p.RequestTimeout,
 		},
 		Lease: Lease{
 			TTL:           p.TTL,
 			RenewInterval: p.RenewInterval,
 			ClockRate:     0.01,
-			Slack:         D(500 * time.Millisecond),
+			Slack:         500 * time.Millisecond,
 		},
 		Units: Units{
 			Managed:          []string{"kube-controller-manager.service", "kube-scheduler.service"},
-			StartTimeout:     D(10 * time.Second),
+			StartTimeout:     10 * time.Second,
 			StopTimeout:      p.StopTimeout,
 			KillGrace:        p.KillGrace,
 			PollInterval:     p.PollInterval,
 			FailureThreshold: 3,
-			FailureWindow:    D(5 * time.Minute),
-			Cooldown:         D(2 * time.Minute),
+			FailureWindow:    5 * time.Minute,
+			Cooldown:         2 * time.Minute,
 			StrayPolicy:      StrayKill,
 		},
 		Guard:   Guard{Socket: layout.GuardSocket},
 		Log:     Log{Level: "info", Format: "text"},
 		HTTP:    HTTP{Listen: "127.0.0.1:9731"},
-		Hooks:   Hooks{Timeout: D(10 * time.Second), AbortOnPromoteErr: true},
+		Hooks:   Hooks{Timeout: 10 * time.Second, AbortOnPromoteErr: true},
 		History: History{Retain: 1000},
 
 		APIFence: DefaultAPIFence(),
@@ -170,46 +169,18 @@ func Default() Config {
 // Timeouts is the unit-control budget.
 func (c Config) Timeouts() fencing.Timeouts {
 	return fencing.Timeouts{
-		Start:     c.Units.StartTimeout.D(),
-		Stop:      c.Units.StopTimeout.D(),
-		KillGrace: c.Units.KillGrace.D(),
+		Start:     c.Units.StartTimeout,
+		Stop:      c.Units.StopTimeout,
+		KillGrace: c.Units.KillGrace,
 	}
 }
 
 // Window is the fence window these settings give (docs/architecture.md).
 func (c Config) Window() fencing.Window {
 	return fencing.Window{
-		TTL:       c.Lease.TTL.D(),
+		TTL:       c.Lease.TTL,
 		ClockRate: c.Lease.ClockRate,
 		StopMax:   c.Timeouts().StopMax(),
-		Slack:     c.Lease.Slack.D(),
+		Slack:     c.Lease.Slack,
 	}
-}
-
-// Duration is a time.Duration written in TOML as a Go duration string ("5s").
-type Duration time.Duration
-
-// D converts a time.Duration.
-func D(d time.Duration) Duration { return Duration(d) }
-
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// String formats like time.Duration.
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalText writes the Go duration string, so the TOML encoder and
-// Describe print "1.5s" rather than nanoseconds.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
-// UnmarshalText accepts any Go duration string ("1.5s", "500ms", "2m").
-// Signs are accepted here and judged per key by validation, which knows
-// whether a negative value means anything for that key (it never does today).
-func (d *Duration) UnmarshalText(text []byte) error {
-	v, err := time.ParseDuration(string(text))
-	if err != nil {
-		return fmt.Errorf("invalid duration %q: want a Go duration such as \"1.5s\" or \"500ms\"", text)
-	}
-	*d = Duration(v)
-	return nil
 }

@@ -79,7 +79,7 @@ func (c Config) describeProfile(w io.Writer) {
 // configuration's numbers.
 func (c Config) describeWindow(w io.Writer) {
 	win := c.Window()
-	renew := c.Lease.RenewInterval.D()
+	renew := c.Lease.RenewInterval
 	span := win.Span(win.TTL)
 	safe := span + win.StopMax + win.Slack // TTL*(1-rho), rounded exactly as Span rounds it
 	p := func(format string, args ...any) { fmt.Fprintf(w, "# "+format+"\n", args...) }
@@ -104,14 +104,14 @@ func (c Config) describeWindow(w io.Writer) {
 	// Under systemd's watchdog the margin after S_max is max(delta, W); W
 	// is the profile's, which install-dropins writes into the unit.
 	ww := win
-	ww.Watchdog = c.SelectedProfile().Watchdog.D()
+	ww.Watchdog = c.SelectedProfile().Watchdog
 	verdict := "ok"
 	if ww.Validate(renew) != nil {
 		verdict = "refused at start: lower WatchdogSec or lengthen lease.ttl"
 	}
 	p("  under systemd WatchdogSec=%s (profile %s): X = TTL*(1-rho) - S_max - max(delta, W) = %s (%s)",
 		ww.Watchdog, quote(c.Profile), ww.Span(ww.TTL), verdict)
-	if d := c.Lease.TakeoverDelay.D(); d > 0 {
+	if d := c.Lease.TakeoverDelay; d > 0 {
 		p("  takeover: after winning, units start %s later (lease.takeover_delay)", d)
 	}
 }

@@ -31,10 +31,10 @@ func TestDescribeWindow(t *testing.T) {
 		}
 	}
 
-	c.Lease.TTL = D(4 * time.Second)
-	c.Lease.RenewInterval = D(500 * time.Millisecond)
-	c.Units.StopTimeout = D(time.Second)
-	c.Units.KillGrace = D(500 * time.Millisecond)
+	c.Lease.TTL = 4 * time.Second
+	c.Lease.RenewInterval = 500 * time.Millisecond
+	c.Units.StopTimeout = time.Second
+	c.Units.KillGrace = 500 * time.Millisecond
 	out = describe(t, c)
 	for _, want := range []string{"= 3.96s - 1.5s - 500ms = 1.96s", "1.96s / 500ms = 3 renew intervals fit"} {
 		if !strings.Contains(out, want) {
@@ -42,7 +42,7 @@ func TestDescribeWindow(t *testing.T) {
 		}
 	}
 
-	c.Lease.TTL = D(3 * time.Second)
+	c.Lease.TTL = 3 * time.Second
 	if out = describe(t, c); !strings.Contains(out, "REFUSED") {
 		t.Errorf("a too-small window is not flagged:\n%s", out)
 	}
@@ -62,23 +62,23 @@ func TestDescribeRoundTrip(t *testing.T) {
 			Endpoints: []string{"https://10.0.0.1:2379", "http://[::1]:2379"}, Prefix: "/x/y",
 			CA: p.ca, Cert: p.cert, Key: p.key, Username: "kha \"quoted\" \\ user",
 			PasswordFile: writeFile(t, dir, "pw", "pw", 0o600),
-			DialTimeout:  D(3 * time.Second), RequestTimeout: D(900 * time.Millisecond),
+			DialTimeout:  3 * time.Second, RequestTimeout: 900 * time.Millisecond,
 		},
-		Lease: Lease{TTL: D(15 * time.Second), RenewInterval: D(1500 * time.Millisecond), ClockRate: 0.02,
-			Slack: D(700 * time.Millisecond), TakeoverDelay: D(time.Second)},
-		Units: Units{Managed: []string{"b.service", "a@x.service"}, StartTimeout: D(11 * time.Second),
-			StopTimeout: D(3 * time.Second), KillGrace: D(2 * time.Second), PollInterval: D(2 * time.Second),
-			FailureThreshold: 4, FailureWindow: D(time.Hour), Cooldown: D(0),
+		Lease: Lease{TTL: 15 * time.Second, RenewInterval: 1500 * time.Millisecond, ClockRate: 0.02,
+			Slack: 700 * time.Millisecond, TakeoverDelay: time.Second},
+		Units: Units{Managed: []string{"b.service", "a@x.service"}, StartTimeout: 11 * time.Second,
+			StopTimeout: 3 * time.Second, KillGrace: 2 * time.Second, PollInterval: 2 * time.Second,
+			FailureThreshold: 4, FailureWindow: time.Hour, Cooldown: 0,
 			Processes: []string{"/usr/bin/b"}, StrayPolicy: StrayReport},
 		Guard:   Guard{Socket: "/run/x.sock"},
 		Log:     Log{Level: "debug", Format: "json"},
 		HTTP:    HTTP{Listen: "[::1]:9999"},
-		Hooks:   Hooks{OnPromote: []string{"/bin/a", "tab\there", "é"}, OnDemote: []string{"/bin/b"}, OnFence: []string{"/bin/c", ""}, Timeout: D(time.Minute)},
+		Hooks:   Hooks{OnPromote: []string{"/bin/a", "tab\there", "é"}, OnDemote: []string{"/bin/b"}, OnFence: []string{"/bin/c", ""}, Timeout: time.Minute},
 		History: History{Retain: 7},
 		APIFence: APIFence{Mode: "off", Kubeconfig: "/k", APIServers: []string{"https://10.0.0.1:6443"}, StateDir: "/s", ClientCA: "/ca",
-			Gates: []string{"b.service=127.0.0.1:1"}, ConfirmTimeout: D(time.Second)},
+			Gates: []string{"b.service=127.0.0.1:1"}, ConfirmTimeout: time.Second},
 		Health: Health{Probes: []string{"b.service=https://127.0.0.1:10259/healthz", "a@x.service=http://[::1]:8080/livez"},
-			CA: p.ca, Interval: D(3 * time.Second), Timeout: D(2 * time.Second), FailureThreshold: 2, Grace: D(7 * time.Second)},
+			CA: p.ca, Interval: 3 * time.Second, Timeout: 2 * time.Second, FailureThreshold: 2, Grace: 7 * time.Second},
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)

@@ -77,8 +77,8 @@ func TestFastProfile(t *testing.T) {
 	}
 	// Raising the slack until the window is under two renewals is refused:
 	// the two-interval rule is applied to this profile too.
-	span := cfg.Window().Span(cfg.Lease.TTL.D())
-	cfg.Lease.Slack = D(cfg.Lease.Slack.D() + span - 2*p.RenewInterval.D() + time.Millisecond)
+	span := cfg.Window().Span(cfg.Lease.TTL)
+	cfg.Lease.Slack = cfg.Lease.Slack + span - 2*p.RenewInterval + time.Millisecond
 	if e := asError(t, cfg.Validate()); e.Key != "lease.ttl" || !strings.Contains(e.Msg, "under two renew intervals") {
 		t.Errorf("fast profile with a large slack: %v", e)
 	}

@@ -26,8 +26,8 @@ type Health struct {
 	CA       string `toml:"ca"`
 	Insecure bool   `toml:"insecure"`
 	// Interval between probes, and Timeout of one (at most Interval).
-	Interval Duration `toml:"interval"`
-	Timeout  Duration `toml:"timeout"`
+	Interval time.Duration `toml:"interval"`
+	Timeout  time.Duration `toml:"timeout"`
 	// FailureThreshold: consecutive failed probes that make a unit
 	// unhealthy.
 	FailureThreshold int `toml:"failure_threshold"`
@@ -35,16 +35,16 @@ type Health struct {
 	// restarted, or this node promoted), failed probes do not count until
 	// one succeeded or Grace passed: the components answer /healthz a few
 	// seconds after they start.
-	Grace Duration `toml:"grace"`
+	Grace time.Duration `toml:"grace"`
 }
 
 // DefaultHealth is the section's default: no probes.
 func DefaultHealth() Health {
 	return Health{
-		Interval:         D(2 * time.Second),
-		Timeout:          D(time.Second),
+		Interval:         2 * time.Second,
+		Timeout:          time.Second,
 		FailureThreshold: 3,
-		Grace:            D(30 * time.Second),
+		Grace:            30 * time.Second,
 	}
 }
 
@@ -105,8 +105,8 @@ func checkHealth(c Config) *Error {
 			return err
 		}
 	}
-	if h.Timeout.D() > h.Interval.D() {
-		return refuse(c, "health.timeout", "must be at most health.interval (%s): a probe still waiting when the next is due", h.Interval.D())
+	if h.Timeout > h.Interval {
+		return refuse(c, "health.timeout", "must be at most health.interval (%s): a probe still waiting when the next is due", h.Interval)
 	}
 	if err := nonNegative(c, "health.grace"); err != nil {
 		return err

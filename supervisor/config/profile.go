@@ -24,16 +24,16 @@ type Profile struct {
 	// check-config and the docs.
 	Etcd string
 
-	RequestTimeout Duration // etcd.request_timeout
-	TTL            Duration // lease.ttl
-	RenewInterval  Duration // lease.renew_interval
-	StopTimeout    Duration // units.stop_timeout
-	KillGrace      Duration // units.kill_grace
-	PollInterval   Duration // units.poll_interval
+	RequestTimeout time.Duration // etcd.request_timeout
+	TTL            time.Duration // lease.ttl
+	RenewInterval  time.Duration // lease.renew_interval
+	StopTimeout    time.Duration // units.stop_timeout
+	KillGrace      time.Duration // units.kill_grace
+	PollInterval   time.Duration // units.poll_interval
 	// Watchdog is the supervisor unit's WatchdogSec: not a key of this file
 	// but of kha-supervisor.service, written by install-dropins and read
 	// back by check-config and at start-up. It enters the fence window.
-	Watchdog Duration
+	Watchdog time.Duration
 }
 
 // Profiles are the shipped profiles by name. Their numbers are argued in
@@ -45,29 +45,29 @@ var Profiles = map[string]Profile{
 		Summary: "takeover about 10 s after a failure; rides out 4.9 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
-		RequestTimeout: D(1 * time.Second),
-		TTL:            D(10 * time.Second),
-		RenewInterval:  D(1 * time.Second),
-		StopTimeout:    D(2 * time.Second),
-		KillGrace:      D(1 * time.Second),
-		PollInterval:   D(1 * time.Second),
-		Watchdog:       D(2 * time.Second),
+		RequestTimeout: 1 * time.Second,
+		TTL:            10 * time.Second,
+		RenewInterval:  1 * time.Second,
+		StopTimeout:    2 * time.Second,
+		KillGrace:      1 * time.Second,
+		PollInterval:   1 * time.Second,
+		Watchdog:       2 * time.Second,
 	},
 	"fast": {
 		Name:    "fast",
 		Summary: "takeover about 6 s after a failure; rides out 3.4 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
-		RequestTimeout: D(500 * time.Millisecond),
+		RequestTimeout: 500 * time.Millisecond,
 		// 6 s, not 4 s: with WatchdogSec=1s a 4 s lease leaves a 1.46 s
 		// fence window, less than a stock etcd election can take (up to
 		// 2 s) plus the renewal cadence on both sides of it (1 s).
-		TTL:           D(6 * time.Second),
-		RenewInterval: D(500 * time.Millisecond),
-		StopTimeout:   D(1 * time.Second),
-		KillGrace:     D(500 * time.Millisecond),
-		PollInterval:  D(500 * time.Millisecond),
-		Watchdog:      D(1 * time.Second),
+		TTL:           6 * time.Second,
+		RenewInterval: 500 * time.Millisecond,
+		StopTimeout:   1 * time.Second,
+		KillGrace:     500 * time.Millisecond,
+		PollInterval:  500 * time.Millisecond,
+		Watchdog:      1 * time.Second,
 	},
 }
 
@@ -85,14 +85,14 @@ func ProfileNames() []string {
 // that holds each value.
 var profileKeys = []struct {
 	key   string
-	value func(Profile) Duration
+	value func(Profile) time.Duration
 }{
-	{"etcd.request_timeout", func(p Profile) Duration { return p.RequestTimeout }},
-	{"lease.ttl", func(p Profile) Duration { return p.TTL }},
-	{"lease.renew_interval", func(p Profile) Duration { return p.RenewInterval }},
-	{"units.stop_timeout", func(p Profile) Duration { return p.StopTimeout }},
-	{"units.kill_grace", func(p Profile) Duration { return p.KillGrace }},
-	{"units.poll_interval", func(p Profile) Duration { return p.PollInterval }},
+	{"etcd.request_timeout", func(p Profile) time.Duration { return p.RequestTimeout }},
+	{"lease.ttl", func(p Profile) time.Duration { return p.TTL }},
+	{"lease.renew_interval", func(p Profile) time.Duration { return p.RenewInterval }},
+	{"units.stop_timeout", func(p Profile) time.Duration { return p.StopTimeout }},
+	{"units.kill_grace", func(p Profile) time.Duration { return p.KillGrace }},
+	{"units.poll_interval", func(p Profile) time.Duration { return p.PollInterval }},
 }
 
 // ProfileKeys lists the dotted keys a profile sets.

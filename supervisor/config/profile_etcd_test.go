@@ -31,11 +31,11 @@ func TestProfilesRideOutStockEtcdElection(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := c.Window()
-		w.Watchdog = p.Watchdog.D()
-		if err := w.Validate(c.Lease.RenewInterval.D()); err != nil {
+		w.Watchdog = p.Watchdog
+		if err := w.Validate(c.Lease.RenewInterval); err != nil {
 			t.Errorf("profile %s: refused under its own watchdog: %v", name, err)
 		}
-		span, gap := w.Span(w.TTL), worstElectionGap(c.Lease.RenewInterval.D())
+		span, gap := w.Span(w.TTL), worstElectionGap(c.Lease.RenewInterval)
 		if span < gap {
 			t.Errorf("profile %s: fence window %s (TTL %s, S_max %s, WatchdogSec %s) is shorter than the worst renewal gap across a stock etcd election, %s",
 				name, span, w.TTL, w.StopMax, w.Watchdog, gap)

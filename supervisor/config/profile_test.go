@@ -29,26 +29,26 @@ func TestProfileResolution(t *testing.T) {
 		name     string
 		toml     string
 		profile  string
-		want     map[string]Duration // effective values of profile keys
-		explicit []string            // keys that must not be marked as from the profile
+		want     map[string]time.Duration // effective values of profile keys
+		explicit []string                 // keys that must not be marked as from the profile
 	}{
 		{name: "no profile key", toml: "", profile: "default",
-			want: map[string]Duration{"lease.ttl": def.TTL, "lease.renew_interval": def.RenewInterval, "units.poll_interval": def.PollInterval}},
+			want: map[string]time.Duration{"lease.ttl": def.TTL, "lease.renew_interval": def.RenewInterval, "units.poll_interval": def.PollInterval}},
 		{name: "default by name", toml: "profile = \"default\"\n", profile: "default",
-			want: map[string]Duration{"etcd.request_timeout": def.RequestTimeout, "units.stop_timeout": def.StopTimeout}},
+			want: map[string]time.Duration{"etcd.request_timeout": def.RequestTimeout, "units.stop_timeout": def.StopTimeout}},
 		{name: "fast", toml: "profile = \"fast\"\n", profile: "fast",
-			want: map[string]Duration{
+			want: map[string]time.Duration{
 				"etcd.request_timeout": fast.RequestTimeout, "lease.ttl": fast.TTL, "lease.renew_interval": fast.RenewInterval,
 				"units.stop_timeout": fast.StopTimeout, "units.kill_grace": fast.KillGrace, "units.poll_interval": fast.PollInterval,
 			}},
 		{name: "fast with an explicit ttl", toml: "profile = \"fast\"\n[lease]\nttl = \"9s\"\n", profile: "fast",
-			want:     map[string]Duration{"lease.ttl": D(9 * time.Second), "lease.renew_interval": fast.RenewInterval, "units.kill_grace": fast.KillGrace},
+			want:     map[string]time.Duration{"lease.ttl": 9 * time.Second, "lease.renew_interval": fast.RenewInterval, "units.kill_grace": fast.KillGrace},
 			explicit: []string{"lease.ttl"}},
 		{name: "explicit keys in several tables", toml: "profile = \"fast\"\n[etcd]\nrequest_timeout = \"300ms\"\n[units]\npoll_interval = \"2s\"\n", profile: "fast",
-			want:     map[string]Duration{"etcd.request_timeout": D(300 * time.Millisecond), "units.poll_interval": D(2 * time.Second), "lease.ttl": fast.TTL},
+			want:     map[string]time.Duration{"etcd.request_timeout": 300 * time.Millisecond, "units.poll_interval": 2 * time.Second, "lease.ttl": fast.TTL},
 			explicit: []string{"etcd.request_timeout", "units.poll_interval"}},
 		{name: "default with an explicit key equal to the profile's", toml: "[lease]\nrenew_interval = \"1s\"\n", profile: "default",
-			want: map[string]Duration{"lease.renew_interval": def.RenewInterval}, explicit: []string{"lease.renew_interval"}},
+			want: map[string]time.Duration{"lease.renew_interval": def.RenewInterval}, explicit: []string{"lease.renew_interval"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Load(writeFile(t, t.TempDir(), "c.toml", tc.toml, 0o600))
@@ -59,7 +59,7 @@ func TestProfileResolution(t *testing.T) {
 				t.Errorf("profile = %q, want %q", c.Profile, tc.profile)
 			}
 			for key, want := range tc.want {
-				if got := duration(c, key); got != want.D() {
+				if got := duration(c, key); got != want {
 					t.Errorf("%s = %s, want %s", key, got, want)
 				}
 			}

@@ -44,7 +44,7 @@ func (n *node) child(name string) *node {
 }
 
 var (
-	durationType = reflect.TypeFor[Duration]()
+	durationType = reflect.TypeFor[time.Duration]()
 	schema       = buildSchema(reflect.TypeFor[Config](), "", nil)
 )
 
@@ -267,7 +267,7 @@ func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // messages about effective values).
 func renderField(v reflect.Value) string {
 	if v.Type() == durationType {
-		return quote(Duration(v.Int()).String())
+		return quote(time.Duration(v.Int()).String())
 	}
 	switch v.Kind() {
 	case reflect.String:

@@ -199,7 +199,7 @@ func endpointProblem(ep string) string {
 // --- durations -------------------------------------------------------------
 
 func duration(c Config, key string) time.Duration {
-	return reflect.ValueOf(c).FieldByIndex(lookupKey(key).index).Interface().(Duration).D()
+	return reflect.ValueOf(c).FieldByIndex(lookupKey(key).index).Interface().(time.Duration)
 }
 
 func positive(c Config, key string) *Error {
@@ -222,7 +222,7 @@ func checkLease(c Config) *Error {
 			return err
 		}
 	}
-	if c.Lease.TTL.D()%time.Second != 0 {
+	if c.Lease.TTL%time.Second != 0 {
 		return refuse(c, "lease.ttl", "must be a whole number of seconds: etcd grants lease TTLs in seconds")
 	}
 	if r := c.Lease.ClockRate; math.IsNaN(r) || r < 0 || r >= 0.5 {
@@ -336,16 +336,16 @@ func unitNameProblem(name string) string {
 // --- timing relations ------------------------------------------------------
 
 func checkTiming(c Config) *Error {
-	renew := c.Lease.RenewInterval.D()
-	if c.Etcd.RequestTimeout.D() > renew {
+	renew := c.Lease.RenewInterval
+	if c.Etcd.RequestTimeout > renew {
 		return refuse(c, "etcd.request_timeout",
 			"must not exceed lease.renew_interval (%s): a renewal still waiting when the next is due delays every later one", renew)
 	}
 	w := c.Window()
 	// The same inequality in float64 seconds, which cannot overflow: with
-	// durations near the int64 limit the Duration arithmetic wraps around,
+	// durations near the int64 limit the time.Duration arithmetic wraps around,
 	// and a wrapped window must not pass for a large one.
-	spanF := w.TTL.Seconds()*(1-w.ClockRate) - c.Units.StopTimeout.D().Seconds() - c.Units.KillGrace.D().Seconds() - w.Slack.Seconds()
+	spanF := w.TTL.Seconds()*(1-w.ClockRate) - c.Units.StopTimeout.Seconds() - c.Units.KillGrace.Seconds() - w.Slack.Seconds()
 	err := w.Validate(renew)
 	if err == nil && spanF < 2*renew.Seconds() {
 		err = fmt.Errorf("fence window %.3fs is under two renew intervals (2 x %s)", spanF, renew)
@@ -356,7 +356,7 @@ func checkTiming(c Config) *Error {
 				"window = lease.ttl %s * (1 - lease.clock_rate_error %g) - S_max %s (units.stop_timeout %s + units.kill_grace %s) - lease.slack %s; "+
 				"raise lease.ttl or lower the others",
 			exact(w.Span(w.TTL), spanF), renew, exact(2*renew, 2*renew.Seconds()),
-			w.TTL, w.ClockRate, exact(w.StopMax, c.Units.StopTimeout.D().Seconds()+c.Units.KillGrace.D().Seconds()),
+			w.TTL, w.ClockRate, exact(w.StopMax, c.Units.StopTimeout.Seconds()+c.Units.KillGrace.Seconds()),
 			c.Units.StopTimeout, c.Units.KillGrace, w.Slack)
 		e.Err = err
 		return e

@@ -20,8 +20,8 @@ import (
 func plainConfig(eps ...string) config.Etcd {
 	e := config.Default().Etcd
 	e.Endpoints = eps
-	e.DialTimeout = config.D(2 * time.Second)
-	e.RequestTimeout = config.D(time.Second)
+	e.DialTimeout = 2 * time.Second
+	e.RequestTimeout = time.Second
 	return e
 }
 

@@ -35,7 +35,7 @@ func TestClientConfig(t *testing.T) {
 	e.CA, e.Cert, e.Key = ca.CertFile, cert.CertFile, cert.KeyFile
 	e.Username = "kha"
 	e.PasswordFile = writeFile(t, "pw with spaces \n")
-	e.DialTimeout = config.D(3 * time.Second)
+	e.DialTimeout = 3 * time.Second
 
 	cc, err := etcdconn.ClientConfig(e)
 	if err != nil {

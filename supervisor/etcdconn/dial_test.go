@@ -81,7 +81,7 @@ func (a *authCluster) config() config.Etcd {
 	e.Key = a.cert.KeyFile
 	e.Username = user
 	e.PasswordFile = a.pwFile
-	e.DialTimeout = config.D(3 * time.Second)
+	e.DialTimeout = 3 * time.Second
 	return e
 }
 

@@ -52,7 +52,7 @@ func ClientConfig(cfg config.Etcd) (clientv3.Config, error) {
 	}
 	cc := clientv3.Config{
 		Endpoints:            cfg.Endpoints,
-		DialTimeout:          cfg.DialTimeout.D(),
+		DialTimeout:          cfg.DialTimeout,
 		DialKeepAliveTime:    keepAliveTime,
 		DialKeepAliveTimeout: keepAliveTimeout,
 		AutoSyncInterval:     0,
@@ -119,7 +119,7 @@ func Dial(ctx context.Context, cfg config.Etcd) (*clientv3.Client, error) {
 	}
 	// Each endpoint gets one connection attempt plus one request; a member
 	// that is down costs no more than that, whatever ctx allows.
-	perEndpoint := cc.DialTimeout + cfg.RequestTimeout.D()
+	perEndpoint := cc.DialTimeout + cfg.RequestTimeout
 	if cfg.RequestTimeout <= 0 {
 		perEndpoint += time.Second
 	}

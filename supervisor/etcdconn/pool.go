@@ -63,7 +63,7 @@ type PoolOptions struct {
 // request timeout, between 20 and 250 ms. A healthy member answers in
 // milliseconds; a second copy after that costs one request.
 func HedgeDelay(cfg config.Etcd) time.Duration {
-	return min(max(cfg.RequestTimeout.D()/5, 20*time.Millisecond), 250*time.Millisecond)
+	return min(max(cfg.RequestTimeout/5, 20*time.Millisecond), 250*time.Millisecond)
 }
 
 // NewPool builds a pool over clients (normally one per endpoint, see

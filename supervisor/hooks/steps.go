@@ -54,7 +54,7 @@ func (r Steps) Hook(ctx context.Context, name string, env map[string]string) err
 	if len(argv) == 0 {
 		return nil
 	}
-	return Run(ctx, name, argv, env, cfg.Timeout.D())
+	return Run(ctx, name, argv, env, cfg.Timeout)
 }
 
 // RemoveFencingEnv removes the file at path; a missing file is not an error.
