@@ -161,6 +161,15 @@ func (a APIServer) Start(ctx context.Context) (Files, error) {
 	if err != nil {
 		return Files{}, err
 	}
+	return f, a.StartPrepared(ctx, f)
+}
+
+// StartPrepared is Start with the files Prepare wrote. Apiservers sharing
+// a CA are prepared one after the other and started together: Prepare
+// re-issues the shared admin certificate, and two at once can leave its key
+// and certificate from different issues ("private key does not match
+// public key").
+func (a APIServer) StartPrepared(ctx context.Context, f Files) error {
 	argv := append([]string{a.Binary}, a.Args(f)...)
 	if a.Hostname != "" {
 		argv = append([]string{"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, a.Hostname}, argv...)
@@ -169,13 +178,13 @@ func (a APIServer) Start(ctx context.Context) (Files, error) {
 		argv = append([]string{"ip", "netns", "exec", a.NetNS}, argv...)
 	}
 	if _, err := proc.Start(proc.Spec{Argv: argv, PIDFile: f.PIDFile, LogFile: f.Log, Dir: a.Dir}); err != nil {
-		return Files{}, fmt.Errorf("kube-apiserver: %w", err)
+		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 	if err := a.waitReady(ctx, f); err != nil {
 		stopErr := proc.Stop(context.WithoutCancel(ctx), f.PIDFile, 10*time.Second)
-		return Files{}, errors.Join(fmt.Errorf("kube-apiserver on %s: %w\n%s", a.URL(), err, tail(f.Log, 15)), stopErr)
+		return errors.Join(fmt.Errorf("kube-apiserver on %s: %w\n%s", a.URL(), err, tail(f.Log, 15)), stopErr)
 	}
-	return f, nil
+	return nil
 }
 
 // Stop ends the apiserver recorded in Dir's PID file: SIGTERM, then SIGKILL

@@ -162,14 +162,17 @@ func (p *Plane) Start(ctx context.Context) error {
 				return err
 			}
 		}
+		if _, ok := a.Running(); ok {
+			errc <- nil
+			continue
+		}
+		f, err := a.Prepare() // one after the other: they share the admin certificate
+		if err != nil {
+			return err
+		}
 		go func() {
-			if _, ok := a.Running(); ok {
-				errc <- nil
-				return
-			}
 			p.Log.Info("plane: kube-apiserver", "master", m, "url", a.URL())
-			_, err := a.Start(ctx)
-			errc <- err
+			errc <- a.StartPrepared(ctx, f)
 		}()
 	}
 	var errs []error
