@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -36,6 +37,7 @@ func drillKind(e env, kind, short string) *cobra.Command {
 	cf := addClientFlags(c)
 	expect := durationFlag(c.Flags(), "expect-within", 0, "fail unless the new units are active within this long of the request")
 	timeout := durationFlag(c.Flags(), "timeout", 90*time.Second, "give up waiting for a new leader after this long")
+	probeKCs := c.Flags().StringSlice("probe-kubeconfig", nil, "kubeconfig `file` of an apiserver (repeat for each, tried in order): also watch the drill as a user (a pod every 200 ms and a ReplicaSet pod deleted every 2 s in namespace kha-probe, deleted afterwards) and fail unless pods are bound and replaced again within --timeout")
 	if kind == "handoff" {
 		c.Flags().StringVar(&to, "to", "", "`node` that should take over")
 		_ = c.RegisterFlagCompletionFunc("to", completeMembers(e, cf))
@@ -49,7 +51,7 @@ func drillKind(e env, kind, short string) *cobra.Command {
 		if *timeout <= 0 {
 			return exit(fail(e, exitConfig, "--timeout must be positive"))
 		}
-		return withSession(e, c, cf, func(s *session) int { return s.drill(e, kind, to, *expect, *timeout) })
+		return withSession(e, c, cf, func(s *session) int { return s.drill(e, kind, to, *expect, *timeout, *probeKCs) })
 	}
 	return c
 }
@@ -142,7 +144,16 @@ func (s *session) fill(e env, t *timeline, stoppedTo group.State) {
 	}
 }
 
-func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) int {
+func (s *session) drill(e env, kind, to string, expect, timeout time.Duration, probeKCs []string) int {
+	dp, err := startDrillProbe(probeKCs)
+	var bad *badProbeFlag
+	switch {
+	case errors.As(err, &bad):
+		return fail(e, exitConfig, "%v", err)
+	case err != nil:
+		return fail(e, exitFailure, "%v", err)
+	}
+	defer dp.stop()
 	var t timeline
 	var stoppedTo group.State
 	if kind == "handoff" {
@@ -184,9 +195,11 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration) i
 	s.fill(e, &t, stoppedTo)
 	s.fillHandover(e, &t)
 	t.health = s.waitHealthy(e, t.newNode, t.requested, timeout)
+	dp.finish(t.requested, timeout)
 	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)
 	t.print(e.stdout)
-	if bad := t.check(expect); len(bad) > 0 {
+	dp.print(e.stdout)
+	if bad := append(t.check(expect), dp.problems()...); len(bad) > 0 {
 		for _, b := range bad {
 			fmt.Fprintln(e.stdout, "FAIL:", b)
 		}

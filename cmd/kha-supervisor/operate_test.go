@@ -155,7 +155,17 @@ func TestDrills(t *testing.T) {
 	a, b := w.Start("m1", nil), w.Start("m2", nil)
 	leader, _ := supervisortest.LeaderOf(t, a, b)
 
-	code, out := cli(t, w, "drill", "handoff", "--expect-within", "20s")
+	// A probe kubeconfig that cannot be read is bad input: refused before
+	// any request, nothing moves.
+	code, out := cli(t, w, "drill", "handoff", "--probe-kubeconfig", "/nonexistent/probe.kubeconfig")
+	if code != exitConfig || !strings.Contains(out, "--probe-kubeconfig /nonexistent/probe.kubeconfig") {
+		t.Fatalf("drill with an unreadable probe kubeconfig: %d %q", code, out)
+	}
+	if l, _ := supervisortest.LeaderOf(t, a, b); l != leader {
+		t.Fatalf("leadership moved on a refused drill: %s -> %s", leader.Name, l.Name)
+	}
+
+	code, out = cli(t, w, "drill", "handoff", "--expect-within", "20s")
 	if code != exitOK || !strings.Contains(out, "PASS") || !strings.Contains(out, "new units active") {
 		t.Fatalf("drill handoff: %d %q", code, out)
 	}

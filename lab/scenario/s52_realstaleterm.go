@@ -14,7 +14,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
-	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
 // staleWrites is how many writes of each kind scenario 52 sends to each

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
 var t0 = time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)

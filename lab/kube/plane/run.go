@@ -16,7 +16,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
-	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
-	"github.com/kha-supervisor/kha-supervisor/lab/kube/probe"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
 // Bounds of one trial: long enough for client-go's defaults on a loaded

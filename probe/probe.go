@@ -293,3 +293,66 @@ func (p *Prober) ResetExtra() {
 	p.maxExtra, p.extraAt = 0, time.Time{}
 	p.mu.Unlock()
 }
+
+// Cleanup deletes the prober's namespace and everything in it (a drill
+// against a real cluster leaves nothing behind).
+func (p *Prober) Cleanup(ctx context.Context) error {
+	return p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
+		err := c.CoreV1().Namespaces().Delete(ctx, Namespace, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// Figures is what a user of the cluster saw of one failover, from an
+// instant (the fault, a drill's request) to the end of the observation.
+type Figures struct {
+	// FirstBind is from the instant to the binding of the first probe pod
+	// created after it (Bound false: none was bound).
+	FirstBind time.Duration
+	Bound     bool
+	// LongestUnbound is the longest a probe pod created in the window
+	// waited for its binding (one still unbound counts until the end).
+	LongestUnbound time.Duration
+	// FirstReplaced is from the instant to the replacement of the first
+	// ReplicaSet pod deleted after it (Replaced false: none was replaced);
+	// LongestUnreplaced the longest any deletion in the window waited.
+	FirstReplaced     time.Duration
+	Replaced          bool
+	LongestUnreplaced time.Duration
+}
+
+// Figures computes the user's view between from and end.
+func (s Snapshot) Figures(from, end time.Time) Figures {
+	var f Figures
+	for _, p := range s.Pods {
+		if p.Created.Before(from) && (p.Bound.IsZero() || p.Bound.After(from)) {
+			// created before and still waiting at the instant: its wait
+			// after the instant counts too
+		} else if p.Created.Before(from) || p.Created.After(end) {
+			continue
+		}
+		bound := p.Bound
+		if bound.IsZero() || bound.After(end) {
+			bound = end
+		} else if !p.Created.Before(from) && (!f.Bound || bound.Sub(from) < f.FirstBind) {
+			f.FirstBind, f.Bound = bound.Sub(from), true
+		}
+		f.LongestUnbound = max(f.LongestUnbound, bound.Sub(p.Created))
+	}
+	for _, d := range s.Deletions {
+		if d.At.Before(from) || d.At.After(end) {
+			continue
+		}
+		done := d.Replaced
+		if done.IsZero() || done.After(end) {
+			done = end
+		} else if !f.Replaced || done.Sub(from) < f.FirstReplaced {
+			f.FirstReplaced, f.Replaced = done.Sub(from), true
+		}
+		f.LongestUnreplaced = max(f.LongestUnreplaced, done.Sub(d.At))
+	}
+	return f
+}
