@@ -172,12 +172,22 @@ func (p *Plane) StartSupervisor(ctx context.Context, n *master.Node, mode Mode) 
 // would: for token mode every manifest of `kha-supervisor api-fence
 // manifests` (the parameter only when missing: the guard refuses an
 // admin's change of it, and it holds the last term's token), for gate mode
-// the RBAC only; every other mode deletes the policy's binding first, which
-// turns the enforcement off at once (docs/operations.md, "Turning it off").
+// the RBAC only; every other mode sets the policy's binding to Audit
+// first, which turns the enforcement off at once (docs/operations.md,
+// "Turning it off"). Deleting the binding instead left token mode unable to
+// come back: after it was re-created both apiservers refused the current
+// token as well (the last 55 runs of this lab, and fence2's).
 func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	if mode.Fence != FenceToken {
-		if _, err := p.kubectl(ctx, nil, "delete", "validatingadmissionpolicybinding", "kha-fencing-token", "--ignore-not-found"); err != nil {
+		have, err := p.kubectl(ctx, nil, "get", "validatingadmissionpolicybinding", "kha-fencing-token", "--ignore-not-found", "-o", "name")
+		if err != nil {
 			return err
+		}
+		if len(bytes.TrimSpace(have)) > 0 {
+			if _, err := p.kubectl(ctx, nil, "patch", "validatingadmissionpolicybinding", "kha-fencing-token", "--type", "merge",
+				"-p", `{"spec":{"validationActions":["Audit"]}}`); err != nil {
+				return err
+			}
 		}
 		if mode.Fence != FenceGate {
 			return nil
