@@ -225,7 +225,13 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 			return err
 		}
 	}
-	_, err = p.kubectl(ctx, bytes.Join(rest, []byte("\n---\n")), "apply", "-f", "-")
+	if _, err := p.kubectl(ctx, bytes.Join(rest, []byte("\n---\n")), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	// apply leaves a field alone that its last apply set the same way, so
+	// the Audit a fence-less mode patched in must be patched back.
+	_, err = p.kubectl(ctx, nil, "patch", "validatingadmissionpolicybinding", "kha-fencing-token", "--type", "merge",
+		"-p", `{"spec":{"validationActions":["Deny"]}}`)
 	return err
 }
 
