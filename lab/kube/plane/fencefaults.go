@@ -105,16 +105,24 @@ func (p *Plane) Freeze(n *master.Node) (thaw func() error, err error) {
 		err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("THAWED"), 0o644)
 		// Thawed processes fork into the cgroup meanwhile (seen: "device
 		// or resource busy" on the first removal): move until it is empty.
-		for range 50 {
-			pids, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
-			if len(strings.Fields(string(pids))) == 0 {
+		// Threads and exiting tasks keep it busy a moment longer (seen
+		// after the move loop alone): move what "tasks" lists too and
+		// retry the removal for up to 5 s.
+		var rmErr error
+		for range 100 {
+			for _, list := range []string{"cgroup.procs", "tasks"} {
+				ids, _ := os.ReadFile(filepath.Join(cg, list))
+				for _, id := range strings.Fields(string(ids)) {
+					_ = os.WriteFile(filepath.Join(freezerRoot, list), []byte(id), 0o644)
+				}
+			}
+			if rmErr = os.Remove(cg); rmErr == nil || errors.Is(rmErr, os.ErrNotExist) {
+				rmErr = nil
 				break
 			}
-			for _, pid := range strings.Fields(string(pids)) {
-				_ = os.WriteFile(filepath.Join(freezerRoot, "cgroup.procs"), []byte(pid), 0o644)
-			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		return errors.Join(err, os.Remove(cg))
+		return errors.Join(err, rmErr)
 	}
 	for range 10 {
 		moved, err := moveNamespace(n.Leader, filepath.Join(cg, "cgroup.procs"))
