@@ -25,10 +25,10 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/etcd"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/build"
-	"github.com/kha-supervisor/kha-supervisor/probe"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/lab/proc"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
-	"github.com/kha-supervisor/kha-supervisor/probe"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
 // Scenario is one fault of the real plane (lab/scenario/s4x_*.go).
