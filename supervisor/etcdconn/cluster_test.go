@@ -66,6 +66,13 @@ func TestEndpointOfAnotherClusterIsNeverAProof(t *testing.T) {
 	mine, foreign := single(t, ours.Endpoints()[0]), single(t, other.Endpoints()[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	var pools []*etcdconn.Pool
+	// Before the clusters stop (cleanups run last-registered first).
+	t.Cleanup(func() {
+		for _, p := range pools {
+			p.Wait()
+		}
+	})
 
 	if _, err := etcdconn.NewPool([]*clientv3.Client{mine, foreign}, etcdconn.PoolOptions{}); err != nil {
 		t.Fatal(err)
@@ -82,6 +89,7 @@ func TestEndpointOfAnotherClusterIsNeverAProof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pools = append(pools, pool)
 	g, err := pool.Grant(ctx, 5)
 	if err != nil {
 		t.Fatalf("grant through the pool: %v", err)
@@ -96,6 +104,7 @@ func TestEndpointOfAnotherClusterIsNeverAProof(t *testing.T) {
 	}
 	// Without our member, the foreign answer is an error, not a verdict.
 	alone, _ := etcdconn.NewPool([]*clientv3.Client{foreign}, etcdconn.PoolOptions{ClusterID: ours.Member(0).ClusterID()})
+	pools = append(pools, alone)
 	for range 3 {
 		_, err = alone.KeepAliveOnce(ctx, g.ID)
 		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
