@@ -14,8 +14,8 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/failover"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // Modes (config api_fence.mode).

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // paramServer stands in for the apiserver's ConfigMap endpoint only (the

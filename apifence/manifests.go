@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 const (

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // ProbeUser is who the confirmation's dry-run writes are sent as: the

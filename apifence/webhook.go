@@ -34,7 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // WebhookPath is where the webhook answers AdmissionReviews.

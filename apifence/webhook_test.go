@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // fixedToken is a TokenSource for the decision's unit tests.

@@ -93,13 +93,12 @@ func TestDecodeMembers(t *testing.T) {
 }
 
 func TestDecodeLeader(t *testing.T) {
-	start := time.Now()
-	if li := DecodeLeader(nil, 9, start); li.Present() || li.Revision != 9 || !li.ReadStart.Equal(start) {
+	if li := DecodeLeader(nil, 9); li.Present() || li.Revision != 9 {
 		t.Errorf("no key: %+v", li)
 	}
 	key := kv("/kha/c1/leader", "m2")
 	key.CreateRevision, key.Lease = 17, 0x42
-	li := DecodeLeader([]*mvccpb.KeyValue{key}, 20, start)
+	li := DecodeLeader([]*mvccpb.KeyValue{key}, 20)
 	if !li.Present() || li.Node != "m2" || li.Token != 17 || li.Lease != 0x42 || li.Revision != 20 {
 		t.Errorf("key: %+v", li)
 	}

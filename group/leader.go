@@ -3,7 +3,6 @@ package group
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -11,21 +10,20 @@ import (
 
 // LeaderInfo is the election key as read from etcd.
 type LeaderInfo struct {
-	Node      string
-	Token     int64 // CreateRevision of the key
-	Lease     clientv3.LeaseID
-	Revision  int64 // store revision of the read
-	ReadStart time.Time
+	Node     string
+	Token    int64 // CreateRevision of the key
+	Lease    clientv3.LeaseID
+	Revision int64 // store revision of the read
 }
 
 // Present reports whether someone holds the election key.
 func (l LeaderInfo) Present() bool { return l.Token != 0 }
 
 // DecodeLeader is the election key as found in kvs (the result of a get of
-// Keys.Leader, at store revision rev, sent at start): nobody holds it unless
-// there is exactly one key.
-func DecodeLeader(kvs []*mvccpb.KeyValue, rev int64, start time.Time) LeaderInfo {
-	li := LeaderInfo{Revision: rev, ReadStart: start}
+// Keys.Leader, at store revision rev): nobody holds it unless there is
+// exactly one key.
+func DecodeLeader(kvs []*mvccpb.KeyValue, rev int64) LeaderInfo {
+	li := LeaderInfo{Revision: rev}
 	if len(kvs) == 1 {
 		kv := kvs[0]
 		li.Node, li.Token, li.Lease = string(kv.Value), kv.CreateRevision, clientv3.LeaseID(kv.Lease)
@@ -35,10 +33,9 @@ func DecodeLeader(kvs []*mvccpb.KeyValue, rev int64, start time.Time) LeaderInfo
 
 // ReadLeader reads the election key.
 func ReadLeader(ctx context.Context, cli Getter, k Keys) (LeaderInfo, error) {
-	start := time.Now()
 	resp, err := cli.Get(ctx, k.Leader())
 	if err != nil {
 		return LeaderInfo{}, fmt.Errorf("read election key %s: %w", k.Leader(), err)
 	}
-	return DecodeLeader(resp.Kvs, resp.Header.Revision, start), nil
+	return DecodeLeader(resp.Kvs, resp.Header.Revision), nil
 }

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // APIFence is the fence at the API server (package apifence): Publish runs
@@ -70,9 +72,9 @@ func (s *Supervisor) apiFenceStatus() *APIFenceStatus {
 }
 
 // apiFenceRecord is the record's part, nil when the fence is off.
-func apiFenceRecord(st *APIFenceStatus) *RecordAPIFence {
+func apiFenceRecord(st *APIFenceStatus) *group.APIFence {
 	if st == nil {
 		return nil
 	}
-	return &RecordAPIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS}
+	return &group.APIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS}
 }

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
@@ -44,7 +45,7 @@ type barrierView struct {
 	// PrevLeaseAlive: the previous holder's election lease still exists.
 	PrevLeaseAlive bool
 	// PrevRecord: the previous holder's record as read (nil: none).
-	PrevRecord *Record
+	PrevRecord *group.Record
 	// GoneAt is when the barrier first found neither the previous holder's
 	// lease nor its record (zero while either exists).
 	GoneAt time.Time
@@ -203,8 +204,8 @@ func (s *Supervisor) barrierLook(ctx context.Context, prev holderMark) (barrierV
 	if err != nil {
 		return v, fmt.Errorf("read member records: %w", err)
 	}
-	recs, leases := decodeMembers(s.keys, resp.Kvs)
-	v.Blockers = blockers(recs, s.cfg.Node)
+	recs, leases := group.DecodeMembers(s.keys, resp.Kvs)
+	v.Blockers = group.Blockers(recs, s.cfg.Node)
 	if !prev.known() || prev.Node == s.cfg.Node {
 		return v, nil
 	}

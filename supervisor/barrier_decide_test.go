@@ -3,6 +3,8 @@ package supervisor
 import (
 	"testing"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // decideBarrier is a pure function of one view and the time: the table
@@ -11,7 +13,7 @@ func TestDecideBarrier(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	blind := 5 * time.Second
 	prev := holderMark{Node: "m1", Lease: 0x10, Token: 7, Seen: t0}
-	stopped, running := &Record{Node: "m1"}, &Record{Node: "m1", UnitsRunning: true}
+	stopped, running := &group.Record{Node: "m1"}, &group.Record{Node: "m1", UnitsRunning: true}
 	cases := []struct {
 		name  string
 		now   time.Time

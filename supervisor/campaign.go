@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // campaignView is what a standby decides on whether to try for the key.
 type campaignView struct {
 	Self          string
 	CooldownUntil time.Time
-	Ctl           Control
-	UnitsSeen     bool              // the units were observed since the last job
-	UnitsRunning  []string          // of ours, as last observed
-	Members       map[string]Record // every record as last read (ours included)
-	DropinsOK     bool              // the managed units' drop-ins were checked and are in order
+	Ctl           group.Control
+	UnitsSeen     bool                    // the units were observed since the last job
+	UnitsRunning  []string                // of ours, as last observed
+	Members       map[string]group.Record // every record as last read (ours included)
+	DropinsOK     bool                    // the managed units' drop-ins were checked and are in order
 }
 
 // campaignVerdict: Allowed to campaign; Override when only because nobody
@@ -56,7 +58,7 @@ func decideCampaign(now time.Time, v campaignView) campaignVerdict {
 		Why: fmt.Sprintf("in cooldown until %s, but no other member is eligible", v.CooldownUntil.Format(time.RFC3339))}
 }
 
-func handoffExcludes(h *Handoff, self string) bool {
+func handoffExcludes(h *group.Handoff, self string) bool {
 	return h != nil && (h.From == self || (h.To != "" && h.To != self))
 }
 
@@ -65,7 +67,7 @@ func handoffExcludes(h *Handoff, self string) bool {
 func eligibleOthers(now time.Time, v campaignView) []string {
 	var out []string
 	for n, r := range v.Members {
-		if n == v.Self || r.State != Standby || r.UnitsRunning || now.Before(r.Cooldown) || v.Ctl.Banned(n) || handoffExcludes(v.Ctl.Handoff, n) {
+		if n == v.Self || r.State != group.Standby || r.UnitsRunning || now.Before(r.Cooldown) || v.Ctl.Banned(n) || handoffExcludes(v.Ctl.Handoff, n) {
 			continue
 		}
 		out = append(out, n)
@@ -84,7 +86,7 @@ func (s *Supervisor) campaignView() campaignView {
 func (s *Supervisor) eligible(now time.Time) []string {
 	v := s.campaignView()
 	out := eligibleOthers(now, v)
-	if s.state == Standby && decideCampaign(now, v).Allowed {
+	if s.state == group.Standby && decideCampaign(now, v).Allowed {
 		out = append(out, s.cfg.Node)
 		sort.Strings(out)
 	}

@@ -3,15 +3,17 @@ package supervisor
 import (
 	"testing"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 func TestDecideCampaign(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	later := now.Add(time.Minute)
-	standby := func(n string) Record { return Record{Node: n, State: Standby} }
-	cooling := Record{Node: "m2", State: Standby, Cooldown: later}
+	standby := func(n string) group.Record { return group.Record{Node: n, State: group.Standby} }
+	cooling := group.Record{Node: "m2", State: group.Standby, Cooldown: later}
 	base := func() campaignView {
-		return campaignView{Self: "m1", UnitsSeen: true, DropinsOK: true, Members: map[string]Record{"m1": standby("m1"), "m2": standby("m2")}}
+		return campaignView{Self: "m1", UnitsSeen: true, DropinsOK: true, Members: map[string]group.Record{"m1": standby("m1"), "m2": standby("m2")}}
 	}
 	cases := []struct {
 		name            string
@@ -19,10 +21,10 @@ func TestDecideCampaign(t *testing.T) {
 		allowed, overri bool
 	}{
 		{"eligible", func(*campaignView) {}, true, false},
-		{"frozen", func(v *campaignView) { v.Ctl.Freeze = &Freeze{} }, false, false},
-		{"banned", func(v *campaignView) { v.Ctl.Bans = map[string]Ban{"m1": {}} }, false, false},
-		{"handoff to another", func(v *campaignView) { v.Ctl.Handoff = &Handoff{To: "m2"} }, false, false},
-		{"handoff from us", func(v *campaignView) { v.Ctl.Handoff = &Handoff{From: "m1"} }, false, false},
+		{"frozen", func(v *campaignView) { v.Ctl.Freeze = &group.Freeze{} }, false, false},
+		{"banned", func(v *campaignView) { v.Ctl.Bans = map[string]group.Ban{"m1": {}} }, false, false},
+		{"handoff to another", func(v *campaignView) { v.Ctl.Handoff = &group.Handoff{To: "m2"} }, false, false},
+		{"handoff from us", func(v *campaignView) { v.Ctl.Handoff = &group.Handoff{From: "m1"} }, false, false},
 		{"units not seen", func(v *campaignView) { v.UnitsSeen = false }, false, false},
 		{"drop-ins not in order", func(v *campaignView) { v.DropinsOK = false }, false, false},
 		{"a unit runs here", func(v *campaignView) { v.UnitsRunning = []string{"u"} }, false, false},
@@ -30,20 +32,23 @@ func TestDecideCampaign(t *testing.T) {
 		{"cooldown, other in cooldown too", func(v *campaignView) { v.CooldownUntil = later; v.Members["m2"] = cooling }, true, true},
 		{"cooldown, other banned", func(v *campaignView) {
 			v.CooldownUntil = later
-			v.Ctl.Bans = map[string]Ban{"m2": {}}
+			v.Ctl.Bans = map[string]group.Ban{"m2": {}}
 		}, true, true},
-		{"cooldown, other stopped", func(v *campaignView) { v.CooldownUntil = later; v.Members["m2"] = Record{Node: "m2", State: Stopped} }, true, true},
+		{"cooldown, other stopped", func(v *campaignView) {
+			v.CooldownUntil = later
+			v.Members["m2"] = group.Record{Node: "m2", State: group.Stopped}
+		}, true, true},
 		{"cooldown, other's units run", func(v *campaignView) {
 			v.CooldownUntil = later
-			v.Members["m2"] = Record{Node: "m2", State: Standby, UnitsRunning: true}
+			v.Members["m2"] = group.Record{Node: "m2", State: group.Standby, UnitsRunning: true}
 		}, true, true},
 		{"cooldown, alone", func(v *campaignView) { v.CooldownUntil = later; delete(v.Members, "m2") }, true, true},
 		{"cooldown, members not read yet", func(v *campaignView) { v.CooldownUntil = later; v.Members = nil }, false, false},
 		{"cooldown over", func(v *campaignView) { v.CooldownUntil = now }, true, false},
 		{"frozen beats the override", func(v *campaignView) {
 			v.CooldownUntil = later
-			v.Members = map[string]Record{}
-			v.Ctl.Freeze = &Freeze{}
+			v.Members = map[string]group.Record{}
+			v.Ctl.Freeze = &group.Freeze{}
 		}, false, false},
 	}
 	for _, c := range cases {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // After a failure threshold the leader demotes and sits out its cooldown so
@@ -30,11 +30,11 @@ func TestCooldownYieldsWhenNobodyElseCan(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the other member to take over", 30*time.Second, func() bool { return other.State() == supervisor.Active })
+	waitFor(t, "the other member to take over", 30*time.Second, func() bool { return other.State() == group.Active })
 	close(stop)
 	// The demotion releases the key before it ends: let it finish.
-	waitFor(t, "the flaky node to be standby", 10*time.Second, func() bool { return flaky.State() == supervisor.Standby })
-	if st := flaky.Sup.Status(); st.State != supervisor.Standby || !st.CooldownUntil.After(time.Now().Add(10*time.Second)) {
+	waitFor(t, "the flaky node to be standby", 10*time.Second, func() bool { return flaky.State() == group.Standby })
+	if st := flaky.Sup.Status(); st.State != group.Standby || !st.CooldownUntil.After(time.Now().Add(10*time.Second)) {
 		t.Fatalf("flaky node %s, cooldown until %v: want standby with most of its 30 s cooldown ahead", st.State, st.CooldownUntil)
 	}
 	other.Cancel()
@@ -46,7 +46,7 @@ func TestCooldownYieldsWhenNobodyElseCan(t *testing.T) {
 	if !st.CooldownOverride || !st.CooldownUntil.After(time.Now()) {
 		t.Fatalf("status %+v: want a cooldown override mark while the cooldown lasts", st)
 	}
-	evs, err := supervisor.ReadHistory(context.Background(), w.Admin, flaky.Sup.Keys(), 0)
+	evs, err := group.ReadHistory(context.Background(), w.Admin, flaky.Sup.Keys(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,5 +61,5 @@ func TestCooldownYieldsWhenNobodyElseCan(t *testing.T) {
 }
 
 func leaderActive(m *member) bool {
-	return m.State() == supervisor.Active && m.Units.Running(units[0]) && m.Units.Running(units[1])
+	return m.State() == group.Active && m.Units.Running(units[0]) && m.Units.Running(units[1])
 }

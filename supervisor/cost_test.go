@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -43,7 +43,7 @@ func groupRequestRate(b *testing.B, groups int, over time.Duration) float64 {
 	supervisortest.WaitFor(b, "a leader in every group", 60*time.Second, func() bool {
 		active := 0
 		for _, m := range all {
-			if m.State() == supervisor.Active {
+			if m.State() == group.Active {
 				active++
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -110,19 +111,19 @@ func TestAssessUnitsCountsFailuresAndCoolsDown(t *testing.T) {
 		c.Units.FailureWindow = time.Minute
 		c.Units.Cooldown = 30 * time.Second
 	})
-	s.state = Active
+	s.state = group.Active
 	steps := []struct {
 		at     time.Duration
 		units  []fencing.UnitState
 		counts int
-		state  State
+		state  group.State
 	}{
-		{0, []fencing.UnitState{unit("a.service", "active", "running", 0), unit("b.service", "active", "running", 0)}, 0, Active},
-		{time.Second, []fencing.UnitState{unit("a.service", "failed", "failed", 0), unit("b.service", "active", "running", 0)}, 1, Active},
-		{2 * time.Second, []fencing.UnitState{unit("a.service", "active", "running", 0), unit("b.service", "active", "running", 1)}, 2, Active},
+		{0, []fencing.UnitState{unit("a.service", "active", "running", 0), unit("b.service", "active", "running", 0)}, 0, group.Active},
+		{time.Second, []fencing.UnitState{unit("a.service", "failed", "failed", 0), unit("b.service", "active", "running", 0)}, 1, group.Active},
+		{2 * time.Second, []fencing.UnitState{unit("a.service", "active", "running", 0), unit("b.service", "active", "running", 1)}, 2, group.Active},
 		// The first failure is out of the window by now: still two.
-		{61*time.Second + time.Millisecond, []fencing.UnitState{unit("a.service", "active", "running", 0), unit("b.service", "active", "running", 2)}, 2, Active},
-		{62 * time.Second, []fencing.UnitState{unit("a.service", "failed", "failed", 0), unit("b.service", "active", "running", 2)}, 3, Demoting},
+		{61*time.Second + time.Millisecond, []fencing.UnitState{unit("a.service", "active", "running", 0), unit("b.service", "active", "running", 2)}, 2, group.Active},
+		{62 * time.Second, []fencing.UnitState{unit("a.service", "failed", "failed", 0), unit("b.service", "active", "running", 2)}, 3, group.Demoting},
 	}
 	for i, st := range steps {
 		clk.set(t0.Add(st.at))
@@ -181,7 +182,7 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 		c.Units.PollInterval = 500 * time.Millisecond
 	})
 	s.startupDone(bg, outcome[registration]{err: errors.New("etcd down")})
-	if want := t0.Add(time.Second); !s.retryAt.Equal(want) || s.state != Starting {
+	if want := t0.Add(time.Second); !s.retryAt.Equal(want) || s.state != group.Starting {
 		t.Fatalf("after a failed start-up: retry at %v in %s, want %v in starting", s.retryAt, s.state, want)
 	}
 	clk.set(t0.Add(time.Second - time.Millisecond))
@@ -201,7 +202,7 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 	at := t0.Add(time.Hour)
 	clk.set(at)
 	s.startupDone(bg, outcome[registration]{val: registration{lease: lease{id: 7, sent: deadlineNow(), ttl: 10 * time.Second}, crashed: true}})
-	if want := at.Add(2*time.Second + 500*time.Millisecond); !s.cooldown.Equal(want) || s.state != Standby || s.memberLease != 7 {
+	if want := at.Add(2*time.Second + 500*time.Millisecond); !s.cooldown.Equal(want) || s.state != group.Standby || s.memberLease != 7 {
 		t.Fatalf("after a crashed predecessor: cooldown %v, state %s, member lease %x; want %v, standby, 7", s.cooldown, s.state, s.memberLease, want)
 	}
 	if !s.since.Equal(at) {
@@ -213,10 +214,10 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 // says so once per cooldown however often it is asked.
 func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 	s, _, _ := newOffline(t, nil)
-	s.state = Standby
+	s.state = group.Standby
 	s.unitsSeen = t0
 	s.dropins.Store(&dropinCheck{checked: true})
-	s.members = map[string]Record{"m1": {Node: "m1", State: Standby}, "m2": {Node: "m2", State: Stopped}}
+	s.members = map[string]group.Record{"m1": {Node: "m1", State: group.Standby}, "m2": {Node: "m2", State: group.Stopped}}
 	s.cooldown = t0.Add(time.Minute)
 	for i := 0; i < 3; i++ {
 		if !s.mayCampaign(t0.Add(time.Duration(i) * time.Second)) {
@@ -230,7 +231,7 @@ func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 		t.Fatalf("event %+v", e)
 	}
 	// Another member eligible: the cooldown holds.
-	s.members["m2"] = Record{Node: "m2", State: Standby}
+	s.members["m2"] = group.Record{Node: "m2", State: group.Standby}
 	if s.mayCampaign(t0.Add(5 * time.Second)) {
 		t.Fatal("campaigned in cooldown while another member is eligible")
 	}

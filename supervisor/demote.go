@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -25,7 +26,7 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 	if cooldown > 0 {
 		s.cooldown = s.now().Add(cooldown)
 	}
-	s.transition(Demoting, kind, reason)
+	s.transition(group.Demoting, kind, reason)
 	s.reason = "demoted: " + reason
 	launchAfter(s, bg, s.demoteWork(s.token, s.elecLease))
 }
@@ -39,7 +40,7 @@ func (s *Supervisor) demoteJob(token int64, lease clientv3.LeaseID) func(context
 		s.unitsMayRun.Store(false)
 		// Dated before the release, so that a drill can check that the old
 		// units were down before anyone else could win.
-		s.recordHistory(Event{At: s.now(), Node: s.cfg.Node, From: Demoting, To: UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
+		s.recordHistory(group.Event{At: s.now(), Node: s.cfg.Node, From: group.Demoting, To: group.UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
 		s.runHook(ctx, "on_demote", token)
 		if err := s.writeRecord(ctx, true); err != nil {
 			s.log.Warn("could not publish units stopped before release", "err", err)

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // Each job as a work value: its body (in the file of its subject) and its
@@ -39,7 +40,7 @@ func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (e
 		// as an equal.
 		s.cooldown = s.now().Add(crashCooldown(s.cfg.Lease.RenewInterval, s.cfg.Units.PollInterval))
 	}
-	s.transition(Standby, "registered", "registered; units stopped")
+	s.transition(group.Standby, "registered", "registered; units stopped")
 	s.notify("READY=1")
 	return nil, false
 }
@@ -65,9 +66,9 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	s.deadline.Renewed(electionLease, res.lease.sent, res.lease.ttl)
 	s.resetFenceTimer()
 	s.startRenewer(bg, electionLease, res.lease.id)
-	s.leader = LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
+	s.leader = group.LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
 	s.failures, s.restarts = nil, map[string]uint32{}
-	s.transition(Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
+	s.transition(group.Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
 	if s.shutting {
 		s.demote(bg, "shutdown", "shutdown requested", 0)
 		return nil, false
@@ -86,14 +87,14 @@ func (s *Supervisor) promoteWork(token int64, prev holderMark) work[struct{}] {
 // undone (Promoting -> Demoting).
 func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error, bool) {
 	switch {
-	case s.state != Promoting:
+	case s.state != group.Promoting:
 		// cancelled by a demotion already under way
 	case s.shutting:
 		s.demote(bg, "shutdown", "shutdown requested", 0)
 	case o.err != nil:
 		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown)
 	default:
-		s.transition(Active, "units_started", "units started")
+		s.transition(group.Active, "units_started", "units started")
 		if h := s.ctl.Handoff; h != nil && h.Token != s.token {
 			go s.clearHandoff(bg, h.ID)
 		}
@@ -121,13 +122,13 @@ func (s *Supervisor) restartDone(bg context.Context, o outcome[struct{}]) (error
 	// failure is never counted twice.
 	if o.units.err == nil {
 		s.assessUnits(bg, o.units)
-	} else if o.err != nil && s.state == Active {
+	} else if o.err != nil && s.state == group.Active {
 		s.failed(s.now(), o.err.Error())
 	}
 	return nil, false
 }
 
-func (s *Supervisor) clearKeyWork(li LeaderInfo) work[struct{}] {
+func (s *Supervisor) clearKeyWork(li group.LeaderInfo) work[struct{}] {
 	return work[struct{}]{kind: jobClearKey, run: noResult(s.clearLeaselessKey(li)), done: s.clearKeyDone}
 }
 
@@ -164,14 +165,14 @@ func (s *Supervisor) demoteDone(bg context.Context, o outcome[struct{}]) (error,
 	s.stopRenewer(electionLease)
 	s.deadline.Forget(electionLease)
 	s.elecLease, s.token = 0, 0
-	s.leader = LeaderInfo{}
+	s.leader = group.LeaderInfo{}
 	if s.shutting {
 		// Leave too, so that a restarted supervisor (an upgrade) finds no
 		// record of ours to wait for.
 		launch(s, bg, s.leaveWork(s.memberLease))
 		return nil, false
 	}
-	s.transition(Standby, "released", s.reason)
+	s.transition(group.Standby, "released", s.reason)
 	return nil, false
 }
 
@@ -181,7 +182,7 @@ func (s *Supervisor) leaveWork(lease clientv3.LeaseID) work[struct{}] {
 
 // leaveDone: the member left the group (-> Stopped); Run returns.
 func (s *Supervisor) leaveDone(context.Context, outcome[struct{}]) (error, bool) {
-	s.transition(Stopped, "shutdown", "units stopped, lease released, left the group")
+	s.transition(group.Stopped, "shutdown", "units stopped, lease released, left the group")
 	return nil, true
 }
 

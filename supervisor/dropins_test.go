@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
@@ -33,11 +34,11 @@ func TestStandbyWithoutGuardDoesNotCampaign(t *testing.T) {
 	// The broken member comes first, alone: with the key free it would
 	// win at once.
 	b := w.Start("m2", nil)
-	waitFor(t, "m2 registered", 10*time.Second, func() bool { return b.State() != supervisor.Starting })
+	waitFor(t, "m2 registered", 10*time.Second, func() bool { return b.State() != group.Starting })
 	time.Sleep(2 * time.Second) // eight polls with the key free
 	st := b.Sup.Status()
 	t.Logf("m2 after 2 s alone: %s, problems %q, mismatching checks %d", st.State, st.DropinProblems, st.DropinMismatches)
-	if st.State != supervisor.Standby {
+	if st.State != group.Standby {
 		t.Fatalf("m2 is %s: it campaigned although %s has no guard", st.State, units[1])
 	}
 	if len(st.DropinProblems) != 1 || !strings.Contains(st.DropinProblems[0], units[1]+": ExecStartPre") ||
@@ -94,7 +95,7 @@ func TestDropinBrokenJustBeforeTheLeaderStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	if st := standby.State(); st != supervisor.Standby {
+	if st := standby.State(); st != group.Standby {
 		t.Fatalf("%s is %s: it campaigned with %s's guard gone", standby.Name, st, units[1])
 	}
 }

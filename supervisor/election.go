@@ -17,7 +17,7 @@ import (
 // lease, its CreateRevision the holder's token.
 type electionKey struct {
 	leases  leases
-	keys    Keys
+	keys    group.Keys
 	node    string
 	timeout time.Duration
 }
@@ -26,7 +26,7 @@ type electionKey struct {
 type campaignResult struct {
 	won    bool
 	token  int64
-	leader LeaderInfo
+	leader group.LeaderInfo
 }
 
 // campaign tries once to create the key on lease id. The transaction
@@ -44,7 +44,7 @@ func (e electionKey) campaign(ctx context.Context, id clientv3.LeaseID) (campaig
 		if c.other != nil {
 			kvs = append(kvs, c.other)
 		}
-		return campaignResult{leader: group.DecodeLeader(kvs, c.rev, time.Time{})}, nil
+		return campaignResult{leader: group.DecodeLeader(kvs, c.rev)}, nil
 	}
 	token := c.createRev
 	li, err := e.read(ctx)
@@ -69,17 +69,17 @@ func (e electionKey) resign(ctx context.Context, token int64) error {
 }
 
 // read returns who holds the key (hedged).
-func (e electionKey) read(ctx context.Context) (LeaderInfo, error) {
+func (e electionKey) read(ctx context.Context) (group.LeaderInfo, error) {
 	rctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	return ReadLeader(rctx, e.leases.pool.Hedged(), e.keys)
+	return group.ReadLeader(rctx, e.leases.pool.Hedged(), e.keys)
 }
 
 type acquireResult struct {
 	won    bool
 	lease  lease
 	token  int64
-	leader LeaderInfo
+	leader group.LeaderInfo
 }
 
 // acquireJob campaigns once on a fresh lease: grant, campaign, and on a win

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // secondLookMin is the least time the fence's second look (did a start land
@@ -33,7 +34,7 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	// Wait (briefly) for an in-flight start call to return so that our stop
 	// jobs are queued after it and replace it.
 	s.gate.closeWait(200 * time.Millisecond)
-	s.transition(Fencing, kind, reason)
+	s.transition(group.Fencing, kind, reason)
 	s.updateSnapshot()
 	s.log.Error("FENCING", "reason", reason, "token", s.token, "lease_left", s.deadline.LeaseLeft(start).Round(time.Millisecond))
 
@@ -98,7 +99,7 @@ func (s *Supervisor) fenceEpilogue(bg context.Context, kind string, took time.Du
 		rcancel()
 	}
 	hctx, hcancel := s.reqCtx(bg)
-	_ = AppendHistory(hctx, s.cli, s.keys, Event{At: s.now(), Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: kind, Reason: fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond)), Token: s.token}, s.cfg.History.Retain)
+	_ = group.AppendHistory(hctx, s.cli, s.keys, group.Event{At: s.now(), Node: s.cfg.Node, From: group.Fencing, To: group.Fenced, Kind: kind, Reason: fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond)), Token: s.token}, s.cfg.History.Retain)
 	hcancel()
 	s.runHook(bg, "on_fence", s.token)
 }

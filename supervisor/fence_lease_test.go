@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
@@ -73,7 +74,7 @@ func TestDrillFenceKeepsElectionLease(t *testing.T) {
 	a, b := w.Start("m1", nil), w.Start("m2", nil)
 	leader, others := leaderOf(t, a, b)
 	lease := electionLease(t, w.Admin, leader.Sup.Keys().Leader())
-	d := supervisor.Drill{ID: "t1", Kind: "failover", Token: leader.Sup.Status().Token, At: time.Now()}
+	d := group.Drill{ID: "t1", Kind: "failover", Token: leader.Sup.Status().Token, At: time.Now()}
 	body, _ := json.Marshal(d)
 	if _, err := w.Admin.Put(context.Background(), leader.Sup.Keys().Drill(), string(body)); err != nil {
 		t.Fatal(err)

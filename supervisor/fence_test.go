@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
@@ -18,7 +19,7 @@ type fenceClock struct {
 }
 
 func (c *fenceClock) observe(tr supervisor.Transition) {
-	if tr.To == supervisor.Fencing {
+	if tr.To == group.Fencing {
 		c.mu.Lock()
 		c.fencedAt = tr.At
 		c.mu.Unlock()

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -21,9 +21,9 @@ func TestSuccessorPublishesItsPredecessorsFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := w.Start("m1", nil)
-	var found *supervisor.Event
+	var found *group.Event
 	waitFor(t, "the predecessor's fence in the history", 15*time.Second, func() bool {
-		evs, err := supervisor.ReadHistory(context.Background(), w.Admin, m.Sup.Keys(), 0)
+		evs, err := group.ReadHistory(context.Background(), w.Admin, m.Sup.Keys(), 0)
 		if err != nil {
 			return false
 		}
@@ -35,7 +35,7 @@ func TestSuccessorPublishesItsPredecessorsFence(t *testing.T) {
 		}
 		return false
 	})
-	if !found.At.Equal(at) || found.Token != 41 || found.To != supervisor.Fenced || !strings.Contains(found.Reason, "renewal deadline passed") {
+	if !found.At.Equal(at) || found.Token != 41 || found.To != group.Fenced || !strings.Contains(found.Reason, "renewal deadline passed") {
 		t.Fatalf("history event %+v: want the fence at %s, token 41, with its reason", *found, at)
 	}
 	// Published once: the note is gone from the run state.

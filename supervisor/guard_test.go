@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
@@ -32,18 +33,18 @@ func TestGuardRefusesWhileHeldAtTheBarrier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(supervisor.Record{Node: "m0", State: supervisor.Fencing, UnitsRunning: true})
+	rec, _ := json.Marshal(group.Record{Node: "m0", State: group.Fencing, UnitsRunning: true})
 	cfg := supervisortest.FastConfig("m0")
-	keys := supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)
+	keys := group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)
 	if _, err := w.Admin.Put(ctx, keys.Member("m0"), string(rec), clientv3.WithLease(g.ID)); err != nil {
 		t.Fatal(err)
 	}
 	m := w.Start("m1", nil)
-	waitFor(t, "m1 to win and wait at the barrier", 20*time.Second, func() bool { return m.State() == supervisor.Promoting })
+	waitFor(t, "m1 to win and wait at the barrier", 20*time.Second, func() bool { return m.State() == group.Promoting })
 	end := time.Now().Add(2 * time.Second)
 	for time.Now().Before(end) {
 		st := m.Sup.Status()
-		if st.State != supervisor.Promoting {
+		if st.State != group.Promoting {
 			t.Fatalf("m1 left the barrier (%s) while a record says units run", st.State)
 		}
 		if a := guard.Decide(units[1], guardStatus(st)); a.Allowed || st.UnitsAllowed {
@@ -54,7 +55,7 @@ func TestGuardRefusesWhileHeldAtTheBarrier(t *testing.T) {
 	if _, err := w.Admin.Revoke(ctx, g.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "m1 to become active", 20*time.Second, func() bool { return m.State() == supervisor.Active })
+	waitFor(t, "m1 to become active", 20*time.Second, func() bool { return m.State() == group.Active })
 	if a := guard.Decide(units[1], guardStatus(m.Sup.Status())); !a.Allowed {
 		t.Fatalf("guard refused on the active leader: %s", a.Message)
 	}

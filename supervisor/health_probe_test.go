@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
@@ -86,7 +86,7 @@ func TestFrozenUnitFailsItsProbeAndTheLeaderStepsDown(t *testing.T) {
 	hz[leader.Name].frozen.Store(true)
 	waitFor(t, "the other member to take over", 30*time.Second, func() bool { return leaderActive(standby) })
 	took := time.Since(frozenAt)
-	waitFor(t, "the frozen leader to be standby", 10*time.Second, func() bool { return leader.State() == supervisor.Standby })
+	waitFor(t, "the frozen leader to be standby", 10*time.Second, func() bool { return leader.State() == group.Standby })
 	st := leader.Sup.Status()
 	if !st.CooldownUntil.After(time.Now().Add(10 * time.Second)) {
 		t.Fatalf("the frozen leader %s, cooldown until %v: want most of its 30 s cooldown ahead", st.State, st.CooldownUntil)

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // historyBacklog bounds the entries kept while etcd does not answer; the
@@ -13,7 +15,7 @@ const historyBacklog = 256
 // waits for it. An entry etcd does not take (a partition, an outage) is
 // kept, with its original time, and written when etcd answers again.
 func (s *Supervisor) historian(bg context.Context) {
-	var pending []Event
+	var pending []group.Event
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -38,10 +40,10 @@ func (s *Supervisor) historian(bg context.Context) {
 }
 
 // writeHistory appends pending in order and returns what etcd did not take.
-func (s *Supervisor) writeHistory(bg context.Context, pending []Event) []Event {
+func (s *Supervisor) writeHistory(bg context.Context, pending []group.Event) []group.Event {
 	for len(pending) > 0 {
 		ctx, cancel := s.reqCtx(bg)
-		err := AppendHistory(ctx, s.cli, s.keys, pending[0], s.cfg.History.Retain)
+		err := group.AppendHistory(ctx, s.cli, s.keys, pending[0], s.cfg.History.Retain)
 		cancel()
 		if err != nil {
 			s.log.Debug("history not written yet; kept for the next try", "err", err, "pending", len(pending))
@@ -54,7 +56,7 @@ func (s *Supervisor) writeHistory(bg context.Context, pending []Event) []Event {
 
 // requeueHistory hands entries not written back to the channel, so that
 // flushHistory gets one last try at them when Run returns.
-func (s *Supervisor) requeueHistory(pending []Event) {
+func (s *Supervisor) requeueHistory(pending []group.Event) {
 	for _, e := range pending {
 		select {
 		case s.history <- e:
@@ -64,7 +66,7 @@ func (s *Supervisor) requeueHistory(pending []Event) {
 	}
 }
 
-func (s *Supervisor) recordHistory(e Event) {
+func (s *Supervisor) recordHistory(e group.Event) {
 	select {
 	case s.history <- e:
 	default:
@@ -81,7 +83,7 @@ func (s *Supervisor) flushHistory() {
 	for {
 		select {
 		case e := <-s.history:
-			if AppendHistory(ctx, s.cli, s.keys, e, s.cfg.History.Retain) != nil {
+			if group.AppendHistory(ctx, s.cli, s.keys, e, s.cfg.History.Retain) != nil {
 				return
 			}
 		default:

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // An event recorded while etcd does not answer is kept and written, with
@@ -18,12 +18,12 @@ func TestHistoryWrittenAfterAnOutage(t *testing.T) {
 	standby := others[0]
 	standby.Cut(true)
 	at := time.Now().UTC().Truncate(time.Millisecond)
-	standby.Sup.RecordHistory(supervisor.Event{At: at, Node: standby.Name, From: supervisor.Standby, To: supervisor.Standby,
+	standby.Sup.RecordHistory(group.Event{At: at, Node: standby.Name, From: group.Standby, To: group.Standby,
 		Kind: "test_outage", Reason: "recorded while etcd was unreachable"})
 	time.Sleep(2 * time.Second) // several failed writes (request timeout 400 ms), well inside the member lease
 	standby.Cut(false)
 	waitFor(t, "the event recorded during the outage in history", 15*time.Second, func() bool {
-		evs, err := supervisor.ReadHistory(context.Background(), w.Admin, standby.Sup.Keys(), 0)
+		evs, err := group.ReadHistory(context.Background(), w.Admin, standby.Sup.Keys(), 0)
 		if err != nil {
 			return false
 		}

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // notePrevHolder remembers the last other holder of the election key seen,
 // for the next promotion's barrier (see decideBarrier).
-func (s *Supervisor) notePrevHolder(li LeaderInfo) {
+func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
 	if s.firstLook.IsZero() {
 		s.firstLook = s.now()
 	}
@@ -28,7 +30,7 @@ func (s *Supervisor) notePrevHolder(li LeaderInfo) {
 }
 
 // noteProof keeps the earliest proof that the holder's units are down.
-func (s *Supervisor) noteProof(li LeaderInfo, by time.Time) {
+func (s *Supervisor) noteProof(li group.LeaderInfo, by time.Time) {
 	if by.IsZero() || s.prevHolder.Token != li.Token || li.Token == 0 {
 		return
 	}
@@ -69,7 +71,7 @@ func (s *Supervisor) barrierHolder() holderMark {
 
 // noteControl adopts the operator's requests as read, and reports
 // unreadable ones as an ERROR once per change (they are ignored).
-func (s *Supervisor) noteControl(c Control) {
+func (s *Supervisor) noteControl(c group.Control) {
 	s.ctl = c
 	if p := strings.Join(c.Unreadable, "; "); p != s.ctlProblems {
 		s.ctlProblems = p
@@ -82,7 +84,7 @@ func (s *Supervisor) noteControl(c Control) {
 // noteLeaselessKey reports an election key that is on no lease: no member
 // ever writes one (someone put it by hand), and it would never expire, so
 // every member would wait for it forever. Standbys delete it (see step).
-func (s *Supervisor) noteLeaselessKey(li LeaderInfo) {
+func (s *Supervisor) noteLeaselessKey(li group.LeaderInfo) {
 	p := ""
 	if li.Present() && li.Lease == 0 {
 		p = fmt.Sprintf("election key %s (value %q, token %d) is on no lease, so it never expires; deleting it (by hand: etcdctl del %s)",
@@ -97,7 +99,7 @@ func (s *Supervisor) noteLeaselessKey(li LeaderInfo) {
 // clearLeaselessKey deletes the election key read as li if it is still that
 // key and still on no lease. The next promotion's barrier then waits for
 // whoever li names exactly as for any previous holder whose lease is gone.
-func (s *Supervisor) clearLeaselessKey(li LeaderInfo) func(context.Context) error {
+func (s *Supervisor) clearLeaselessKey(li group.LeaderInfo) func(context.Context) error {
 	return func(ctx context.Context) error {
 		key := s.keys.Leader()
 		rctx, cancel := s.reqCtx(ctx)
@@ -124,7 +126,7 @@ type leaseWatch struct {
 
 // proofFor returns an instant by which the holder li names has its units
 // down, when a read of its lease proves one.
-func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li LeaderInfo) time.Time {
+func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.LeaderInfo) time.Time {
 	if !li.Present() || li.Lease == 0 || li.Node == s.cfg.Node {
 		return time.Time{}
 	}

@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -94,7 +95,7 @@ func (s *Supervisor) givePredecessorLeasesBack(p predecessor) {
 	}
 }
 
-func marshalRecord(r Record) []byte {
+func marshalRecord(r group.Record) []byte {
 	b, _ := json.Marshal(r)
 	return b
 }
@@ -108,17 +109,17 @@ func (s *Supervisor) publishPredecessorFence(ctx context.Context, p predecessor)
 	}
 	f := p.Fenced
 	rctx, cancel := s.reqCtx(ctx)
-	evs, err := ReadHistory(rctx, s.cli, s.keys, 50)
+	evs, err := group.ReadHistory(rctx, s.cli, s.keys, 50)
 	cancel()
 	if err != nil {
 		s.log.Warn("cannot read the history; publishing our predecessor's fence anyway", "err", err)
 	}
 	for _, e := range evs {
-		if e.Node == s.cfg.Node && e.To == Fenced && e.Token == f.Token && !e.At.Before(f.At) {
+		if e.Node == s.cfg.Node && e.To == group.Fenced && e.Token == f.Token && !e.At.Before(f.At) {
 			return
 		}
 	}
-	s.recordHistory(Event{At: f.At, Node: s.cfg.Node, From: Fencing, To: Fenced, Kind: "fenced", Token: f.Token,
+	s.recordHistory(group.Event{At: f.At, Node: s.cfg.Node, From: group.Fencing, To: group.Fenced, Kind: "fenced", Token: f.Token,
 		Reason: fmt.Sprintf("%s: %s (noted by incarnation %s, published by its successor)", f.Kind, f.Reason, p.Incarnation)})
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -194,7 +195,7 @@ func TestElectionKeyCampaignChecksTheReRead(t *testing.T) {
 	}
 	cfg := config.Default()
 	cfg.Node, cfg.Cluster = "m1", "test"
-	rw := &rewriteBeforeRead{admin: admin, key: NewKeys(cfg.Etcd.Prefix, cfg.Cluster).Leader()}
+	rw := &rewriteBeforeRead{admin: admin, key: group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster).Leader()}
 	ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithChainUnaryInterceptor(rw.intercept))
 	cli, err := clientv3.New(ccfg)
 	if err != nil {

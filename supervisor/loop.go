@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // step is the level-triggered part of the loop: with no job running, it
@@ -15,18 +17,18 @@ func (s *Supervisor) step(bg context.Context) {
 	}
 	now := s.now()
 	switch s.state {
-	case Starting:
+	case group.Starting:
 		if s.shutting {
 			launch(s, bg, s.leaveWork(s.memberLease))
 		} else if !now.Before(s.retryAt) {
 			launch(s, bg, s.startupWork())
 		}
-	case Standby:
+	case group.Standby:
 		switch {
 		case s.shutting:
 			launch(s, bg, s.leaveWork(s.memberLease))
 		case s.memberLease == 0:
-			s.transition(Starting, "member_lease_lost", "member lease lost; re-registering")
+			s.transition(group.Starting, "member_lease_lost", "member lease lost; re-registering")
 		case len(s.enforceable(now)) > 0:
 			running := s.enforceable(now)
 			s.log.Warn("managed unit running on standby; stopping it", "units", running)
@@ -36,12 +38,12 @@ func (s *Supervisor) step(bg context.Context) {
 		case !s.leader.Present() && s.mayCampaign(now):
 			launch(s, bg, s.acquireWork())
 		}
-	case Promoting:
+	case group.Promoting:
 		// promote job finished without moving us on: only on shutdown.
 		if s.shutting {
 			s.demote(bg, "shutdown", "shutdown requested", 0)
 		}
-	case Active:
+	case group.Active:
 		switch {
 		case s.shutting:
 			s.demote(bg, "shutdown", "shutdown requested", 0)
@@ -86,7 +88,7 @@ func (s *Supervisor) onShutdown(bg context.Context) (error, bool) {
 }
 
 // transition changes state and tells everyone who listens.
-func (s *Supervisor) transition(to State, kind, reason string) {
+func (s *Supervisor) transition(to group.State, kind, reason string) {
 	from := s.state
 	if from == to && reason == s.reason {
 		return
@@ -94,12 +96,12 @@ func (s *Supervisor) transition(to State, kind, reason string) {
 	s.checkEdge(from, to)
 	s.prevState = from
 	s.state, s.reason, s.since = to, reason, s.now()
-	if to != Active {
+	if to != group.Active {
 		s.health.DisarmAll() // only the active leader probes its units (monitor.go)
 	}
 	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.token)
 	s.notify("STATUS=" + s.statusLine())
-	s.recordHistory(Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token})
+	s.recordHistory(group.Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token})
 	if s.opts.Observer != nil {
 		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token, At: s.since})
 	}
@@ -109,9 +111,9 @@ func (s *Supervisor) transition(to State, kind, reason string) {
 
 func (s *Supervisor) statusLine() string {
 	switch s.state {
-	case Active, Promoting, Demoting:
+	case group.Active, group.Promoting, group.Demoting:
 		return fmt.Sprintf("%s; token %d, lease valid %.1fs", s.state, s.token, s.deadline.LeaseLeft(deadlineNow()).Seconds())
-	case Standby:
+	case group.Standby:
 		if s.leader.Present() {
 			return fmt.Sprintf("standby; leader %s, token %d", s.leader.Node, s.leader.Token)
 		}

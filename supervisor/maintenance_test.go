@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/lab/etcdload"
@@ -66,7 +67,7 @@ func survivesMaintenance(t *testing.T, name string) {
 			t.Fatalf("leader stopped during etcd maintenance: %v", err)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if leader.State() != supervisor.Active || others[0].State() != supervisor.Standby {
+		if leader.State() != group.Active || others[0].State() != group.Standby {
 			t.Fatalf("leadership moved during etcd maintenance: %s is %s, %s is %s", leader.Name, leader.State(), others[0].Name, others[0].State())
 		}
 	}

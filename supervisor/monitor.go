@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
@@ -30,7 +31,7 @@ func (s *Supervisor) onUnits(bg context.Context, o unitObs) {
 // assessUnits counts failures on the leader: a unit not running, or one
 // systemd restarted since the last look. Reaching the threshold demotes.
 func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
-	if s.state != Active {
+	if s.state != group.Active {
 		s.health.DisarmAll() // standbys do not probe
 		return
 	}

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/group"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // onLeader records the election key as read; a holder that finds its key
@@ -24,14 +25,14 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	s.checkOwnRecord(o)
 	s.members = o.members
 	s.noteControl(o.ctl)
-	if d := o.ctl.Drill; d != nil && d.Token == s.token && s.token != 0 && s.state == Active && o.ctl.Freeze == nil {
+	if d := o.ctl.Drill; d != nil && d.Token == s.token && s.token != 0 && s.state == group.Active && o.ctl.Freeze == nil {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
 	}
 	s.noteLeaselessKey(o.info)
-	if s.state.Holding() && o.info.Token == s.token && o.info.Lease != s.elecLease && s.state != Demoting {
+	if s.state.Holding() && o.info.Token == s.token && o.info.Lease != s.elecLease && s.state != group.Demoting {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("election key (token %d) is no longer on our lease %x but on %x: it was rewritten by hand", s.token, s.elecLease, o.info.Lease), "key_lost"
 	}
-	if (s.state == Promoting || s.state == Active) && o.info.Token != s.token {
+	if (s.state == group.Promoting || s.state == group.Active) && o.info.Token != s.token {
 		if o.info.Present() {
 			s.fenceNow, s.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.token), "key_lost"
 		} else {
@@ -41,11 +42,11 @@ func (s *Supervisor) onLeader(o leaderObs) {
 }
 
 type leaderObs struct {
-	info    LeaderInfo
-	ctl     Control
+	info    group.LeaderInfo
+	ctl     group.Control
 	err     error
-	members map[string]Record // every member record at info.Revision
-	proof   time.Time         // the holder's units are down by then (see proofFor)
+	members map[string]group.Record // every member record at info.Revision
+	proof   time.Time               // the holder's units are down by then (see proofFor)
 }
 
 // observeLeader reads the election key and the operator's control records
@@ -95,7 +96,6 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 
 // readLeaderAndControl reads both in one transaction (one revision).
 func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
-	start := s.now()
 	resp, err := s.pool.Hedged().Txn(ctx).Then(
 		clientv3.OpGet(s.keys.Leader()),
 		clientv3.OpGet(s.keys.Control(), clientv3.WithPrefix()),
@@ -104,7 +104,7 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	if err != nil {
 		return leaderObs{err: fmt.Errorf("read election key and control records: %w", err)}
 	}
-	li := group.DecodeLeader(resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, start)
-	members, _ := decodeMembers(s.keys, resp.Responses[2].GetResponseRange().Kvs)
-	return leaderObs{info: li, ctl: parseControl(s.keys, resp.Responses[1].GetResponseRange().Kvs), members: members}
+	li := group.DecodeLeader(resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
+	members, _ := group.DecodeMembers(s.keys, resp.Responses[2].GetResponseRange().Kvs)
+	return leaderObs{info: li, ctl: group.ParseControl(s.keys, resp.Responses[1].GetResponseRange().Kvs), members: members}
 }

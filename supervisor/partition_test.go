@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
@@ -57,7 +58,7 @@ func takeoverDuring(t *testing.T, old, next *member, cutAt time.Time, ttl, lasts
 	// that the takeover does not wait for the fault to end.
 	bound := ttl + 4*time.Second
 	waitFor(t, "takeover while the fault lasts", lasts, func() bool {
-		return next.State() == supervisor.Active && next.Units.Running(units[0]) && next.Units.Running(units[1])
+		return next.State() == group.Active && next.Units.Running(units[0]) && next.Units.Running(units[1])
 	})
 	started := firstStartAfter(next, cutAt)
 	took := started.Sub(cutAt)

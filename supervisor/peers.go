@@ -6,11 +6,13 @@ import (
 	"path"
 	"sort"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // agreement is this member's.
-func (s *Supervisor) agreement() Agreement {
-	a := Agreement{Cluster: s.cfg.Cluster, Prefix: path.Dir(s.keys.Root), Units: s.cfg.Units.Managed}
+func (s *Supervisor) agreement() group.Agreement {
+	a := group.Agreement{Cluster: s.cfg.Cluster, Prefix: path.Dir(s.keys.Root), Units: s.cfg.Units.Managed}
 	if id := s.pool.ClusterID(); id != 0 {
 		a.EtcdCluster = fmt.Sprintf("%x", id)
 	}
@@ -40,7 +42,7 @@ func (s *Supervisor) watchPeers(bg context.Context) {
 		case <-t.C:
 		}
 		rctx, cancel := s.reqCtx(bg)
-		recs, _, err := ReadMembers(rctx, s.pool.Hedged(), s.keys)
+		recs, _, err := group.ReadMembers(rctx, s.pool.Hedged(), s.keys)
 		cancel()
 		if err == nil {
 			s.checkPeers(pc, recs, s.now())
@@ -50,7 +52,7 @@ func (s *Supervisor) watchPeers(bg context.Context) {
 
 // checkPeers compares one read of the records with the expectations and
 // publishes the findings in Status.
-func (s *Supervisor) checkPeers(pc *peerCheck, recs map[string]Record, now time.Time) {
+func (s *Supervisor) checkPeers(pc *peerCheck, recs map[string]group.Record, now time.Time) {
 	ours := s.agreement()
 	var mismatched []string
 	for node, r := range recs {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -49,11 +50,11 @@ func TestCheckPeersLogsOncePerChange(t *testing.T) {
 	ttl := cfg.Lease.TTL
 	other := s.agreement()
 	other.Units = []string{"b.service", "a.service"}
-	odd := map[string]Record{"m3": {Node: "m3", Agree: &other, Fingerprint: other.Fingerprint()}}
+	odd := map[string]group.Record{"m3": {Node: "m3", Agree: &other, Fingerprint: other.Fingerprint()}}
 
 	steps := []struct {
 		name     string
-		recs     map[string]Record
+		recs     map[string]group.Record
 		at       time.Duration
 		errors   int64
 		mismatch int
@@ -64,7 +65,7 @@ func TestCheckPeersLogsOncePerChange(t *testing.T) {
 		{"still absent: no new error", nil, ttl + 2*time.Second, 1, 0, 1},
 		{"m3 configured differently", odd, ttl + 3*time.Second, 2, 1, 1},
 		{"unchanged", odd, ttl + 4*time.Second, 2, 1, 1},
-		{"m2 back, m3 gone", map[string]Record{"m2": {Node: "m2"}}, ttl + 5*time.Second, 2, 0, 0},
+		{"m2 back, m3 gone", map[string]group.Record{"m2": {Node: "m2"}}, ttl + 5*time.Second, 2, 0, 0},
 		{"m2 gone again, not yet a TTL", nil, 2*ttl + 4*time.Second, 2, 0, 0},
 		{"m2 gone past a TTL again", nil, 2*ttl + 6*time.Second, 3, 0, 1},
 	}

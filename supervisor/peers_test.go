@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/httpapi"
@@ -34,7 +35,7 @@ func TestMismatchedConfigurationIsReported(t *testing.T) {
 		})
 	}
 	t.Logf("m1 sees: %v", a.Sup.Status().ConfigMismatch)
-	recs, _, err := supervisor.ReadMembers(context.Background(), w.Admin, a.Sup.Keys())
+	recs, _, err := group.ReadMembers(context.Background(), w.Admin, a.Sup.Keys())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,4 +96,4 @@ func (s source) Status() any         { return s.sup.Status() }
 func (s source) Active() bool        { return s.sup.Status().Active() }
 func (s source) LastTick() time.Time { return s.sup.Status().LastTick }
 func (s source) Warnings() []string  { return s.sup.Status().Warnings() }
-func (s source) Standby() bool       { return s.sup.Status().State == supervisor.Standby }
+func (s source) Standby() bool       { return s.sup.Status().State == group.Standby }

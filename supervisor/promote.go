@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // clearHandoff removes a fulfilled switchover request.
@@ -18,7 +19,7 @@ func (s *Supervisor) clearHandoff(bg context.Context, id string) {
 	if err != nil || len(resp.Kvs) != 1 {
 		return
 	}
-	var h Handoff
+	var h group.Handoff
 	if json.Unmarshal(resp.Kvs[0].Value, &h) != nil || h.ID != id {
 		return
 	}

@@ -7,12 +7,14 @@ import (
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // record builds this member's record from the latest snapshot.
-func (s *Supervisor) record() Record {
+func (s *Supervisor) record() group.Record {
 	st := s.Status()
-	r := Record{
+	r := group.Record{
 		Node: s.cfg.Node, Incarnation: s.inc, State: st.State, UnitsRunning: s.unitsMayRun.Load(),
 		Token: st.Token, Version: s.opts.Version, Since: st.Since, From: st.From, Reason: st.Reason,
 		Cooldown: st.CooldownUntil, Host: hostName, Published: s.now(), APIFence: apiFenceRecord(st.APIFence),
@@ -23,7 +25,7 @@ func (s *Supervisor) record() Record {
 		r.LeaseLeftMS = st.LeaseLeft.Milliseconds()
 	}
 	for _, u := range st.Units {
-		r.Units = append(r.Units, UnitStatus{Name: u.Name, State: u.ActiveState, Health: s.health.State(u.Name)})
+		r.Units = append(r.Units, group.UnitStatus{Name: u.Name, State: u.ActiveState, Health: s.health.State(u.Name)})
 	}
 	return r
 }
@@ -37,12 +39,12 @@ func (s *Supervisor) record() Record {
 // that landed after all) is re-read and the current view written over it.
 // A record that vanished is created again, on our member lease.
 func (s *Supervisor) writeRecord(ctx context.Context, released bool) error {
-	return s.putRecord(ctx, func(r *Record) { r.Released = released })
+	return s.putRecord(ctx, func(r *group.Record) { r.Released = released })
 }
 
 // putRecord writes our record as built now, adjusted by edit (see
 // writeRecord).
-func (s *Supervisor) putRecord(ctx context.Context, edit func(*Record)) error {
+func (s *Supervisor) putRecord(ctx context.Context, edit func(*group.Record)) error {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
 	lease := clientv3.LeaseID(s.memberLeaseID.Load())

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -97,7 +98,7 @@ func TestLateRecordWriteNeverLandsAfterANewerOne(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("read record: %v %v", resp, err)
 	}
-	var got Record
+	var got group.Record
 	if err := json.Unmarshal(resp.Kvs[0].Value, &got); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // Lease names in the fence clock.
@@ -25,7 +27,7 @@ func (s *Supervisor) onRenewal(r renewal) {
 		s.deadline.Renewed(r.name, r.sent, r.ttl)
 		s.resetFenceTimer()
 		return
-	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.state == Demoting:
+	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.state == group.Demoting:
 		// The demotion releases the lease itself; an answer racing that
 		// release is not a loss. Had someone else revoked it, the next
 		// leader still waits at the barrier for our record to say the

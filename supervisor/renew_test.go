@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -23,7 +23,7 @@ func TestSlowCampaignDoesNotFenceTheWinner(t *testing.T) {
 		c.Lease.RenewInterval = time.Second
 		c.Etcd.RequestTimeout = time.Second
 	})
-	waitFor(t, "m1 to win", 20*time.Second, func() bool { return m.State() != supervisor.Starting && m.State() != supervisor.Standby })
+	waitFor(t, "m1 to win", 20*time.Second, func() bool { return m.State() != group.Starting && m.State() != group.Standby })
 	end := time.Now().Add(3 * 5 * time.Second) // three TTLs
 	for time.Now().Before(end) {
 		select {
@@ -33,7 +33,7 @@ func TestSlowCampaignDoesNotFenceTheWinner(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if st := m.State(); st != supervisor.Active {
+	if st := m.State(); st != group.Active {
 		t.Fatalf("m1 is %s after three TTLs, want active", st)
 	}
 }

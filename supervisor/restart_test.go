@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // A leader killed without a chance to release leaves its key on a live
@@ -42,8 +42,8 @@ func TestSuccessorKeepsADrillsLease(t *testing.T) {
 	leader, others := leaderOf(t, a, b)
 	peer := others[0]
 	st := leader.Sup.Status()
-	d := supervisor.Drill{ID: supervisor.NewID(), Kind: "failover", Token: st.Token, At: time.Now()}
-	if err := supervisor.RequestDrill(context.Background(), w.Admin, leader.Sup.Keys(), d, 30*time.Second); err != nil {
+	d := group.Drill{ID: group.NewID(), Kind: "failover", Token: st.Token, At: time.Now()}
+	if err := group.RequestDrill(context.Background(), w.Admin, leader.Sup.Keys(), d, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	drillAt := time.Now()

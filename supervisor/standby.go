@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // mayCampaign reports whether this standby may try for the election key
@@ -15,7 +16,7 @@ func (s *Supervisor) mayCampaign(now time.Time) bool {
 	if s.overriding && !s.overrideNoted.Equal(s.cooldown) {
 		s.overrideNoted = s.cooldown
 		s.log.Warn("campaigning despite the cooldown: no other member is eligible", "why", d.Why)
-		s.recordHistory(Event{At: now, Node: s.cfg.Node, From: Standby, To: Standby, Kind: "cooldown_override", Reason: d.Why})
+		s.recordHistory(group.Event{At: now, Node: s.cfg.Node, From: group.Standby, To: group.Standby, Kind: "cooldown_override", Reason: d.Why})
 	}
 	return d.Allowed
 }

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/runstate"
 )
 
@@ -107,7 +108,7 @@ func (s *Supervisor) registered(l lease, rev int64, crashed bool, prev predecess
 // warnNameInUse says once (not every poll) that another record holds our
 // name, and what it says.
 func (s *Supervisor) warnNameInUse(kv *mvccpb.KeyValue) {
-	var other Record
+	var other group.Record
 	if kv != nil {
 		_ = json.Unmarshal(kv.Value, &other)
 	}
@@ -125,8 +126,8 @@ func (s *Supervisor) leaveJob(lease clientv3.LeaseID) func(context.Context) erro
 		if lease == 0 {
 			return nil
 		}
-		err := s.putRecord(ctx, func(r *Record) {
-			r.State, r.UnitsRunning, r.Released, r.Reason = Stopped, false, true, "left the group"
+		err := s.putRecord(ctx, func(r *group.Record) {
+			r.State, r.UnitsRunning, r.Released, r.Reason = group.Stopped, false, true, "left the group"
 		})
 		if err != nil {
 			s.log.Warn("could not publish that we left; revoking our record", "err", err)

@@ -1,6 +1,10 @@
 package supervisor
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
+)
 
 // The lifecycle as a table (docs/architecture.md, "The lifecycle", has the
 // same diagram):
@@ -27,16 +31,16 @@ import "slices"
 // are taken by step (loop.go), assessUnits (monitor.go) and Run's fence
 // checks; those that follow a job by its completion handler (done.go).
 // TestEveryEdgeTakenIsInTheTable drives each against this table.
-var lifecycle = map[State][]State{
-	Starting:  {Starting, Standby, Stopped},
-	Standby:   {Standby, Starting, Promoting, Stopped},
-	Promoting: {Active, Demoting, Fencing},
-	Active:    {Demoting, Fencing},
-	Demoting:  {Standby, Stopped, Fencing},
+var lifecycle = map[group.State][]group.State{
+	group.Starting:  {group.Starting, group.Standby, group.Stopped},
+	group.Standby:   {group.Standby, group.Starting, group.Promoting, group.Stopped},
+	group.Promoting: {group.Active, group.Demoting, group.Fencing},
+	group.Active:    {group.Demoting, group.Fencing},
+	group.Demoting:  {group.Standby, group.Stopped, group.Fencing},
 }
 
 // allowed reports whether the lifecycle table has the edge from -> to.
-func allowed(from, to State) bool {
+func allowed(from, to group.State) bool {
 	return slices.Contains(lifecycle[from], to)
 }
 
@@ -44,7 +48,7 @@ func allowed(from, to State) bool {
 // refuses one: the loop's safety does not depend on the table, and a
 // supervisor that stopped moving would be worse than one that moved along an
 // undocumented edge. Tests assert the count stays zero.
-func (s *Supervisor) checkEdge(from, to State) {
+func (s *Supervisor) checkEdge(from, to group.State) {
 	if allowed(from, to) {
 		return
 	}

@@ -5,30 +5,32 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 func TestLifecycleTable(t *testing.T) {
 	cases := []struct {
-		from, to State
+		from, to group.State
 		want     bool
 	}{
-		{Starting, Standby, true},
-		{Starting, Promoting, false}, // never campaign before registering
-		{Standby, Promoting, true},
-		{Standby, Active, false},  // the barrier and the start come first
-		{Standby, Fencing, false}, // a standby holds nothing to fence
-		{Promoting, Active, true},
-		{Promoting, Fencing, true},
-		{Promoting, Standby, false}, // a promotion is undone through demoting
-		{Active, Demoting, true},
-		{Active, Standby, false}, // units must be confirmed stopped first
-		{Active, Fencing, true},
-		{Demoting, Standby, true},
-		{Demoting, Fencing, true},
-		{Demoting, Active, false},
-		{Fencing, Standby, false}, // a fencing process never comes back
-		{Fencing, Promoting, false},
-		{Stopped, Standby, false},
+		{group.Starting, group.Standby, true},
+		{group.Starting, group.Promoting, false}, // never campaign before registering
+		{group.Standby, group.Promoting, true},
+		{group.Standby, group.Active, false},  // the barrier and the start come first
+		{group.Standby, group.Fencing, false}, // a standby holds nothing to fence
+		{group.Promoting, group.Active, true},
+		{group.Promoting, group.Fencing, true},
+		{group.Promoting, group.Standby, false}, // a promotion is undone through demoting
+		{group.Active, group.Demoting, true},
+		{group.Active, group.Standby, false}, // units must be confirmed stopped first
+		{group.Active, group.Fencing, true},
+		{group.Demoting, group.Standby, true},
+		{group.Demoting, group.Fencing, true},
+		{group.Demoting, group.Active, false},
+		{group.Fencing, group.Standby, false}, // a fencing process never comes back
+		{group.Fencing, group.Promoting, false},
+		{group.Stopped, group.Standby, false},
 	}
 	for _, c := range cases {
 		if got := allowed(c.from, c.to); got != c.want {
@@ -36,7 +38,7 @@ func TestLifecycleTable(t *testing.T) {
 		}
 	}
 	// Terminal states have no way out.
-	for _, s := range []State{Fencing, Stopped, Fenced, UnitsDown} {
+	for _, s := range []group.State{group.Fencing, group.Stopped, group.Fenced, group.UnitsDown} {
 		if len(lifecycle[s]) != 0 {
 			t.Errorf("%s has outgoing edges %v", s, lifecycle[s])
 		}
@@ -66,48 +68,48 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 	registered := outcome[registration]{val: registration{lease: lease{id: 7, sent: deadlineNow(), ttl: 10 * time.Second}}}
 	cases := []struct {
 		name  string
-		from  State
+		from  group.State
 		drive func(t *testing.T, s *Supervisor, bg context.Context)
-		want  State
+		want  group.State
 	}{
-		{"registered", Starting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.startupDone(bg, registered) }, Standby},
-		{"start-up failed: retried in place", Starting, func(_ *testing.T, s *Supervisor, bg context.Context) {
+		{"registered", group.Starting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.startupDone(bg, registered) }, group.Standby},
+		{"start-up failed: retried in place", group.Starting, func(_ *testing.T, s *Supervisor, bg context.Context) {
 			s.startupDone(bg, outcome[registration]{err: errors.New("etcd down")})
-		}, Starting},
-		{"left before registering", Starting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.leaveDone(bg, outcome[struct{}]{}) }, Stopped},
-		{"member lease lost", Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.memberLease = 0; s.step(bg) }, Starting},
-		{"lost the campaign", Standby, func(_ *testing.T, s *Supervisor, bg context.Context) {
-			s.acquireDone(bg, outcome[acquireResult]{val: acquireResult{leader: LeaderInfo{Node: "m2", Token: 5, Lease: 3}}})
-		}, Standby},
-		{"elected", Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.acquireDone(bg, won) }, Promoting},
-		{"left from standby", Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.leaveDone(bg, outcome[struct{}]{}) }, Stopped},
-		{"units started", Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.promoteDone(bg, outcome[struct{}]{}) }, Active},
-		{"promotion failed", Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) {
+		}, group.Starting},
+		{"left before registering", group.Starting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.leaveDone(bg, outcome[struct{}]{}) }, group.Stopped},
+		{"member lease lost", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.memberLease = 0; s.step(bg) }, group.Starting},
+		{"lost the campaign", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) {
+			s.acquireDone(bg, outcome[acquireResult]{val: acquireResult{leader: group.LeaderInfo{Node: "m2", Token: 5, Lease: 3}}})
+		}, group.Standby},
+		{"elected", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.acquireDone(bg, won) }, group.Promoting},
+		{"left from standby", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.leaveDone(bg, outcome[struct{}]{}) }, group.Stopped},
+		{"units started", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.promoteDone(bg, outcome[struct{}]{}) }, group.Active},
+		{"promotion failed", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) {
 			s.promoteDone(bg, outcome[struct{}]{err: errors.New("barrier")})
-		}, Demoting},
-		{"fenced while promoting", Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "deadline", "test") }, Fencing},
-		{"banned", Active, func(_ *testing.T, s *Supervisor, bg context.Context) {
-			s.ctl.Bans = map[string]Ban{"m1": {}}
+		}, group.Demoting},
+		{"fenced while promoting", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "deadline", "test") }, group.Fencing},
+		{"banned", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) {
+			s.ctl.Bans = map[string]group.Ban{"m1": {}}
 			s.step(bg)
-		}, Demoting},
-		{"fenced while active", Active, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "key_lost", "test") }, Fencing},
-		{"released", Demoting, func(t *testing.T, s *Supervisor, bg context.Context) { s.demoteDone(bg, outcome[struct{}]{}) }, Standby},
-		{"released on shutdown, then left", Demoting, func(t *testing.T, s *Supervisor, bg context.Context) {
+		}, group.Demoting},
+		{"fenced while active", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "key_lost", "test") }, group.Fencing},
+		{"released", group.Demoting, func(t *testing.T, s *Supervisor, bg context.Context) { s.demoteDone(bg, outcome[struct{}]{}) }, group.Standby},
+		{"released on shutdown, then left", group.Demoting, func(t *testing.T, s *Supervisor, bg context.Context) {
 			s.shutting = true
 			s.demoteDone(bg, outcome[struct{}]{})
 			if _, exit := finishJob(t, s, bg); !exit {
 				t.Fatal("Run would not return after leaving")
 			}
-		}, Stopped},
-		{"units not confirmed stopped", Demoting, func(t *testing.T, s *Supervisor, bg context.Context) {
+		}, group.Stopped},
+		{"units not confirmed stopped", group.Demoting, func(t *testing.T, s *Supervisor, bg context.Context) {
 			if _, exit := s.demoteDone(bg, outcome[struct{}]{err: errors.New("stuck")}); !exit {
 				t.Fatal("Run would not return after the fence")
 			}
-		}, Fencing},
-		{"shut down while active", Active, func(_ *testing.T, s *Supervisor, bg context.Context) { s.shutting = true; s.step(bg) }, Demoting},
-		{"elected during shutdown", Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.shutting = true; s.acquireDone(bg, won) }, Demoting},
+		}, group.Fencing},
+		{"shut down while active", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) { s.shutting = true; s.step(bg) }, group.Demoting},
+		{"elected during shutdown", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.shutting = true; s.acquireDone(bg, won) }, group.Demoting},
 	}
-	taken := map[[2]State]bool{}
+	taken := map[[2]group.State]bool{}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, _, bg := newOffline(t, nil)
@@ -125,7 +127,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 				t.Fatalf("%d transitions not in the table: %+v", n, seen)
 			}
 			for _, tr := range seen {
-				taken[[2]State{tr.From, tr.To}] = true
+				taken[[2]group.State{tr.From, tr.To}] = true
 			}
 		})
 	}
@@ -133,7 +135,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 		for _, to := range tos {
 			// Same-state edges are a change of reason only; the handlers
 			// above keep their state without a transition.
-			if from != to && !taken[[2]State{from, to}] {
+			if from != to && !taken[[2]group.State{from, to}] {
 				t.Errorf("table edge %s -> %s is taken by none of the cases", from, to)
 			}
 		}

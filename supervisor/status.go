@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
@@ -12,8 +13,8 @@ import (
 type Status struct {
 	Node          string              `json:"node"`
 	Cluster       string              `json:"cluster"`
-	State         State               `json:"state"`
-	From          State               `json:"from,omitempty"`
+	State         group.State         `json:"state"`
+	From          group.State         `json:"from,omitempty"`
 	Reason        string              `json:"reason,omitempty"`
 	Since         time.Time           `json:"since"`
 	Leader        string              `json:"leader,omitempty"`
@@ -59,7 +60,7 @@ type Status struct {
 }
 
 // Active reports whether the member is active with a lease it can prove.
-func (st Status) Active() bool { return st.State == Active && st.LeaseLeft > 0 }
+func (st Status) Active() bool { return st.State == group.Active && st.LeaseLeft > 0 }
 
 // Status returns a snapshot; lease figures are computed at the call.
 func (s *Supervisor) Status() Status {
@@ -74,7 +75,7 @@ func (s *Supervisor) Status() Status {
 	// The guard may let a unit start only once the promotion itself would
 	// start them: record says units may run, barrier and takeover delay
 	// passed (startsAllowed), and never while fencing.
-	if st.State == Fencing || !s.startsAllowed.Load() {
+	if st.State == group.Fencing || !s.startsAllowed.Load() {
 		st.UnitsAllowed = false
 	}
 	st.APIFence = s.apiFenceStatus()
@@ -94,7 +95,7 @@ func (s *Supervisor) updateSnapshot() {
 	}
 	s.snap.Leader, s.snap.LeaderToken = s.leader.Node, s.leader.Token
 	s.snap.Token = s.token
-	s.snap.UnitsAllowed = (s.state == Promoting || s.state == Active) && !s.gate.closed.Load() && s.token != 0
+	s.snap.UnitsAllowed = (s.state == group.Promoting || s.state == group.Active) && !s.gate.closed.Load() && s.token != 0
 	s.snap.fenceAt = at
 	if s.lastUnits != nil {
 		s.snap.Units = s.lastUnits

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/fencing/procscan"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -133,7 +134,7 @@ func (s *Supervisor) strayFound(st *strayScan, sp StrayProcess, now time.Time) {
 		st.killAt[p.PID] = now.Add(s.cfg.Units.StopTimeout)
 		action = "SIGTERM sent, SIGKILL after units.stop_timeout"
 	}
-	s.recordHistory(Event{At: now, Node: s.cfg.Node, From: state, To: state, Kind: "rogue_process",
+	s.recordHistory(group.Event{At: now, Node: s.cfg.Node, From: state, To: state, Kind: "rogue_process",
 		Reason: fmt.Sprintf("pid %d (%s, parent %d, loginuid %d, session %d) outside its unit: %s", p.PID, strings.Join(p.Cmdline, " "), p.PPID, p.LoginUID, p.SessionID, action)})
 }
 

@@ -14,7 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -50,15 +50,15 @@ func strayName(t *testing.T) string {
 	return "kt-stray-" + strconv.Itoa(os.Getpid()) + "-" + strings.ToLower(strings.TrimPrefix(t.Name(), "Test")) + "-kube-scheduler"
 }
 
-func rogueEvents(t *testing.T, admin *clientv3.Client, k supervisor.Keys, node string) []supervisor.Event {
+func rogueEvents(t *testing.T, admin *clientv3.Client, k group.Keys, node string) []group.Event {
 	t.Helper()
 	resp, err := admin.Get(context.Background(), k.History(), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []supervisor.Event
+	var out []group.Event
 	for _, kv := range resp.Kvs {
-		var e supervisor.Event
+		var e group.Event
 		if json.Unmarshal(kv.Value, &e) == nil && e.Kind == "rogue_process" && e.Node == node {
 			out = append(out, e)
 		}
@@ -92,7 +92,7 @@ func TestStrayCopyIsStopped(t *testing.T) {
 	if found < 1 {
 		t.Fatalf("neither member counts the stray in its status")
 	}
-	var evs []supervisor.Event
+	var evs []group.Event
 	waitFor(t, "a rogue_process history event", 5*time.Second, func() bool {
 		evs = append(rogueEvents(t, w.Admin, leader.Sup.Keys(), standby.Name), rogueEvents(t, w.Admin, leader.Sup.Keys(), leader.Name)...)
 		return len(evs) > 0
@@ -101,7 +101,7 @@ func TestStrayCopyIsStopped(t *testing.T) {
 		t.Fatalf("history event %+v does not name PID %d and the SIGTERM", evs[0], cmd.Process.Pid)
 	}
 	t.Logf("history: %s (%s) %s", evs[0].Node, evs[0].To, evs[0].Reason)
-	if leader.State() != supervisor.Active {
+	if leader.State() != group.Active {
 		t.Fatalf("leader is %s after the stray was stopped", leader.State())
 	}
 	assertNoOverlap(t, a, b)

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
@@ -69,8 +70,8 @@ type Options struct {
 // Transition is one change of state, with its reason.
 type Transition struct {
 	Node   string
-	From   State
-	To     State
+	From   group.State
+	To     group.State
 	Kind   string // short, fixed vocabulary: a metrics label (elected, deadline, key_lost, ...)
 	Reason string // for people: may carry node names and tokens
 	Token  int64
@@ -101,7 +102,7 @@ type Supervisor struct {
 	units   fencing.Units
 	log     *slog.Logger
 	opts    Options
-	keys    Keys
+	keys    group.Keys
 	window  fencing.Window
 	timeout fencing.Timeouts
 	inc     string // incarnation
@@ -111,12 +112,12 @@ type Supervisor struct {
 	clock    Clock       // the loop's time of day (not the fence clock)
 
 	// Owned by the loop goroutine.
-	state       State
+	state       group.State
 	deadline    *fencing.Deadline
 	memberLease clientv3.LeaseID
 	elecLease   clientv3.LeaseID
 	token       int64
-	leader      LeaderInfo
+	leader      group.LeaderInfo
 	job         *job
 	jobSeq      int64 // incremented when a job ends; stale observations are dropped
 	lastJobEnd  time.Time
@@ -138,11 +139,11 @@ type Supervisor struct {
 	// takeover delay and published units_running; the guard answers yes
 	// only then (and only while the gate is open).
 	startsAllowed atomic.Bool
-	prevHolder    holderMark        // the last other holder of the election key seen (loop-owned)
-	firstLook     time.Time         // when the election key was first read (loop-owned)
-	members       map[string]Record // every record as last read (loop-owned)
-	overriding    bool              // the last campaign decision overrode our cooldown
-	overrideNoted time.Time         // the cooldown whose override was reported
+	prevHolder    holderMark              // the last other holder of the election key seen (loop-owned)
+	firstLook     time.Time               // when the election key was first read (loop-owned)
+	members       map[string]group.Record // every record as last read (loop-owned)
+	overriding    bool                    // the last campaign decision overrode our cooldown
+	overrideNoted time.Time               // the cooldown whose override was reported
 	// recordRev is the ModRevision of our last successful record write (0:
 	// none, or the record must be created); holdRev is that of the first
 	// write that said units_running while it still says so. Set under pubMu.
@@ -152,15 +153,15 @@ type Supervisor struct {
 	pubMu          sync.Mutex // serialises record writes, see writeRecord
 	pub            chan struct{}
 	pending        pendingJob
-	ctl            Control              // operator requests, as last read
+	ctl            group.Control        // operator requests, as last read
 	publishedUnits string               // unit states in the last published record
 	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
 	ctlProblems    string               // the unreadable control records last reported
 	keyProblem     string               // the election key's problem, if any (loop-owned)
-	history        chan Event
+	history        chan group.Event
 	notes          chan string // sd_notify messages for the notifier goroutine
 	status         statusNote  // what STATUS= last said (notify.go)
-	prevState      State
+	prevState      group.State
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 	dropins        atomic.Pointer[dropinCheck]
@@ -209,11 +210,11 @@ func New(o Options) (*Supervisor, error) {
 	s := &Supervisor{
 		cfg: c, cli: o.Client, clock: o.Clock, pool: o.Pool, units: o.Units, opts: o,
 		log:       o.Log.With("node", c.Node, "cluster", c.Cluster),
-		keys:      NewKeys(c.Etcd.Prefix, c.Cluster),
+		keys:      group.NewKeys(c.Etcd.Prefix, c.Cluster),
 		window:    w,
 		timeout:   c.Timeouts(),
-		inc:       NewID(),
-		state:     Starting,
+		inc:       group.NewID(),
+		state:     group.Starting,
 		deadline:  fencing.NewDeadline(w),
 		restarts:  map[string]uint32{},
 		startPre:  map[string]time.Time{},
@@ -223,7 +224,7 @@ func New(o Options) (*Supervisor, error) {
 		unitObs:   make(chan unitObs, 1),
 		jobDone:   make(chan jobEnd, 1),
 		pub:       make(chan struct{}, 1),
-		history:   make(chan Event, 64),
+		history:   make(chan group.Event, 64),
 		notes:     make(chan string, 32),
 		since:     o.Clock.Now(),
 	}
@@ -237,12 +238,12 @@ func New(o Options) (*Supervisor, error) {
 	if o.RunStateDir != "" {
 		s.runStore = &runstate.Store{Dir: o.RunStateDir}
 	}
-	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: Starting, StopMax: s.timeout.StopMax()}
+	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: group.Starting, StopMax: s.timeout.StopMax()}
 	return s, nil
 }
 
 // Keys returns the member's etcd key layout.
-func (s *Supervisor) Keys() Keys { return s.keys }
+func (s *Supervisor) Keys() group.Keys { return s.keys }
 
 // tickEvery is how often the loop wakes with nothing to do: it pings the
 // watchdog, so it must be well under WatchdogSec.

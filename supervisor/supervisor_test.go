@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
@@ -39,7 +40,7 @@ func TestExactlyOneActive(t *testing.T) {
 	leader, others := leaderOf(t, a, b)
 	// Stay a while: the standby must stay standby, the leader active.
 	time.Sleep(3 * time.Second)
-	if leader.State() != supervisor.Active || others[0].State() != supervisor.Standby {
+	if leader.State() != group.Active || others[0].State() != group.Standby {
 		t.Fatalf("after 3s: %s is %s, %s is %s", leader.Name, leader.State(), others[0].Name, others[0].State())
 	}
 	st := others[0].Sup.Status()
@@ -188,7 +189,7 @@ func TestStandbyStopsUnitStartedBehindItsBack(t *testing.T) {
 	standby := others[0]
 	standby.Units.StartBehindBack(units[1])
 	waitFor(t, "standby to stop the unit", 10*time.Second, func() bool { return !standby.Units.Running(units[1]) })
-	if leader.State() != supervisor.Active {
+	if leader.State() != group.Active {
 		t.Fatalf("leader is %s", leader.State())
 	}
 }
@@ -214,10 +215,10 @@ func TestCrashLoopingUnitDemotesLeader(t *testing.T) {
 		}
 	}()
 	waitFor(t, "the other member to take over", 30*time.Second, func() bool {
-		return others[0].State() == supervisor.Active
+		return others[0].State() == group.Active
 	})
 	st := leader.Sup.Status()
-	if st.State != supervisor.Standby || !st.CooldownUntil.After(time.Now()) {
+	if st.State != group.Standby || !st.CooldownUntil.After(time.Now()) {
 		t.Fatalf("old leader %s, cooldown until %v: want standby in cooldown", st.State, st.CooldownUntil)
 	}
 	assertNoOverlap(t, a, b)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // Values put by hand that no member would write must not stop every member
@@ -38,7 +38,7 @@ func TestMalformedControlValueDoesNotFreezeTheGroup(t *testing.T) {
 func TestHandPutElectionKeyWithoutLeaseIsCleared(t *testing.T) {
 	w := newWorld(t)
 	cfg := supervisortest.FastConfig("m0")
-	keys := supervisor.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)
+	keys := group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)
 	put, err := w.Admin.Put(context.Background(), keys.Leader(), "m9")
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // User is an authenticated component.

@@ -33,7 +33,7 @@ import (
 	"k8s.io/client-go/transport"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/failover"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // TokenExtra is the user extra that carries the fencing token; the

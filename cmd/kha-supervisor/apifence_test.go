@@ -126,8 +126,8 @@ func TestAPIFenceHealthzLine(t *testing.T) {
 // TestAPIFenceClusterLine: the cluster table's line, from the records.
 func TestAPIFenceClusterLine(t *testing.T) {
 	at := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
-	rec := func(node, mode string, token int64) supervisor.Record {
-		r := supervisor.Record{Node: node}
+	rec := func(node, mode string, token int64) group.Record {
+		r := group.Record{Node: node}
 		if mode != "" {
 			r.APIFence = &group.APIFence{Mode: mode, Token: token}
 		}
@@ -140,10 +140,10 @@ func TestAPIFenceClusterLine(t *testing.T) {
 		want []string
 		none bool
 	}{
-		"off everywhere": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []supervisor.Record{rec("m1", "", 0), rec("m2", "", 0)}}, none: true},
-		"held by the leader": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []supervisor.Record{lead, rec("m2", "token", 101)}},
+		"off everywhere": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{rec("m1", "", 0), rec("m2", "", 0)}}, none: true},
+		"held by the leader": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{lead, rec("m2", "token", 101)}},
 			want: []string{"leader's mode token", "hold token 101, the leader's", "in 250 ms"}},
-		"mismatch and a member off": {cs: group.ClusterStatus{Leader: "m2", Token: 102, Members: []supervisor.Record{lead, rec("m2", "token", 101), rec("m3", "", 0)}},
+		"mismatch and a member off": {cs: group.ClusterStatus{Leader: "m2", Token: 102, Members: []group.Record{lead, rec("m2", "token", 101), rec("m3", "", 0)}},
 			want: []string{"hold token 101, the leader's is 102: MISMATCH", "members differ in api_fence.mode (off: m3; token: m1,m2)"}},
 	} {
 		got := apiFenceClusterLine(c.cs)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
@@ -41,7 +41,7 @@ func (s *session) waitHealthy(e env, node string, after time.Time, timeout time.
 		if err != nil {
 			continue
 		}
-		if r, ok := findMember(cs, node); ok && r.State == supervisor.Active && !r.Published.Before(after) && allHealthy(r, h.probed) {
+		if r, ok := findMember(cs, node); ok && r.State == group.Active && !r.Published.Before(after) && allHealthy(r, h.probed) {
 			h.healthy = r.Published
 			return h
 		}
@@ -49,7 +49,7 @@ func (s *session) waitHealthy(e env, node string, after time.Time, timeout time.
 	return h
 }
 
-func allHealthy(r supervisor.Record, units []string) bool {
+func allHealthy(r group.Record, units []string) bool {
 	for _, name := range units {
 		ok := false
 		for _, u := range r.Units {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
 // With [health] probes the drill's timeline ends at "new units healthy",
@@ -40,7 +40,7 @@ func TestDrillTimelineEndsHealthy(t *testing.T) {
 }
 
 func TestAllHealthy(t *testing.T) {
-	r := supervisor.Record{Units: []supervisor.UnitStatus{{Name: "a.service", State: "active", Health: "healthy"}, {Name: "b.service", State: "active"}}}
+	r := group.Record{Units: []group.UnitStatus{{Name: "a.service", State: "active", Health: "healthy"}, {Name: "b.service", State: "active"}}}
 	if !allHealthy(r, []string{"a.service"}) || allHealthy(r, []string{"a.service", "b.service"}) {
 		t.Fatal("allHealthy")
 	}

@@ -161,6 +161,10 @@ func TestDrills(t *testing.T) {
 	if code != exitConfig || !strings.Contains(out, "--probe-kubeconfig /nonexistent/probe.kubeconfig") {
 		t.Fatalf("drill with an unreadable probe kubeconfig: %d %q", code, out)
 	}
+	code, out = cli(t, w, "drill", "handoff", "--probe-namespace", "Kube_System")
+	if code != exitConfig || !strings.Contains(out, `--probe-namespace "Kube_System"`) {
+		t.Fatalf("drill with a bad probe namespace: %d %q", code, out)
+	}
 	if l, _ := supervisortest.LeaderOf(t, a, b); l != leader {
 		t.Fatalf("leadership moved on a refused drill: %s -> %s", leader.Name, l.Name)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
@@ -159,7 +158,7 @@ func unitSummary(m group.Record) string {
 }
 
 // unhealthy counts the units whose health probe fails ([health]).
-func unhealthy(m supervisor.Record) int {
+func unhealthy(m group.Record) int {
 	n := 0
 	for _, u := range m.Units {
 		if u.Health == health.StateUnhealthy {

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
@@ -89,7 +90,7 @@ func (m *Member) Kill() {
 // again under the same name finds what its predecessor left.
 func (w *World) StateDir(name string) string { return filepath.Join(w.stateDir, name) }
 
-func (m *Member) State() supervisor.State { return m.Sup.Status().State }
+func (m *Member) State() group.State { return m.Sup.Status().State }
 
 type World struct {
 	t       testing.TB
@@ -230,7 +231,7 @@ func LeaderOf(t testing.TB, ms ...*Member) (*Member, []*Member) {
 		leader = nil
 		n := 0
 		for _, m := range ms {
-			if m.State() == supervisor.Active && m.Units.Running(Units[0]) && m.Units.Running(Units[1]) {
+			if m.State() == group.Active && m.Units.Running(Units[0]) && m.Units.Running(Units[1]) {
 				leader = m
 				n++
 			}
@@ -393,7 +394,7 @@ func StaysLeader(t *testing.T, leader, standby *Member, d time.Duration, why str
 			t.Fatalf("leader stopped %s: %v", why, err)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if leader.State() != supervisor.Active || standby.State() != supervisor.Standby {
+		if leader.State() != group.Active || standby.State() != group.Standby {
 			t.Fatalf("leadership moved %s: %s is %s, %s is %s", why, leader.Name, leader.State(), standby.Name, standby.State())
 		}
 		if check != nil {
