@@ -33,7 +33,7 @@ func testRealControllerManager(t *testing.T, p *plane, sup *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gd := startGate(t, p, sup, 101)
+	gd := startGate(t, p, 101, sup)
 	c := kube.Component{Name: kube.ControllerManager, Binary: bins.Path("kube-controller-manager"), Dir: filepath.Join(t.TempDir(), "cm"),
 		CA: p.ca, Server: gd.g.URL(), Address: "127.0.0.1", Port: freePort(t), ServiceAccountKey: p.saKey}
 	f, err := c.Prepare()

@@ -101,7 +101,7 @@ func testRealScheduler(t *testing.T, p *plane, sup *rest.Config) {
 	if _, err := admin.CoreV1().Nodes().Create(t.Context(), readyNode("w1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gd := startGate(t, p, sup, 101)
+	gd := startGate(t, p, 101, sup)
 	direct := p.config(t, 0, "system:kube-scheduler")
 	dir := t.TempDir()
 	viaGate := filepath.Join(dir, "scheduler-gate.kubeconfig")

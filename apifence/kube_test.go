@@ -24,8 +24,8 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/build"
@@ -125,11 +125,12 @@ func clientset(t *testing.T, c *rest.Config) kubernetes.Interface {
 	return cs
 }
 
-// install creates every object of the manifests as the admin.
-func install(t *testing.T, cs kubernetes.Interface, m apifence.Manifests) {
+// install creates objects (the manifests' or the webhook variant's) as the
+// admin.
+func install(t *testing.T, cs kubernetes.Interface, objs []any) {
 	t.Helper()
 	ctx := t.Context()
-	for _, o := range m.Objects() {
+	for _, o := range objs {
 		var err error
 		switch o := o.(type) {
 		case *rbacv1.ClusterRole:
@@ -146,6 +147,8 @@ func install(t *testing.T, cs kubernetes.Interface, m apifence.Manifests) {
 			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
 		case *admv1.ValidatingAdmissionPolicyBinding:
 			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *admv1.ValidatingWebhookConfiguration:
+			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
 		default:
 			err = fmt.Errorf("unknown object %T", o)
 		}
@@ -211,7 +214,7 @@ func wantDenied(t *testing.T, what string, err error) {
 func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 	p := startPlane(t)
 	admin := clientset(t, p.config(t, 0, "admin", "system:masters"))
-	install(t, admin, apifence.Build(apifence.ManifestOptions{}))
+	install(t, admin, apifence.Build(apifence.ManifestOptions{}).Objects())
 	sup := []*rest.Config{p.config(t, 0, apifence.DefaultSupervisorUser), p.config(t, 1, apifence.DefaultSupervisorUser)}
 	pub := &apifence.Publisher{Endpoints: sup}
 

@@ -9,47 +9,13 @@ import (
 	"testing"
 	"time"
 
-	admv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
-	"github.com/kha-supervisor/kha-supervisor/apifence/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 )
-
-// installObjects creates the webhook variant's objects as the admin.
-func installObjects(t *testing.T, cs kubernetes.Interface, objs []any) {
-	t.Helper()
-	ctx := t.Context()
-	for _, o := range objs {
-		var err error
-		switch o := o.(type) {
-		case *rbacv1.ClusterRole:
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRoleBinding:
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.Role:
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *kubeapi.ConfigMap:
-			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: o.ObjectMeta, Data: o.Data}, metav1.CreateOptions{})
-		case *admv1.ValidatingWebhookConfiguration:
-			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
-		default:
-			err = fmt.Errorf("unknown object %T", o)
-		}
-		if err != nil {
-			t.Fatalf("install %s: %v", kindName(o), err)
-		}
-	}
-}
 
 // TestAPIFenceWebhookAgainstRealAPIServers: two real kube-apiservers
 // v1.37.2 on one etcd with the webhook registered instead of the policy
@@ -78,7 +44,7 @@ func TestAPIFenceWebhookAgainstRealAPIServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installObjects(t, admin, apifence.BuildWebhook(apifence.WebhookOptions{URL: "https://" + addr + apifence.WebhookPath, CABundle: local.PEM()}))
+	install(t, admin, apifence.BuildWebhook(apifence.WebhookOptions{URL: "https://" + addr + apifence.WebhookPath, CABundle: local.PEM()}))
 
 	// Before the first publish nothing fenced is admitted, not even "0".
 	// Dry runs, until the apiserver's informer has the configuration.
@@ -144,24 +110,8 @@ func TestAPIFenceWebhookAgainstRealAPIServers(t *testing.T) {
 func testGateFailover(t *testing.T, p *plane, live *rest.Config) {
 	dead := rest.CopyConfig(live)
 	dead.Host = fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
-	local, err := localca.Open(filepath.Join(t.TempDir(), "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := local.Serving("kube-scheduler.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := &termBox{}
-	tb.set(gate.Term{Open: true, Token: 101})
-	g, err := gate.Listen(gate.Config{Unit: "kube-scheduler.service", Serving: serving, ClientCAs: p.ca.Pool(),
-		Upstreams: []*rest.Config{dead, live}, Term: tb.get})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve() }()
-	t.Cleanup(func() { _ = g.Close() })
-	gd := &gated{g: g, local: local, term: tb}
+	gd := startGate(t, p, 101, dead, live)
+	g, tb := gd.g, gd.term
 	sched := gd.throughGate(p.config(t, 0, "system:kube-scheduler"))
 	for i := range 3 {
 		if err := writeEvent(t, sched, fmt.Sprintf("failover-%d", i)); err != nil {
@@ -178,14 +128,9 @@ func testGateFailover(t *testing.T, p *plane, live *rest.Config) {
 	// A real kube-apiserver killed under a gate that was using it.
 	first := rest.CopyConfig(live)
 	first.Host = p.urls[0]
-	g2, err := gate.Listen(gate.Config{Unit: "kube-scheduler.service", Serving: serving, ClientCAs: p.ca.Pool(),
-		Upstreams: []*rest.Config{first, live}, Term: tb.get})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g2.Serve() }()
-	t.Cleanup(func() { _ = g2.Close() })
-	sched2 := (&gated{g: g2, local: local, term: tb}).throughGate(p.config(t, 0, "system:kube-scheduler"))
+	gd2 := startGate(t, p, 101, first, live)
+	g2 := gd2.g
+	sched2 := gd2.throughGate(p.config(t, 0, "system:kube-scheduler"))
 	if err := writeEvent(t, sched2, "before-kill"); err != nil {
 		t.Fatalf("through the gate, both apiservers up: %v", err)
 	}

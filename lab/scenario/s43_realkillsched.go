@@ -17,15 +17,20 @@ func init() {
 	plane.Register(plane.Scenario{ID: 43, Name: "real: scheduler killed (SIGKILL) on the leader",
 		Fault: "kill -9 of kube-scheduler's main process on the scheduler's leader",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
-			n := t.Node()
-			pid, err := n.MainPID(ctx, "kube-scheduler.service")
+			pid, err := schedulerPID(ctx, t)
 			if err != nil {
 				return nil, err
 			}
-			if pid <= 0 {
-				return nil, fmt.Errorf("kube-scheduler does not run on %s", t.Leader)
-			}
-			_, err = n.Exec(ctx, "kill", "-9", strconv.Itoa(pid))
+			_, err = t.Node().Exec(ctx, "kill", "-9", strconv.Itoa(pid))
 			return nil, err
 		}})
+}
+
+// schedulerPID is kube-scheduler's main process on the trial's leader.
+func schedulerPID(ctx context.Context, t *plane.Trial) (int, error) {
+	pid, err := t.Node().MainPID(ctx, "kube-scheduler.service")
+	if err == nil && pid <= 0 {
+		err = fmt.Errorf("kube-scheduler does not run on %s", t.Leader)
+	}
+	return pid, err
 }

@@ -2,7 +2,6 @@ package scenario
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
@@ -23,12 +22,9 @@ func init() {
 		Fault: "SIGSTOP of kube-scheduler's main process on the scheduler's leader (its unit stays active)",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			n := t.Node()
-			pid, err := n.MainPID(ctx, "kube-scheduler.service")
+			pid, err := schedulerPID(ctx, t)
 			if err != nil {
 				return nil, err
-			}
-			if pid <= 0 {
-				return nil, fmt.Errorf("kube-scheduler does not run on %s", t.Leader)
 			}
 			if _, err := n.Exec(ctx, "kill", "-STOP", strconv.Itoa(pid)); err != nil {
 				return nil, err
