@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -19,16 +21,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // Defaults.
 const (
-	Namespace   = "kha-probe"
-	RSName      = "probe-rs"
-	CreateEvery = 200 * time.Millisecond
-	DeleteEvery = 2 * time.Second
-	request     = 1500 * time.Millisecond
+	DefaultNamespace = "kha-probe"
+	RSName           = "probe-rs"
+	CreateEvery      = 200 * time.Millisecond
+	DeleteEvery      = 2 * time.Second
+	request          = 1500 * time.Millisecond
 )
 
 // Pod is one probe pod.
@@ -46,11 +49,30 @@ type Deletion struct {
 	Replaced time.Time // first sight of a new pod of the ReplicaSet (zero: not yet)
 }
 
+const namespacesPath = "/api/v1/namespaces"
+
+// The label that marks a namespace as the probe's own.
+const (
+	ownerLabel = "app.kubernetes.io/managed-by"
+	ownerValue = "kha-supervisor-probe"
+)
+
+// ForeignNamespaceError: the prober's namespace exists and was not created
+// by a prober; it is left alone (Setup fails, Cleanup would delete it).
+type ForeignNamespaceError struct{ Namespace string }
+
+func (e *ForeignNamespaceError) Error() string {
+	return fmt.Sprintf("namespace %s exists and is not the probe's own (label %s=%s): name another", e.Namespace, ownerLabel, ownerValue)
+}
+
 // Prober runs the probes. Servers are tried in order, the last one that
 // answered first.
 type Prober struct {
-	Servers []kubernetes.Interface
-	Log     *slog.Logger
+	Servers []*kubeapi.Client
+	// Namespace is the prober's own (DefaultNamespace when empty): it
+	// creates it, and Cleanup deletes it with everything in it.
+	Namespace string
+	Log       *slog.Logger
 
 	mu        sync.Mutex
 	seq       int
@@ -71,20 +93,41 @@ type Snapshot struct {
 	ExtraAt   time.Time
 }
 
+// NS is the prober's namespace.
+func (p *Prober) NS() string {
+	if p.Namespace == "" {
+		return DefaultNamespace
+	}
+	return p.Namespace
+}
+
+func (p *Prober) podsPath() string { return namespacesPath + "/" + p.NS() + "/pods" }
+
 // Setup creates the namespace and the ReplicaSet (idempotent).
 func (p *Prober) Setup(ctx context.Context) error {
-	return p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
-		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+	return p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
+		err := c.Do(ctx, http.MethodPost, namespacesPath, nil, &corev1.Namespace{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: p.NS(), Labels: map[string]string{ownerLabel: ownerValue}}}, nil)
+		if apierrors.IsAlreadyExists(err) {
+			// Cleanup deletes the namespace with everything in it: only
+			// the probe's own (an earlier run's) may be reused.
+			var ns corev1.Namespace
+			if err = c.Do(ctx, http.MethodGet, namespacesPath+"/"+p.NS(), nil, nil, &ns); err == nil && ns.Labels[ownerLabel] != ownerValue {
+				return &ForeignNamespaceError{p.NS()}
+			}
+		}
+		if err != nil {
 			return err
 		}
 		one := int32(1)
 		labels := map[string]string{"app": RSName}
-		_, err = c.AppsV1().ReplicaSets(Namespace).Create(ctx, &appsv1.ReplicaSet{
+		err = c.Do(ctx, http.MethodPost, "/apis/apps/v1/namespaces/"+p.NS()+"/replicasets", nil, &appsv1.ReplicaSet{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
 			ObjectMeta: metav1.ObjectMeta{Name: RSName},
 			Spec: appsv1.ReplicaSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec()}},
-		}, metav1.CreateOptions{})
+		}, nil)
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
@@ -103,7 +146,7 @@ func podSpec() corev1.PodSpec {
 }
 
 // any runs fn on the preferred server, then on the others.
-func (p *Prober) any(ctx context.Context, fn func(context.Context, kubernetes.Interface) error) error {
+func (p *Prober) any(ctx context.Context, fn func(context.Context, *kubeapi.Client) error) error {
 	p.mu.Lock()
 	first := p.preferred
 	p.mu.Unlock()
@@ -159,9 +202,9 @@ func (p *Prober) createOne(ctx context.Context) {
 	p.seq++
 	name := fmt.Sprintf("p-%d-%06d", time.Now().Unix()%100000, p.seq)
 	p.mu.Unlock()
-	err := p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
-		_, err := c.CoreV1().Pods(Namespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "probe"}},
-			Spec: podSpec()}, metav1.CreateOptions{})
+	err := p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
+		err := c.Do(ctx, http.MethodPost, p.podsPath(), nil, &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "probe"}}, Spec: podSpec()}, nil)
 		if apierrors.IsAlreadyExists(err) {
 			return nil // the first try timed out after the apiserver had taken it
 		}
@@ -179,11 +222,10 @@ func (p *Prober) createOne(ctx context.Context) {
 // observe lists the namespace: binds, ReplicaSet pods, and deletes bound
 // probe pods (they would only pile up: nothing runs them).
 func (p *Prober) observe(ctx context.Context) {
-	var list *corev1.PodList
-	if err := p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
-		var err error
-		list, err = c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
-		return err
+	var list corev1.PodList
+	if err := p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
+		list = corev1.PodList{}
+		return c.Do(ctx, http.MethodGet, p.podsPath(), nil, nil, &list)
 	}); err != nil {
 		return
 	}
@@ -218,8 +260,8 @@ func (p *Prober) observe(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for _, name := range done {
-		_ = p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
-			err := c.CoreV1().Pods(Namespace).Delete(ctx, name, *metav1.NewDeleteOptions(0))
+		_ = p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
+			err := p.deletePod(ctx, c, name)
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
@@ -238,9 +280,9 @@ func (p *Prober) deleteRSPod(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	var victim string
-	_ = p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
-		l, err := c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + RSName})
-		if err != nil {
+	_ = p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
+		var l corev1.PodList
+		if err := c.Do(ctx, http.MethodGet, p.podsPath(), url.Values{"labelSelector": {"app=" + RSName}}, nil, &l); err != nil {
 			return err
 		}
 		for _, pod := range l.Items {
@@ -263,13 +305,20 @@ func (p *Prober) deleteRSPod(ctx context.Context) {
 	p.mu.Lock()
 	p.deletions = append(p.deletions, d)
 	p.mu.Unlock()
-	if err := p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
-		return c.CoreV1().Pods(Namespace).Delete(ctx, victim, *metav1.NewDeleteOptions(0))
+	if err := p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
+		return p.deletePod(ctx, c, victim)
 	}); err != nil {
 		p.mu.Lock()
 		p.deletions = slices.DeleteFunc(p.deletions, func(x *Deletion) bool { return x == d })
 		p.mu.Unlock()
 	}
+}
+
+// deletePod deletes a pod of the namespace at once (grace period 0).
+func (p *Prober) deletePod(ctx context.Context, c *kubeapi.Client, name string) error {
+	zero := int64(0)
+	return c.Do(ctx, http.MethodDelete, p.podsPath()+"/"+name, nil,
+		&metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}, GracePeriodSeconds: &zero}, nil)
 }
 
 // Snapshot copies what was seen so far.
@@ -297,8 +346,8 @@ func (p *Prober) ResetExtra() {
 // Cleanup deletes the prober's namespace and everything in it (a drill
 // against a real cluster leaves nothing behind).
 func (p *Prober) Cleanup(ctx context.Context) error {
-	return p.any(ctx, func(ctx context.Context, c kubernetes.Interface) error {
-		err := c.CoreV1().Namespaces().Delete(ctx, Namespace, metav1.DeleteOptions{})
+	return p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
+		err := c.Do(ctx, http.MethodDelete, namespacesPath+"/"+p.NS(), nil, nil, nil)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
 func init() { register(drillCommand) }
@@ -37,7 +39,8 @@ func drillKind(e env, kind, short string) *cobra.Command {
 	cf := addClientFlags(c)
 	expect := durationFlag(c.Flags(), "expect-within", 0, "fail unless the new units are active within this long of the request")
 	timeout := durationFlag(c.Flags(), "timeout", 90*time.Second, "give up waiting for a new leader after this long")
-	probeKCs := c.Flags().StringSlice("probe-kubeconfig", nil, "kubeconfig `file` of an apiserver (repeat for each, tried in order): also watch the drill as a user (a pod every 200 ms and a ReplicaSet pod deleted every 2 s in namespace kha-probe, deleted afterwards) and fail unless pods are bound and replaced again within --timeout")
+	probeKCs := c.Flags().StringSlice("probe-kubeconfig", nil, "kubeconfig `file` of an apiserver (repeat for each, tried in order): also watch the drill as a user (a pod every 200 ms and a ReplicaSet pod deleted every 2 s in --probe-namespace, deleted afterwards) and fail unless pods are bound and replaced again within --timeout")
+	probeNS := c.Flags().String("probe-namespace", probe.DefaultNamespace, "`namespace` the probe creates for itself and deletes afterwards with everything in it: never name one that holds anything else")
 	if kind == "handoff" {
 		c.Flags().StringVar(&to, "to", "", "`node` that should take over")
 		_ = c.RegisterFlagCompletionFunc("to", completeMembers(e, cf))
@@ -51,7 +54,10 @@ func drillKind(e env, kind, short string) *cobra.Command {
 		if *timeout <= 0 {
 			return exit(fail(e, exitConfig, "--timeout must be positive"))
 		}
-		return withSession(e, c, cf, func(s *session) int { return s.drill(e, kind, to, *expect, *timeout, *probeKCs) })
+		if errs := validation.IsDNS1123Label(*probeNS); len(errs) > 0 {
+			return exit(fail(e, exitConfig, "--probe-namespace %q: %s", *probeNS, strings.Join(errs, "; ")))
+		}
+		return withSession(e, c, cf, func(s *session) int { return s.drill(e, kind, to, *expect, *timeout, *probeKCs, *probeNS) })
 	}
 	return c
 }
@@ -144,8 +150,8 @@ func (s *session) fill(e env, t *timeline, stoppedTo group.State) {
 	}
 }
 
-func (s *session) drill(e env, kind, to string, expect, timeout time.Duration, probeKCs []string) int {
-	dp, err := startDrillProbe(probeKCs)
+func (s *session) drill(e env, kind, to string, expect, timeout time.Duration, probeKCs []string, probeNS string) int {
+	dp, err := startDrillProbe(probeKCs, probeNS)
 	var bad *badProbeFlag
 	switch {
 	case errors.As(err, &bad):

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -27,27 +28,31 @@ type drillProbe struct {
 }
 
 // startDrillProbe sets the prober up and starts it; nil without kubeconfigs.
-func startDrillProbe(kubeconfigs []string) (*drillProbe, error) {
+func startDrillProbe(kubeconfigs []string, namespace string) (*drillProbe, error) {
 	if len(kubeconfigs) == 0 {
 		return nil, nil
 	}
-	var cs []kubernetes.Interface
+	var cs []*kubeapi.Client
 	for _, path := range kubeconfigs {
 		rc, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {
 			return nil, &badProbeFlag{fmt.Errorf("--probe-kubeconfig %s: %w", path, err)}
 		}
-		c, err := kubernetes.NewForConfig(rc)
+		c, err := kubeapi.New(rc)
 		if err != nil {
 			return nil, fmt.Errorf("--probe-kubeconfig %s: %w", path, err)
 		}
 		cs = append(cs, c)
 	}
-	d := &drillProbe{pr: &probe.Prober{Servers: cs}, done: make(chan struct{})}
+	d := &drillProbe{pr: &probe.Prober{Servers: cs, Namespace: namespace}, done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := d.pr.Setup(ctx); err != nil {
-		return nil, fmt.Errorf("probe: create namespace %s and its ReplicaSet: %w", probe.Namespace, err)
+		var foreign *probe.ForeignNamespaceError
+		if errors.As(err, &foreign) {
+			return nil, &badProbeFlag{fmt.Errorf("--probe-namespace: %w", foreign)}
+		}
+		return nil, fmt.Errorf("probe: create namespace %s and its ReplicaSet: %w", namespace, err)
 	}
 	var rctx context.Context
 	rctx, d.cancel = context.WithCancel(context.Background())

@@ -100,16 +100,16 @@ func waitNewToken(ctx context.Context, p *plane.Plane, old int64) error {
 func sendStale(ctx context.Context, t *plane.Trial, token int64) (sent, refused int, err error) {
 	admin := t.R.Clients[0]
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "stale-", Namespace: probe.Namespace},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "stale-", Namespace: probe.DefaultNamespace},
 		Spec: corev1.PodSpec{SchedulerName: "kha-stale-term", Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}}},
 	}
-	pod, err = admin.CoreV1().Pods(probe.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	pod, err = admin.CoreV1().Pods(probe.DefaultNamespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return 0, 0, fmt.Errorf("the pod to bind: %w", err)
 	}
 	defer func() {
-		_ = admin.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), pod.Name, *metav1.NewDeleteOptions(0))
+		_ = admin.CoreV1().Pods(probe.DefaultNamespace).Delete(context.WithoutCancel(ctx), pod.Name, *metav1.NewDeleteOptions(0))
 	}()
 	var unexpected []string
 	for _, server := range lab.MasterNames {
@@ -142,9 +142,9 @@ func sendStale(ctx context.Context, t *plane.Trial, token int64) (sent, refused 
 
 func staleEvent(ctx context.Context, c kubernetes.Interface, i int) error {
 	now := metav1.NewTime(time.Now())
-	_, err := c.CoreV1().Events(probe.Namespace).Create(ctx, &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: "stale-", Namespace: probe.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: probe.Namespace, Name: fmt.Sprintf("stale-%d", i)},
+	_, err := c.CoreV1().Events(probe.DefaultNamespace).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "stale-", Namespace: probe.DefaultNamespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: probe.DefaultNamespace, Name: fmt.Sprintf("stale-%d", i)},
 		Reason:         "StaleTerm", Message: "scenario 52: a write of the previous term", Type: "Normal",
 		FirstTimestamp: now, LastTimestamp: now, Count: 1, Source: corev1.EventSource{Component: "default-scheduler"},
 	}, metav1.CreateOptions{})
@@ -152,8 +152,8 @@ func staleEvent(ctx context.Context, c kubernetes.Interface, i int) error {
 }
 
 func staleBind(ctx context.Context, c kubernetes.Interface, pod string) error {
-	return c.CoreV1().Pods(probe.Namespace).Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: probe.Namespace},
+	return c.CoreV1().Pods(probe.DefaultNamespace).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: probe.DefaultNamespace},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: plane.Workers[0].Name},
 	}, metav1.CreateOptions{})
 }

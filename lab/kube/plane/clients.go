@@ -2,18 +2,21 @@ package plane
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 )
 
-// AdminClients are clients of each master's apiserver as the cluster
+// AdminConfigs configure clients of each master's apiserver as the cluster
 // admin, connecting from the observer's namespace, in master order.
-func (p *Plane) AdminClients() ([]kubernetes.Interface, error) {
-	var out []kubernetes.Interface
+func (p *Plane) AdminConfigs() ([]*rest.Config, error) {
+	var out []*rest.Config
 	for _, m := range lab.MasterNames {
 		a, err := p.APIServer(m)
 		if err != nil {
@@ -23,19 +26,62 @@ func (p *Plane) AdminClients() ([]kubernetes.Interface, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg := &rest.Config{
+		out = append(out, &rest.Config{
 			Host:            a.URL(),
 			TLSClientConfig: rest.TLSClientConfig{CAFile: a.CA.CertFile, CertFile: f.Admin.CertFile, KeyFile: f.Admin.KeyFile},
 			Dial:            p.Dial,
 			Timeout:         5 * time.Second,
 			QPS:             100,
 			Burst:           200,
-		}
+		})
+	}
+	return out, nil
+}
+
+// AdminClients are typed clients of AdminConfigs.
+func (p *Plane) AdminClients() ([]kubernetes.Interface, error) {
+	cfgs, err := p.AdminConfigs()
+	if err != nil {
+		return nil, err
+	}
+	var out []kubernetes.Interface
+	for i, cfg := range cfgs {
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("plane: client of %s: %w", m, err)
+			return nil, fmt.Errorf("plane: client of %s: %w", lab.MasterNames[i], err)
 		}
 		out = append(out, cs)
+	}
+	return out, nil
+}
+
+// DrillNamespace is the namespace of the drill's own probe (scenario 56;
+// the lab's prober keeps probe.DefaultNamespace): the node agents leave
+// its pods alone, as they do the prober's.
+const DrillNamespace = "kha-drill"
+
+// DrillKubeconfigs writes the admin's kubeconfig of each master's apiserver
+// where the masters can read them (the plane's directory), in master
+// order: what an operator passes to `drill --probe-kubeconfig`.
+func (p *Plane) DrillKubeconfigs() ([]string, error) {
+	var out []string
+	for _, m := range lab.MasterNames {
+		a, err := p.APIServer(m)
+		if err != nil {
+			return nil, err
+		}
+		f, err := a.Prepare()
+		if err != nil {
+			return nil, err
+		}
+		path := p.Dir("drill", "admin-"+m+".kubeconfig")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, err
+		}
+		if err := kube.WriteKubeconfig(path, a.URL(), a.CA.CertFile, "admin", f.Admin); err != nil {
+			return nil, fmt.Errorf("plane: drill kubeconfig of %s: %w", m, err)
+		}
+		out = append(out, path)
 	}
 	return out, nil
 }

@@ -327,7 +327,7 @@ func (p *Plane) startAgent(w Worker) error {
 	}
 	argv := []string{"ip", "netns", "exec", p.Lab.Topo.NetNS(w.Name), p.Lab.SharedPath("bin", "kha-lab"), "node-agent",
 		"--node", w.Name, "--kubeconfig", kcs[0], "--kubeconfig", kcs[1],
-		"--pod-log", p.PodLog(w.Name), "--ignore-namespace", probe.Namespace}
+		"--pod-log", p.PodLog(w.Name), "--ignore-namespace", probe.DefaultNamespace, "--ignore-namespace", DrillNamespace}
 	p.Log.Info("plane: node agent", "node", w.Name)
 	_, err = proc.Start(proc.Spec{Argv: argv, PIDFile: p.agentPID(w), LogFile: filepath.Join(p.Lab.OutDir(), "agent-"+w.Name+".log")})
 	return err

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
@@ -189,7 +190,18 @@ func NewRunner(ctx context.Context, p *Plane) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	pr := &probe.Prober{Servers: cs, Log: p.Log}
+	cfgs, err := p.AdminConfigs()
+	if err != nil {
+		return nil, err
+	}
+	pr := &probe.Prober{Log: p.Log}
+	for _, c := range cfgs {
+		kc, err := kubeapi.New(c)
+		if err != nil {
+			return nil, err
+		}
+		pr.Servers = append(pr.Servers, kc)
+	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := waitFor(sctx, "the probe namespace and ReplicaSet", func() error { return pr.Setup(sctx) }); err != nil {

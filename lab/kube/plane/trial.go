@@ -245,7 +245,7 @@ func bindTimes(evs []audit.Event, ips map[string]string) map[string]bind {
 	out := map[string]bind{}
 	for _, e := range evs {
 		if e.Resource == "pods" && e.Subresource == "binding" && e.Verb == "create" && e.Accepted() {
-			if _, ok := out[e.Name]; !ok && e.Namespace == probe.Namespace {
+			if _, ok := out[e.Name]; !ok && e.Namespace == probe.DefaultNamespace {
 				out[e.Name] = bind{e.Completed, o.Master(e)}
 			}
 		}
