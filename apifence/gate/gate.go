@@ -40,6 +40,18 @@ import (
 // admission policy compares it with its parameter.
 const TokenExtra = "kha.io/fencing-token"
 
+// copyBufferSize is the proxy's copy buffer: large enough for a LIST to
+// stream at hundreds of MB/s, small enough for dozens of idle watches.
+const copyBufferSize = 8 << 10
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+// copyBuffers is the proxy's httputil.BufferPool.
+type copyBuffers struct{}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+
 // Term is the supervisor's view, asked when a request arrives and again
 // right before it leaves for the apiserver. Open means: this node holds
 // the lease, is past the promotion barrier, units may run, and the fence
@@ -95,7 +107,17 @@ func Listen(cfg Config) (*Gate, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	base, err := failover.New(cfg.upstreams(), failover.Options{})
+	// Bodies pass through as the apiserver sent them: with compression
+	// enabled the upstream transport would ask for gzip itself whenever
+	// the component did not, and inflate each answer in the gate (seen:
+	// a quarter of the leader's heap in flate dictionaries, one per open
+	// watch). A component that asks for gzip still gets it, compressed.
+	ups := cfg.upstreams()
+	for i, u := range ups {
+		ups[i] = rest.CopyConfig(u)
+		ups[i].DisableCompression = true
+	}
+	base, err := failover.New(ups, failover.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("gate %s: %w", cfg.Unit, err)
 	}
@@ -123,6 +145,10 @@ func Listen(cfg Config) (*Gate, error) {
 		Rewrite:       func(pr *httputil.ProxyRequest) { rewrite(pr, u) },
 		Transport:     sender{g},
 		FlushInterval: -1, // watches stream: every write goes out at once
+		// Each open watch holds its copy buffer for its whole life (the
+		// controller-manager keeps dozens): 8 kB instead of the default
+		// 32 kB, pooled across requests.
+		BufferPool: copyBuffers{},
 		ErrorHandler:  g.proxyError,
 		ErrorLog:      slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}

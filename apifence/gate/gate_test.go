@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -397,5 +398,40 @@ func TestListenRefusesNonLoopbackAndImpersonatingUpstream(t *testing.T) {
 	c.Upstream = &up
 	if _, err := Listen(c); err == nil || !strings.Contains(err.Error(), "impersonate") {
 		t.Errorf("impersonating upstream: %v", err)
+	}
+}
+
+// The gate passes bodies through as the apiserver sent them: it never asks
+// for gzip on its own (its transport would then inflate every answer in
+// the supervisor, one flate dictionary per open watch), and a component
+// that asks for gzip gets the compressed bytes untouched.
+func TestGateNeitherAsksForNorInflatesGzip(t *testing.T) {
+	f := newFixture(t)
+	f.up.handler = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Accept-Encoding") != "gzip" {
+			_, _ = io.WriteString(w, "plain")
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		_, _ = io.WriteString(zw, "compressed")
+		_ = zw.Close()
+	}
+	c := f.client(t, f.cluster, "system:kube-scheduler")
+	c.Transport.(*http.Transport).DisableCompression = true // a client that does not ask
+	resp, body := do(t, c, "GET", f.gate.URL()+"/api/v1/pods", nil)
+	if got := f.up.seen().Get("Accept-Encoding"); got != "" || body != "plain" {
+		t.Errorf("client without Accept-Encoding: upstream saw Accept-Encoding %q, body %q; want none, plain", got, body)
+	}
+	resp, body = do(t, c, "GET", f.gate.URL()+"/api/v1/pods", http.Header{"Accept-Encoding": {"gzip"}})
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("client asking for gzip: Content-Encoding %q, body %q; want the gzip bytes passed through", resp.Header.Get("Content-Encoding"), body)
+	}
+	zr, err := gzip.NewReader(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(zr); string(b) != "compressed" {
+		t.Errorf("gunzipped %q, want compressed", b)
 	}
 }
