@@ -148,9 +148,9 @@ func Listen(cfg Config) (*Gate, error) {
 		// Each open watch holds its copy buffer for its whole life (the
 		// controller-manager keeps dozens): 8 kB instead of the default
 		// 32 kB, pooled across requests.
-		BufferPool: copyBuffers{},
-		ErrorHandler:  g.proxyError,
-		ErrorLog:      slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BufferPool:   copyBuffers{},
+		ErrorHandler: g.proxyError,
+		ErrorLog:     slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	g.srv = &http.Server{
 		Handler:           http.HandlerFunc(g.serve),
