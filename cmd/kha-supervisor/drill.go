@@ -201,7 +201,15 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration, p
 	s.fill(e, &t, stoppedTo)
 	s.fillHandover(e, &t)
 	t.health = s.waitHealthy(e, t.newNode, t.requested, timeout)
-	dp.finish(t.requested, timeout)
+	// From the old units' stop: a pod bound or a ReplicaSet pod replaced
+	// before it may be the old leader's work (seen on the real plane: a
+	// replacement 0.17 s after a handoff's request, by the old
+	// controller-manager).
+	from := t.requested
+	if t.oldStopped.After(from) {
+		from = t.oldStopped
+	}
+	dp.finish(t.requested, from, timeout)
 	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)
 	t.print(e.stdout)
 	dp.print(e.stdout)

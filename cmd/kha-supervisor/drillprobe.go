@@ -23,6 +23,7 @@ type drillProbe struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	figs    probe.Figures
+	from    time.Duration // the figures' instant, after the request
 	waited  time.Duration
 	stopped bool
 }
@@ -61,16 +62,17 @@ func startDrillProbe(kubeconfigs []string, namespace string) (*drillProbe, error
 	return d, nil
 }
 
-// finish waits (up to timeout) until a pod created after requested was
-// bound and a ReplicaSet pod deleted after it replaced, stops the prober
-// and deletes its namespace.
-func (d *drillProbe) finish(requested time.Time, timeout time.Duration) {
+// finish waits (up to timeout) until a pod created after from (the old
+// units' stop) was bound and a ReplicaSet pod deleted after it replaced,
+// stops the prober and deletes its namespace.
+func (d *drillProbe) finish(requested, from time.Time, timeout time.Duration) {
 	if d == nil {
 		return
 	}
+	d.from = from.Sub(requested)
 	deadline := time.Now().Add(timeout)
 	for {
-		d.figs = d.pr.Snapshot().Figures(requested, time.Now())
+		d.figs = d.pr.Snapshot().Figures(from, time.Now())
 		if (d.figs.Bound && d.figs.Replaced) || time.Now().After(deadline) {
 			break
 		}
@@ -99,12 +101,12 @@ func (d *drillProbe) print(w io.Writer) {
 	}
 	f := d.figs
 	if f.Bound {
-		fmt.Fprintf(w, "  %+9.3fs  probe: first pod created after the request bound (longest a pod waited: %.3fs)\n",
-			f.FirstBind.Seconds(), f.LongestUnbound.Seconds())
+		fmt.Fprintf(w, "  %+9.3fs  probe: first pod created after the old units stopped bound (longest a pod waited: %.3fs)\n",
+			(d.from + f.FirstBind).Seconds(), f.LongestUnbound.Seconds())
 	}
 	if f.Replaced {
-		fmt.Fprintf(w, "  %+9.3fs  probe: first ReplicaSet pod deleted after the request replaced (longest wait: %.3fs)\n",
-			f.FirstReplaced.Seconds(), f.LongestUnreplaced.Seconds())
+		fmt.Fprintf(w, "  %+9.3fs  probe: first ReplicaSet pod deleted after the old units stopped replaced (longest wait: %.3fs)\n",
+			(d.from + f.FirstReplaced).Seconds(), f.LongestUnreplaced.Seconds())
 	}
 }
 
@@ -115,10 +117,10 @@ func (d *drillProbe) problems() []string {
 	}
 	var bad []string
 	if !d.figs.Bound {
-		bad = append(bad, fmt.Sprintf("probe: no pod created after the request was bound within %s", d.waited.Round(time.Second)))
+		bad = append(bad, fmt.Sprintf("probe: no pod created after the old units stopped was bound within %s of the request", d.waited.Round(time.Second)))
 	}
 	if !d.figs.Replaced {
-		bad = append(bad, fmt.Sprintf("probe: no deleted ReplicaSet pod was replaced within %s", d.waited.Round(time.Second)))
+		bad = append(bad, fmt.Sprintf("probe: no ReplicaSet pod deleted after the old units stopped was replaced within %s of the request", d.waited.Round(time.Second)))
 	}
 	return bad
 }

@@ -52,8 +52,9 @@ func runDaemon(e env, path string) int {
 // daemonGCPercent is the daemon's GOGC unless the environment sets one.
 // Its live heap is a few MB; the default 100 lets garbage double it. With
 // the API gates serving the components' watches, the leader's RSS was
-// 42.8 MB at 100 and 38-39 MB at 50 (kha-lab cost, docs/architecture.md),
-// for a fraction of a percent of a core more GC.
+// 42 MB at 100 and 39-40 MB at 50 in a debugging build, 37 MiB at 50 in
+// the package's (kha-lab cost, docs/architecture.md), for a fraction of a
+// percent of a core more GC.
 const daemonGCPercent = 50
 
 func daemonGC() {

@@ -104,10 +104,22 @@ func sendStale(ctx context.Context, t *plane.Trial, token int64) (sent, refused 
 		Spec: corev1.PodSpec{SchedulerName: "kha-stale-term", Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}}},
 	}
-	pod, err = admin.CoreV1().Pods(probe.DefaultNamespace).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		return 0, 0, fmt.Errorf("the pod to bind: %w", err)
+	// Retried: this client is otherwise idle (the prober has its own), and
+	// its pooled connection may have been closed under it (seen: "use of
+	// closed network connection", twice in a row, in both token modes).
+	var created *corev1.Pod
+	for try := 1; ; try++ {
+		if created, err = admin.CoreV1().Pods(probe.DefaultNamespace).Create(ctx, pod, metav1.CreateOptions{}); err == nil {
+			break
+		}
+		if try == 3 {
+			return 0, 0, fmt.Errorf("the pod to bind (%d tries): %w", try, err)
+		}
+		if err := Sleep(ctx, 500*time.Millisecond); err != nil {
+			return 0, 0, err
+		}
 	}
+	pod = created
 	defer func() {
 		_ = admin.CoreV1().Pods(probe.DefaultNamespace).Delete(context.WithoutCancel(ctx), pod.Name, *metav1.NewDeleteOptions(0))
 	}()

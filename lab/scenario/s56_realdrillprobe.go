@@ -36,7 +36,7 @@ func init() {
 			log := filepath.Join(t.R.P.Dir("drill"), fmt.Sprintf("drill-%s-%s.txt", t.Mode.Name, t.Leader))
 			_ = os.WriteFile(log, []byte(out), 0o644)
 			var missing []string
-			for _, want := range []string{"PASS", "new units healthy", "probe: first pod created after the request bound", "probe: first ReplicaSet pod deleted after the request replaced"} {
+			for _, want := range []string{"PASS", "new units healthy", "probe: first pod created after the old units stopped bound", "probe: first ReplicaSet pod deleted after the old units stopped replaced"} {
 				if !strings.Contains(out, want) {
 					missing = append(missing, fmt.Sprintf("%q", want))
 				}
