@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
@@ -34,23 +33,6 @@ func (p *Plane) AdminConfigs() ([]*rest.Config, error) {
 			QPS:             100,
 			Burst:           200,
 		})
-	}
-	return out, nil
-}
-
-// AdminClients are typed clients of AdminConfigs.
-func (p *Plane) AdminClients() ([]kubernetes.Interface, error) {
-	cfgs, err := p.AdminConfigs()
-	if err != nil {
-		return nil, err
-	}
-	var out []kubernetes.Interface
-	for i, cfg := range cfgs {
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("plane: client of %s: %w", lab.MasterNames[i], err)
-		}
-		out = append(out, cs)
 	}
 	return out, nil
 }

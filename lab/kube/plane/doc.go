@@ -188,7 +188,7 @@ scenario 48 (a balancer in front of both). Node agents keep Nodes w1 and w2 aliv
 	d.p("    ./bin/kha-lab sidebyside --prefix rpf 40 41 42 43 44 45 46 47 48 --modes kha-fast,kha-default,le-tuned,le-defaults --repeat 3")
 	d.p("    ./bin/kha-lab sidebyside-report --doc docs/failure-modes.md --svg docs/sidebyside.svg /srv/rpf/out/realplane/sidebyside-STAMP.json")
 	d.p("    ./bin/kha-lab down --prefix rpf")
-	d.p("    make test-kube    # TestKubeSmoke: one failover (40, kha-fast) judged at the resource\n")
+	d.p("    make test-kube    # (part of make test) TestKubeSmoke: one failover (40, kha-fast) judged at the resource\n")
 }
 
 func (d *docWriter) method() {

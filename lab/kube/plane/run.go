@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/lab"
@@ -186,21 +187,28 @@ type Runner struct {
 
 // NewRunner attaches to the plane and starts the prober (until ctx ends).
 func NewRunner(ctx context.Context, p *Plane) (*Runner, error) {
-	cs, err := p.AdminClients()
-	if err != nil {
-		return nil, err
-	}
 	cfgs, err := p.AdminConfigs()
 	if err != nil {
 		return nil, err
 	}
+	// The typed clients (the scenarios') and the prober share each
+	// apiserver's connection: the prober's steady traffic keeps it fresh.
+	// With a client of their own, a scenario's first write after a fault
+	// could go out on a pooled connection already closed under it ("use
+	// of closed network connection", scenarios 50 and 52).
 	pr := &probe.Prober{Log: p.Log}
-	for _, c := range cfgs {
-		kc, err := kubeapi.New(c)
+	var cs []kubernetes.Interface
+	for i, c := range cfgs {
+		hc, err := rest.HTTPClientFor(c)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("plane: client of %s: %w", lab.MasterNames[i], err)
 		}
-		pr.Servers = append(pr.Servers, kc)
+		typed, err := kubernetes.NewForConfigAndClient(c, hc)
+		if err != nil {
+			return nil, fmt.Errorf("plane: client of %s: %w", lab.MasterNames[i], err)
+		}
+		cs = append(cs, typed)
+		pr.Servers = append(pr.Servers, kubeapi.FromHTTP(hc, c.Host))
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

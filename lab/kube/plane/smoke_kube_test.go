@@ -22,16 +22,17 @@ import (
 	_ "github.com/kha-supervisor/kha-supervisor/lab/scenario" // registers scenarios 40-44
 )
 
-// prefix is the real-plane helper's lab prefix; the test refuses to share
-// it with a lab that is up.
-const prefix = "rp"
+// prefix is the smoke test's own lab prefix (not the demo's or a hand-run
+// lab's); the test refuses to share it with a lab that is up.
+const prefix = "ksmoke"
 
 // TestKubeSmoke: one failover on the real control plane (scenario 40, the
 // leader's rack cut off, kha-supervisor fast profile), judged at the
 // resource: both apiservers' audit logs show no interval with writes from
 // both masters' components, no double binding, and the prober's pods are
 // bound again after the fault. Needs root, systemd-nspawn and the cached
-// v1.37.2 binaries (built on first use, ~12 minutes).
+// v1.37.2 binaries (built on first use: about 6 minutes on a quiet 2-core
+// machine).
 func TestKubeSmoke(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "go", "ip", "sysctl", "systemd-nspawn", "nsenter", "unshare")
