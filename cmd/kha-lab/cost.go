@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,18 +44,7 @@ func runCost(ctx context.Context, args []string) error {
 		fmt.Fprintf(os.Stderr, "kha-lab cost: %v\n", err)
 		return errUsage
 	}
-	l, err := f.open()
-	if err != nil {
-		return err
-	}
-	p, ok := planes[l]
-	if !ok {
-		return errors.New("the lab does not run the real plane (kha-lab up --plane real)")
-	}
-	if err := l.Open(); err != nil {
-		return err
-	}
-	r, err := plane.NewRunner(ctx, p)
+	r, dir, err := openRunner(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -67,10 +55,6 @@ func runCost(ctx context.Context, args []string) error {
 			return fmt.Errorf("mode %s: %w", m.Name, err)
 		}
 		all = append(all, cs...)
-	}
-	dir := filepath.Join(l.OutDir(), "realplane")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
 	}
 	stamp := time.Now().UTC().Format("20060102T150405")
 	b, _ := json.MarshalIndent(all, "", "  ")

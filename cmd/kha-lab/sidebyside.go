@@ -48,23 +48,8 @@ func runSideBySide(ctx context.Context, args []string) error {
 	if len(ids) == 0 {
 		ids = plane.IDs()
 	}
-	l, err := f.open()
+	r, dir, err := openRunner(ctx, f)
 	if err != nil {
-		return err
-	}
-	p, ok := planes[l]
-	if !ok {
-		return errors.New("the lab does not run the real plane (kha-lab up --plane real)")
-	}
-	if err := l.Open(); err != nil {
-		return err
-	}
-	r, err := plane.NewRunner(ctx, p)
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(l.OutDir(), "realplane")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	stamp := time.Now().UTC().Format("20060102T150405")
@@ -113,6 +98,27 @@ func runSideBySide(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// openRunner attaches to the lab that is up with the real plane and starts
+// a runner (its prober); dir is where the runs are saved.
+func openRunner(ctx context.Context, f labFlags) (r *plane.Runner, dir string, err error) {
+	l, err := f.open()
+	if err != nil {
+		return nil, "", err
+	}
+	p, ok := planes[l]
+	if !ok {
+		return nil, "", errors.New("the lab does not run the real plane (kha-lab up --plane real)")
+	}
+	if err := l.Open(); err != nil {
+		return nil, "", err
+	}
+	if r, err = plane.NewRunner(ctx, p); err != nil {
+		return nil, "", err
+	}
+	dir = filepath.Join(l.OutDir(), "realplane")
+	return r, dir, os.MkdirAll(dir, 0o755)
 }
 
 func init() {
