@@ -24,7 +24,7 @@ func TestSectionReplacesOnlyItsOwn(t *testing.T) {
 	}
 	s := string(out)
 	for _, want := range []string{"## The operators' questions\n\nkeep me\n\n" + SectionHeading, "| 40 leader's rack cut off | kha-fast | 3 | 7.00 s [6.00-8.00]",
-		"scenario 40, kha-fast / le-tuned: scheduler (longest pod unbound) 2.00", "![side-by-side", "(sidebyside.svg)", "(load average 1)", "\n## The failure matrix\n\nkeep me too\n"} {
+		"scenario 40, kha-fast / le-tuned: scheduler (longest pod unbound) 2.00", "![side-by-side", "(sidebyside.svg)", "its load during the runs: load average 1.", "\n## The failure matrix\n\nkeep me too\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("document lacks %q:\n%s", want, s)
 		}
