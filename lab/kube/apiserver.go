@@ -82,6 +82,14 @@ func (a APIServer) files() Files {
 	}
 }
 
+// AdminPair is the admin's client certificate as Prepare last issued it,
+// without issuing it again: a re-issue changes the files under every
+// client that uses them, and client-go then closes those clients'
+// connections when it reloads them.
+func (a APIServer) AdminPair() pki.Pair {
+	return pki.Pair{CertFile: filepath.Join(a.CA.Dir, "client-admin.crt"), KeyFile: filepath.Join(a.CA.Dir, "client-admin.key")}
+}
+
 // URL is the apiserver's base URL.
 func (a APIServer) URL() string {
 	return "https://" + joinHostPort(a.Address, a.Port)

@@ -21,13 +21,10 @@ func (p *Plane) AdminConfigs() ([]*rest.Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := a.Prepare()
-		if err != nil {
-			return nil, err
-		}
+		admin := a.AdminPair()
 		out = append(out, &rest.Config{
 			Host:            a.URL(),
-			TLSClientConfig: rest.TLSClientConfig{CAFile: a.CA.CertFile, CertFile: f.Admin.CertFile, KeyFile: f.Admin.KeyFile},
+			TLSClientConfig: rest.TLSClientConfig{CAFile: a.CA.CertFile, CertFile: admin.CertFile, KeyFile: admin.KeyFile},
 			Dial:            p.Dial,
 			Timeout:         5 * time.Second,
 			QPS:             100,
@@ -52,15 +49,11 @@ func (p *Plane) DrillKubeconfigs() ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := a.Prepare()
-		if err != nil {
-			return nil, err
-		}
 		path := p.Dir("drill", "admin-"+m+".kubeconfig")
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, err
 		}
-		if err := kube.WriteKubeconfig(path, a.URL(), a.CA.CertFile, "admin", f.Admin); err != nil {
+		if err := kube.WriteKubeconfig(path, a.URL(), a.CA.CertFile, "admin", a.AdminPair()); err != nil {
 			return nil, fmt.Errorf("plane: drill kubeconfig of %s: %w", m, err)
 		}
 		out = append(out, path)

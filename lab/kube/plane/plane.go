@@ -151,7 +151,15 @@ func (p *Plane) Start(ctx context.Context) error {
 	if _, err := first.Prepare(); err != nil {
 		return err
 	}
-	errc := make(chan error, len(lab.MasterNames))
+	// All prepared before any starts: they share the admin certificate,
+	// which each Prepare issues again, and a start's readiness check reads
+	// it (seen: "tls: private key does not match public key" when the
+	// second Prepare ran during the first's check).
+	type prepared struct {
+		a kube.APIServer
+		f kube.Files
+	}
+	var todo []prepared
 	for _, m := range lab.MasterNames {
 		a, err := p.APIServer(m)
 		if err != nil {
@@ -163,20 +171,23 @@ func (p *Plane) Start(ctx context.Context) error {
 			}
 		}
 		if _, ok := a.Running(); ok {
-			errc <- nil
 			continue
 		}
-		f, err := a.Prepare() // one after the other: they share the admin certificate
+		f, err := a.Prepare()
 		if err != nil {
 			return err
 		}
+		todo = append(todo, prepared{a, f})
+	}
+	errc := make(chan error, len(todo))
+	for _, t := range todo {
 		go func() {
-			p.Log.Info("plane: kube-apiserver", "master", m, "url", a.URL())
-			errc <- a.StartPrepared(ctx, f)
+			p.Log.Info("plane: kube-apiserver", "url", t.a.URL())
+			errc <- t.a.StartPrepared(ctx, t.f)
 		}()
 	}
 	var errs []error
-	for range lab.MasterNames {
+	for range todo {
 		errs = append(errs, <-errc)
 	}
 	return errors.Join(errs...)
