@@ -56,7 +56,15 @@ func TestKubeSmoke(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	l, err := lab.New(lab.Config{Prefix: prefix, StateDir: filepath.Join(dir, "state"), DataDir: filepath.Join(dir, "etcd"),
+	// The state directory (the masters' shared files: TLS keys, configs)
+	// must not be under /tmp: the supervisor's unit has PrivateTmp=yes and
+	// would not see its own certificates there.
+	state := filepath.Join("/srv", prefix)
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(state) })
+	l, err := lab.New(lab.Config{Prefix: prefix, StateDir: state, DataDir: filepath.Join(dir, "etcd"),
 		Binary: filepath.Join(dir, "bin", "kha-lab"), Supervisor: filepath.Join(dir, "bin", "kha-supervisor"),
 		Packaging: filepath.Join(root, "packaging"), Log: log})
 	if err != nil {
