@@ -93,28 +93,28 @@ type Snapshot struct {
 	ExtraAt   time.Time
 }
 
-// NS is the prober's namespace.
-func (p *Prober) NS() string {
+// ns is the prober's namespace.
+func (p *Prober) ns() string {
 	if p.Namespace == "" {
 		return DefaultNamespace
 	}
 	return p.Namespace
 }
 
-func (p *Prober) podsPath() string { return namespacesPath + "/" + p.NS() + "/pods" }
+func (p *Prober) podsPath() string { return namespacesPath + "/" + p.ns() + "/pods" }
 
 // Setup creates the namespace and the ReplicaSet (idempotent).
 func (p *Prober) Setup(ctx context.Context) error {
 	return p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
 		err := c.Do(ctx, http.MethodPost, namespacesPath, nil, &corev1.Namespace{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-			ObjectMeta: metav1.ObjectMeta{Name: p.NS(), Labels: map[string]string{ownerLabel: ownerValue}}}, nil)
+			ObjectMeta: metav1.ObjectMeta{Name: p.ns(), Labels: map[string]string{ownerLabel: ownerValue}}}, nil)
 		if apierrors.IsAlreadyExists(err) {
 			// Cleanup deletes the namespace with everything in it: only
 			// the probe's own (an earlier run's) may be reused.
 			var ns corev1.Namespace
-			if err = c.Do(ctx, http.MethodGet, namespacesPath+"/"+p.NS(), nil, nil, &ns); err == nil && ns.Labels[ownerLabel] != ownerValue {
-				return &ForeignNamespaceError{p.NS()}
+			if err = c.Do(ctx, http.MethodGet, namespacesPath+"/"+p.ns(), nil, nil, &ns); err == nil && ns.Labels[ownerLabel] != ownerValue {
+				return &ForeignNamespaceError{p.ns()}
 			}
 		}
 		if err != nil {
@@ -122,7 +122,7 @@ func (p *Prober) Setup(ctx context.Context) error {
 		}
 		one := int32(1)
 		labels := map[string]string{"app": RSName}
-		err = c.Do(ctx, http.MethodPost, "/apis/apps/v1/namespaces/"+p.NS()+"/replicasets", nil, &appsv1.ReplicaSet{
+		err = c.Do(ctx, http.MethodPost, "/apis/apps/v1/namespaces/"+p.ns()+"/replicasets", nil, &appsv1.ReplicaSet{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
 			ObjectMeta: metav1.ObjectMeta{Name: RSName},
 			Spec: appsv1.ReplicaSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -347,7 +347,7 @@ func (p *Prober) ResetExtra() {
 // against a real cluster leaves nothing behind).
 func (p *Prober) Cleanup(ctx context.Context) error {
 	return p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
-		err := c.Do(ctx, http.MethodDelete, namespacesPath+"/"+p.NS(), nil, nil, nil)
+		err := c.Do(ctx, http.MethodDelete, namespacesPath+"/"+p.ns(), nil, nil, nil)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -177,6 +177,14 @@ func (ca *CA) KubeClient(user string, groups ...string) (Pair, error) {
 	return ca.issue("client-"+user, tmpl)
 }
 
+// ClientPair is where Client and KubeClient write user's certificate and
+// key, for a reader that must not issue them again.
+func (ca *CA) ClientPair(user string) Pair { return ca.pair("client-" + user) }
+
+func (ca *CA) pair(file string) Pair {
+	return Pair{CertFile: filepath.Join(ca.Dir, file+".crt"), KeyFile: filepath.Join(ca.Dir, file+".key")}
+}
+
 // Pool returns a certificate pool holding only this CA.
 func (ca *CA) Pool() *x509.CertPool {
 	p := x509.NewCertPool()
@@ -202,10 +210,7 @@ func (ca *CA) issue(file string, tmpl *x509.Certificate) (Pair, error) {
 	if err != nil {
 		return Pair{}, fmt.Errorf("pki: sign certificate for %s: %w", file, err)
 	}
-	p := Pair{
-		CertFile: filepath.Join(ca.Dir, file+".crt"),
-		KeyFile:  filepath.Join(ca.Dir, file+".key"),
-	}
+	p := ca.pair(file)
 	return p, writePair(p, der, key)
 }
 

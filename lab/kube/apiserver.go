@@ -87,7 +87,7 @@ func (a APIServer) files() Files {
 // client that uses them, and client-go then closes those clients'
 // connections when it reloads them.
 func (a APIServer) AdminPair() pki.Pair {
-	return pki.Pair{CertFile: filepath.Join(a.CA.Dir, "client-admin.crt"), KeyFile: filepath.Join(a.CA.Dir, "client-admin.key")}
+	return a.CA.ClientPair("admin")
 }
 
 // URL is the apiserver's base URL.

@@ -148,9 +148,6 @@ func (p *Plane) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := first.Prepare(); err != nil {
-		return err
-	}
 	// All prepared before any starts: they share the admin certificate,
 	// which each Prepare issues again, and a start's readiness check reads
 	// it (seen: "tls: private key does not match public key" when the
