@@ -14,7 +14,7 @@ func init() { register(kubeadmUnitCommand) }
 func kubeadmUnitCommand(e env) *cobra.Command {
 	var binDir string
 	c := &cobra.Command{
-		Use:     "kubeadm-unit MANIFEST [--bin-dir DIR]",
+		Use:     "kubeadm-unit MANIFEST",
 		GroupID: groupNode,
 		Short:   "print the systemd unit that replaces a kubeadm static pod of kube-scheduler or kube-controller-manager",
 		Long: `Read a kubeadm static-pod manifest (/etc/kubernetes/manifests/kube-scheduler.yaml or kube-controller-manager.yaml) and print the systemd unit that runs the same command line under kha-supervisor: --leader-elect=false (kha-supervisor's lease is the only election), Restart=on-failure, and for kube-scheduler SuccessExitStatus=1. What the operator must still do goes to standard error. Refuses (exit 2) a manifest it cannot reproduce as a unit: more than one container, a volume mounted at another path than the host's, environment taken from the API.
