@@ -140,6 +140,7 @@ var wantFiles = map[string]entry{
 	"/usr/share/doc/kha-supervisor/examples/":                                          {"drwxr-xr-x", "root/root"},
 	"/usr/share/doc/kha-supervisor/examples/config.example.toml":                       {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/examples/kha-supervisor-alerts.yml":                 {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/examples/kha-supervisor-alerts_test.yml":            {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/examples/kha-supervisor-dashboard.json":             {"-rw-r--r--", "root/root"},
 	"/usr/share/man/man5/kha-supervisor.toml.5.gz":                                     {"-rw-r--r--", "root/root"},
 	"/usr/share/man/man8/kha-supervisor.8.gz":                                          {"-rw-r--r--", "root/root"},
