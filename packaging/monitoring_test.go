@@ -152,8 +152,7 @@ func TestAlertRules(t *testing.T) {
 				t.Errorf("%s: %s lacks a severity or a summary", alertsFile, r.Alert)
 			}
 			checkNames(t, table, alertsFile+": "+r.Alert, r.Expr)
-			if !strings.Contains(string(tests), "alertname: "+r.Alert+",") && !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") &&
-				!oldAlerts[r.Alert] {
+			if !strings.Contains(string(tests), "alertname: "+r.Alert+",") && !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") {
 				t.Errorf("%s: %s is not replayed in %s", alertsFile, r.Alert, alertTestsFile)
 			}
 		}
@@ -166,11 +165,6 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 }
-
-// oldAlerts are the per-node alerts of issue 9, which no scrape timing or
-// second group can mislead; the group alerts of issue 18 all have a replay.
-var oldAlerts = map[string]bool{"KhaSupervisorFenced": true, "KhaSupervisorRestarted": true, "KhaRenewalFailures": true,
-	"KhaFenceSlackLow": true, "KhaDropinMismatch": true, "KhaStrayProcess": true}
 
 // TestDashboard checks the example Grafana dashboard: valid JSON, every
 // query valid PromQL (promtool checks them as recording rules) selecting
