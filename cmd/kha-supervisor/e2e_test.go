@@ -31,6 +31,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("status on %s says leader %q token %d; on %s: %q %d", leader.name, cs2.Leader, cs2.Token, standby.name, cs.Leader, cs.Token)
 	}
 	checkToken(t, leader, cs.Token)
+	checkGroupMetrics(t, leader)
 	if _, err := os.Stat(filepath.Join(standby.c.Root(), dropin.EnvironmentFile)); !os.IsNotExist(err) {
 		t.Fatalf("%s is standby but has %s (stat: %v)", standby.name, dropin.EnvironmentFile, err)
 	}
@@ -195,6 +196,28 @@ func checkToken(t *testing.T, leader *e2eNode, token int64) {
 			t.Fatalf("%s: %s (pid %d) runs without %s in its environment", leader.name, u, pid, line)
 		}
 	}
+}
+
+// checkGroupMetrics asserts that the leader's /metrics (the default
+// loopback listener) carries the group's identity and counts the standby as
+// able to take over: the packaged alert rules depend on both.
+func checkGroupMetrics(t *testing.T, leader *e2eNode) {
+	t.Helper()
+	want := []string{
+		`kha_role{cluster="e2e",prefix="/kha-supervisor",role="active"} 1`,
+		`kha_eligible_members{cluster="e2e",prefix="/kha-supervisor"} 1`,
+		`kha_missing_peers{cluster="e2e",prefix="/kha-supervisor"} 0`,
+	}
+	get := `exec 3<>/dev/tcp/127.0.0.1/9731 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3`
+	waitFor(t, 30*time.Second, leader.name+"'s /metrics with the group labels", func() (bool, string) {
+		out, _, err := leader.exec("bash", "-c", get)
+		for _, w := range want {
+			if err != nil || !strings.Contains(out, w) {
+				return false, fmt.Sprintf("lacks %s (%v): %.2000s", w, err, out)
+			}
+		}
+		return true, ""
+	})
 }
 
 // checkHandoff asserts, from systemd's journal, that every managed unit on

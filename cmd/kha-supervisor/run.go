@@ -137,7 +137,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		return exitConfig
 	}
 
-	reg := prometheus.NewRegistry()
+	registry := prometheus.NewRegistry() // served on /metrics
+	reg := httpapi.WithGroupLabels(registry, cfg.Cluster, cfg.Etcd.Prefix)
 	metrics, err := httpapi.NewMetrics(reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version),
 		httpapi.WithEndpoints(cfg.Etcd.Endpoints...))
 	if err != nil {
@@ -201,7 +202,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 			return exitFailure
 		}
 		stale := httpapi.WithStaleAfter(3 * cfg.Units.PollInterval)
-		hs := &http.Server{Handler: httpapi.New(statusSource{sup}, reg, stale), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: httpapi.New(statusSource{sup}, registry, stale), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
 	}
@@ -330,7 +331,7 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 	for {
 		st := sup.Status()
 		m.SetLease(st.LeaseLeft, st.FenceIn, st.State.Holding())
-		g.Set(len(st.ConfigMismatch), len(st.MissingPeers))
+		g.Set(len(st.ConfigMismatch), len(st.MissingPeers), len(st.Eligible))
 		for _, u := range st.Units {
 			m.SetUnitActive(u.Name, u.Running())
 		}

@@ -318,3 +318,44 @@ func TestHealthzNamesProblems(t *testing.T) {
 		t.Fatalf("/healthz without problems = %d %q", code, body)
 	}
 }
+
+// TestGroupLabels: through WithGroupLabels every series on /metrics, the
+// runtime's and the group gauges included, carries the group's identity,
+// so that rules can tell two groups in one Prometheus apart.
+func TestGroupLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	wrapped := WithGroupLabels(reg, "prod", "/kha-supervisor")
+	if _, err := NewMetrics(wrapped, WithUnits("kube-scheduler.service")); err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGroupMetrics(wrapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Set(1, 2, 0)
+	_, body, _ := get(t, New(&fakeSource{}, reg), http.MethodGet, "/metrics")
+	for _, want := range []string{
+		`kha_role{cluster="prod",prefix="/kha-supervisor",role="active"} 0`,
+		`kha_config_mismatch_members{cluster="prod",prefix="/kha-supervisor"} 1`,
+		`kha_missing_peers{cluster="prod",prefix="/kha-supervisor"} 2`,
+		`kha_eligible_members{cluster="prod",prefix="/kha-supervisor"} 0`,
+		`process_start_time_seconds{cluster="prod",prefix="/kha-supervisor"} `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	var lines int
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		lines++
+		if !strings.Contains(line, `cluster="prod",`) || !strings.Contains(line, `prefix="/kha-supervisor"`) {
+			t.Errorf("a series without the group labels: %s", line)
+		}
+	}
+	if lines < 50 {
+		t.Errorf("only %d series on /metrics:\n%s", lines, body)
+	}
+}

@@ -326,3 +326,19 @@ func (g *optionalGauge) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
 	}
 }
+
+// GroupLabelNames are the labels every series of the daemon carries: the
+// group's identity from the configuration (its `cluster` and `etcd.prefix`;
+// the election key is prefix/cluster/...). Alert rules group by them, so
+// that two groups scraped by one Prometheus are judged apart.
+var GroupLabelNames = []string{"cluster", "prefix"}
+
+// WithGroupLabels wraps reg so that every series registered through it
+// carries the group's identity as constant labels. Constant labels, not an
+// info metric to join: the identity is fixed for the life of the process
+// (a change needs a restart), and a rule that must page on two leaders
+// should not depend on a join that silently drops series whose info metric
+// is missing.
+func WithGroupLabels(reg prometheus.Registerer, cluster, prefix string) prometheus.Registerer {
+	return prometheus.WrapRegistererWith(prometheus.Labels{"cluster": cluster, "prefix": prefix}, reg)
+}
