@@ -541,7 +541,10 @@ func (s *session) unban(e env, node, reason string, force bool) int {
 	}
 	b, ok := cs.Control.Bans[node]
 	if !ok && !force {
-		return fail(e, exitConfig, "refused: %q is not banned in cluster %q%s; nothing to unban (see kha-supervisor status)", node, s.cfg.Cluster, didYouMean(cs, node))
+		if _, known := findMember(cs, node); !known {
+			return fail(e, exitConfig, "refused: %q is neither a live member nor banned in cluster %q%s (see kha-supervisor status)", node, s.cfg.Cluster, didYouMean(cs, node))
+		}
+		return fail(e, exitConfig, "refused: %s is not banned; nothing to unban", node)
 	}
 	ev := action("unban", node, reason)
 	ev.Outcome = "done: lifted the ban " + banText(b)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 )
@@ -188,4 +190,44 @@ func TestHandoffExpiresCancelsAndRefuses(t *testing.T) {
 			t.Fatalf("history lacks the operator's %s: %v", kind, evs)
 		}
 	}
+}
+
+// During an upgrade the group holds records the previous version wrote: a
+// ban with a zero "until", a handoff request without expiry, transitions
+// without "by". This version shows them without zero times, lifts and
+// cancels them, and lists the old history beside its own entries.
+func TestRecordsOfThePreviousVersion(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	k := group.NewKeys("/kha-supervisor", "test")
+	ctx := t.Context()
+	lease, err := w.Admin.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, v := range map[string]string{
+		k.Ban("m9"):                             `{"node":"m9","reason":"disk","by":"op@old","at":"2026-12-01T10:00:00Z","until":"0001-01-01T00:00:00Z"}`,
+		k.History() + "00000000000000000001-m1": `{"at":"2026-12-01T09:00:00Z","node":"m1","from":"standby","to":"promoting","kind":"elected","reason":"won the election key (token 5)","token":5}`,
+	} {
+		if _, err := w.Admin.Put(ctx, key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Admin.Put(ctx, k.Handoff(), `{"id":"h0","from":"m1","to":"m2","token":5,"at":"2026-12-01T10:00:00Z"}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cli(t, w, "status")
+	want(t, "status with old records", code, out, exitNoActive, "BANNED m9", "op@old", "until `kha-supervisor unban m9`: disk", "handoff h0", "expiry not recorded")
+	if strings.Contains(out, "0001") {
+		t.Fatalf("status shows a zero time: %q", out)
+	}
+	code, out = cli(t, w, "status", "--json")
+	if code != exitNoActive || strings.Contains(out, "0001-01-01") || !strings.Contains(out, `"h0"`) {
+		t.Fatalf("status --json with old records: %d %q", code, out)
+	}
+	code, out = cli(t, w, "handoff", "--cancel", "--reason", "stale")
+	want(t, "cancel an old request", code, out, exitOK, "cancelled handoff h0")
+	code, out = cli(t, w, "unban", "m9")
+	want(t, "unban an old ban", code, out, exitOK, "unbanned m9")
+	code, out = cli(t, w, "history")
+	want(t, "history with old entries", code, out, exitOK, "elected", "handoff-cancel", "stale => done: withdrew handoff h0", "unban")
 }
