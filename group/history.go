@@ -14,7 +14,7 @@ import (
 // or an operator's action.
 //
 // A transition has From and To and no By. An operator's action (freeze,
-// unfreeze, ban, unban, handoff, handoff-cancel, handoff-wait, drill,
+// unfreeze, ban, unban, handoff, handoff-cancel, handoff-wait, drill-failover,
 // drill-result: the Kind) has By (user@host), the node it concerns if any,
 // the operator's reason, and its Outcome; From and To are empty, so older
 // readers, which look for transitions by To, pass over it.

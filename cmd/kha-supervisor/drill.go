@@ -243,7 +243,7 @@ func (s *session) drillFailover(e env, timeout time.Duration) (timeline, group.S
 	case err != nil:
 		return timeline{}, "", fail(e, exitFailure, "%v", err)
 	}
-	ev := action("drill", cs.Leader, "failover")
+	ev := action("drill-failover", cs.Leader, "")
 	ev.Token, ev.Outcome = cs.Token, "requested "+d.ID+": the leader fences as if its renewals had failed"
 	s.record(e, ev)
 	fmt.Fprintf(e.stdout, "failover drill %s: asked %s (token %d) to fence as if its renewals had failed; the others must wait out its lease (%s)\n",

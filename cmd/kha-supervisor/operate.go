@@ -572,7 +572,7 @@ func historyCommand(e env) *cobra.Command {
 		Use:     "history",
 		GroupID: groupGroup,
 		Short:   "show the transition history and the operators' actions",
-		Long: `Print the group's history kept in etcd (history.retain entries), newest --limit, or as JSON with --json: every member's transitions, and every operator action that changed the group (freeze, unfreeze, ban, unban, handoff, handoff-cancel, drill) with who (user@host), why and its outcome, and the outcome of handoff --wait (handoff-wait) and of a drill (drill-result).
+		Long: `Print the group's history kept in etcd (history.retain entries), newest --limit, or as JSON with --json: every member's transitions, and every operator action that changed the group (freeze, unfreeze, ban, unban, handoff, handoff-cancel, drill-failover) with who (user@host), why and its outcome, and the outcome of handoff --wait (handoff-wait) and of a drill (drill-result).
 Times are local (the TZ environment variable applies) and carry their zone.`,
 	}
 	cf := addClientFlags(c)

@@ -185,7 +185,7 @@ func TestHandoffExpiresCancelsAndRefuses(t *testing.T) {
 	supervisortest.AssertNoOverlap(t, a, b)
 
 	evs := historyJSON(t, w)
-	for _, kind := range []string{"handoff", "handoff-cancel", "handoff-wait"} {
+	for _, kind := range []string{"handoff", "handoff-cancel", "handoff-wait", "drill-result"} {
 		if operatorEvent(evs, kind) == nil {
 			t.Fatalf("history lacks the operator's %s: %v", kind, evs)
 		}

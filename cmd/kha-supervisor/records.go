@@ -14,7 +14,8 @@ import (
 // writes its history entry in the same etcd transaction as the change
 // (group.SetFreeze, SetBan, RequestHandoff, ...), so the history has it
 // exactly when it took effect. Outcomes that come later (what --wait saw,
-// a drill's verdict) are appended on their own. Refusals change nothing
+// a drill's verdict) and a failover drill's request (group.RequestDrill,
+// which tests also call) are appended on their own. Refusals change nothing
 // and are not recorded: they were printed to the one who asked, and a
 // refusal of a misspelt --cluster must not write under that name.
 
