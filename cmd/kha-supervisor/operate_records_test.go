@@ -159,11 +159,14 @@ func TestHandoffExpiresCancelsAndRefuses(t *testing.T) {
 	want(t, "status with a failed handoff", code, out, exitNoActive, "handoff", "requested", "ago", "expires", "patching")
 	code, out = cli(t, w, "handoff", "--cancel")
 	want(t, "cancel", code, out, exitOK, "cancelled")
+	cancelled := time.Now()
 	supervisortest.WaitFor(t, "the old leader to lead again after the cancel", 20*time.Second, func() bool {
 		return leader.State() == group.Active
 	})
+	t.Logf("leader again %s after the cancel", time.Since(cancelled).Round(time.Millisecond))
 
 	// The same with a request that expires by itself.
+	requested := time.Now()
 	code, out = cli(t, w, "handoff", "--to", target.Name, "--expire", "2s")
 	want(t, "handoff with --expire", code, out, exitOK, "expires")
 	supervisortest.WaitFor(t, "the old leader to step down for the handoff", 20*time.Second, func() bool {
@@ -172,6 +175,7 @@ func TestHandoffExpiresCancelsAndRefuses(t *testing.T) {
 	supervisortest.WaitFor(t, "the old leader to lead again after the request expired", 30*time.Second, func() bool {
 		return leader.State() == group.Active
 	})
+	t.Logf("leader again %s after a request with --expire 2s", time.Since(requested).Round(time.Millisecond))
 
 	// The drills agree: a new leader that never comes is exit 7 for both.
 	code, out = cli(t, w, "drill", "handoff", "--to", target.Name, "--timeout", "1s")
