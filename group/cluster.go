@@ -13,13 +13,17 @@ import (
 // the configuration: who holds the election key and what every member
 // last published.
 type ClusterStatus struct {
-	Cluster   string        `json:"cluster"`
-	Leader    string        `json:"leader,omitempty"`
-	Token     int64         `json:"token,omitempty"`
-	LeaseLeft time.Duration `json:"lease_left_ns,omitempty"` // etcd's view of the election lease's remaining TTL
-	Members   []Record      `json:"members"`
-	Control   Control       `json:"control"`
-	Revision  int64         `json:"revision"`
+	Cluster string `json:"cluster"`
+	Leader  string `json:"leader,omitempty"`
+	Token   int64  `json:"token,omitempty"`
+	// LeaseLeft is etcd's view of the election lease's remaining TTL; JSON
+	// carries it as lease_left_ms, the unit of every duration the group's
+	// JSON has (versions before wrote nanoseconds as lease_left_ns).
+	LeaseLeft   time.Duration `json:"-"`
+	LeaseLeftMS int64         `json:"lease_left_ms,omitempty"`
+	Members     []Record      `json:"members"`
+	Control     Control       `json:"control"`
+	Revision    int64         `json:"revision"`
 }
 
 // ReadCluster reads the election key, its lease's remaining TTL and every
@@ -37,6 +41,7 @@ func ReadCluster(ctx context.Context, cli *clientv3.Client, k Keys, cluster stri
 			return cs, fmt.Errorf("read election lease: %w", err)
 		}
 		cs.LeaseLeft = time.Duration(ttl.TTL) * time.Second
+		cs.LeaseLeftMS = cs.LeaseLeft.Milliseconds()
 	}
 	recs, _, err := ReadMembers(ctx, cli, k)
 	if err != nil {

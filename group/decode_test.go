@@ -1,6 +1,8 @@
 package group
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -141,5 +143,93 @@ func TestAgreementDifferences(t *testing.T) {
 	}
 	if a.Fingerprint() == b.Fingerprint() || a.Fingerprint() != a.Fingerprint() {
 		t.Errorf("fingerprints %s %s", a.Fingerprint(), b.Fingerprint())
+	}
+}
+
+// A group being upgraded has members and operators of both versions: the
+// records the previous version wrote must read as before, and what this
+// version writes must read in the previous version's types (copied below
+// as they were) with the meaning unchanged.
+func TestControlAndHistoryAcrossVersions(t *testing.T) {
+	k := NewKeys("/kha", "c1")
+	// As the previous version stored them: a zero "until" for an
+	// open-ended ban, a handoff without expiry, by or reason.
+	c := ParseControl(k, []*mvccpb.KeyValue{
+		kv(k.Ban("m2"), `{"node":"m2","reason":"disk","by":"op@h","at":"2026-12-01T10:00:00Z","until":"0001-01-01T00:00:00Z"}`),
+		{Key: []byte(k.Handoff()), Value: []byte(`{"id":"h1","from":"m1","to":"m2","token":7,"at":"2026-12-01T10:00:00Z"}`), ModRevision: 42},
+	})
+	if b := c.Bans["m2"]; !b.Until.IsZero() || b.Reason != "disk" || len(c.Unreadable) != 0 {
+		t.Fatalf("old ban read as %+v (%v)", b, c.Unreadable)
+	}
+	if h := c.Handoff; h == nil || h.ID != "h1" || !h.Expires.IsZero() || h.Revision != 42 || !h.Pending(7) || h.Pending(8) || h.Pending(0) {
+		t.Fatalf("old handoff read as %+v", h)
+	}
+	var old Event
+	if err := json.Unmarshal([]byte(`{"at":"2026-12-01T10:00:00Z","node":"m1","from":"standby","to":"promoting","kind":"elected","reason":"won","token":7}`), &old); err != nil || old.Operator() {
+		t.Fatalf("old transition read as %+v, %v", old, err)
+	}
+
+	// What this version writes, as the previous version reads it.
+	type prevBan struct {
+		Node   string    `json:"node"`
+		Reason string    `json:"reason,omitempty"`
+		By     string    `json:"by,omitempty"`
+		At     time.Time `json:"at"`
+		Until  time.Time `json:"until,omitempty"`
+	}
+	type prevHandoff struct {
+		ID    string    `json:"id"`
+		From  string    `json:"from"`
+		To    string    `json:"to,omitempty"`
+		Token int64     `json:"token"`
+		At    time.Time `json:"at"`
+	}
+	type prevEvent struct {
+		At     time.Time `json:"at"`
+		Node   string    `json:"node"`
+		From   State     `json:"from"`
+		To     State     `json:"to"`
+		Kind   string    `json:"kind"`
+		Reason string    `json:"reason"`
+		Token  int64     `json:"token,omitempty"`
+	}
+	at := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	nb, _ := json.Marshal(Ban{Node: "m2", Reason: "disk", By: "op@h", At: at})
+	if strings.Contains(string(nb), "until") || strings.Contains(string(nb), "0001-01-01") {
+		t.Fatalf("open-ended ban written with a zero until: %s", nb)
+	}
+	var pb prevBan
+	if err := json.Unmarshal(nb, &pb); err != nil || !pb.Until.IsZero() || pb.Node != "m2" || !pb.At.Equal(at) {
+		t.Fatalf("new ban %s read by the previous version as %+v, %v", nb, pb, err)
+	}
+	nh, _ := json.Marshal(Handoff{ID: "h2", From: "m1", To: "m2", Token: 9, At: at, Expires: at.Add(time.Minute), By: "op@h", Reason: "patch", Revision: 5})
+	var ph prevHandoff
+	if err := json.Unmarshal(nh, &ph); err != nil || ph != (prevHandoff{ID: "h2", From: "m1", To: "m2", Token: 9, At: at}) || strings.Contains(string(nh), "evision") {
+		t.Fatalf("new handoff %s read by the previous version as %+v, %v", nh, ph, err)
+	}
+	// An operator's action has no From and no To: the previous version's
+	// readers, which look for transitions by To (drill, fence metrics,
+	// the predecessor's fence), pass over it.
+	ne, _ := json.Marshal(Event{At: at, Node: "m2", Kind: "ban", Reason: "disk", By: "op@h", Outcome: "done"})
+	var pe prevEvent
+	if err := json.Unmarshal(ne, &pe); err != nil || pe.To != "" || pe.From != "" || pe.Kind != "ban" {
+		t.Fatalf("new operator event %s read by the previous version as %+v, %v", ne, pe, err)
+	}
+	// It sorts by time with the transitions and never takes the key of
+	// the node's own transition at the same instant.
+	tr, act := k.historyKey(Event{At: at, Node: "m2"}), k.historyKey(Event{At: at, Node: "m2", Kind: "ban", By: "op@h"})
+	if tr == act || !strings.HasPrefix(act, k.History()+fmt.Sprintf("%020d-", at.UnixNano())) {
+		t.Fatalf("history keys: transition %s, action %s", tr, act)
+	}
+}
+
+// A record's and a cluster's JSON carry no zero times and milliseconds
+// only.
+func TestStatusJSONUnits(t *testing.T) {
+	b, _ := json.Marshal(ClusterStatus{Cluster: "c1", LeaseLeft: 3 * time.Second, LeaseLeftMS: 3000,
+		Members: []Record{{Node: "m1", Since: time.Unix(1, 0), Published: time.Unix(2, 0), APIFence: &APIFence{Mode: "token"}}}})
+	s := string(b)
+	if strings.Contains(s, "0001-01-01") || strings.Contains(s, "_ns") || !strings.Contains(s, `"lease_left_ms":3000`) {
+		t.Fatalf("status JSON %s", s)
 	}
 }

@@ -12,7 +12,7 @@ import (
 //	                               its CreateRevision is the fencing token
 //	PREFIX/CLUSTER/members/NODE    member record (JSON) on the member's own lease
 //	PREFIX/CLUSTER/control/...     operator requests (control.go)
-//	PREFIX/CLUSTER/history/...     transition history (history.go)
+//	PREFIX/CLUSTER/history/...     transitions and operator actions (history.go)
 type Keys struct{ Root string }
 
 // NewKeys returns the layout under prefix for cluster.
@@ -39,7 +39,12 @@ func (k Keys) Drill() string          { return k.Control() + "drill" }
 // History is the prefix of the transition history.
 func (k Keys) History() string { return k.Root + "/history/" }
 
-// historyKey sorts by time first (zero-padded nanoseconds), then node.
+// historyKey sorts by time first (zero-padded nanoseconds), then node; an
+// operator's action is filed apart from the transitions of the node it
+// concerns ("~" is no node name's character).
 func (k Keys) historyKey(e Event) string {
+	if e.Operator() {
+		return fmt.Sprintf("%s%020d-~%s~%s", k.History(), e.At.UnixNano(), e.Kind, e.Node)
+	}
 	return fmt.Sprintf("%s%020d-%s", k.History(), e.At.UnixNano(), e.Node)
 }

@@ -50,7 +50,7 @@ type Record struct {
 	From         State        `json:"from,omitempty"`
 	Reason       string       `json:"reason,omitempty"`
 	Released     bool         `json:"released,omitempty"` // the last lease was given up on purpose, not lost
-	Cooldown     time.Time    `json:"cooldown_until,omitempty"`
+	Cooldown     time.Time    `json:"cooldown_until,omitzero"`
 	Host         string       `json:"host,omitempty"`        // os.Hostname of the member, for status
 	Published    time.Time    `json:"published"`             // wall clock of this write: status shows the record's age
 	Agree        *Agreement   `json:"agree,omitempty"`       // what every member must configure alike (agreement.go)
@@ -124,6 +124,6 @@ type APIFence struct {
 	Mode        string    `json:"mode"`
 	Token       int64     `json:"token,omitempty"` // held by the apiservers, as this member last knew
 	Published   int64     `json:"published,omitempty"`
-	PublishedAt time.Time `json:"published_at,omitempty"`
+	PublishedAt time.Time `json:"published_at,omitzero"`
 	TookMS      int64     `json:"took_ms,omitempty"`
 }

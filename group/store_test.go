@@ -2,6 +2,7 @@ package group_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -61,65 +62,149 @@ func leaderAndMembers(ctx context.Context, t *testing.T, cli *clientv3.Client, k
 	}
 }
 
+// op is an operator's history entry for the store tests.
+func op(kind, node string) group.Event {
+	return group.Event{At: time.Now(), Node: node, Kind: kind, By: "alice@m1", Outcome: "done"}
+}
+
 func control(ctx context.Context, t *testing.T, cli *clientv3.Client, k group.Keys) {
-	if err := group.SetFreeze(ctx, cli, k, group.Freeze{Reason: "upgrade", At: time.Now()}); err != nil {
+	if err := group.SetFreeze(ctx, cli, k, group.Freeze{Reason: "upgrade", At: time.Now()}, op("freeze", "")); err != nil {
 		t.Fatal(err)
+	}
+	// A second freeze does not replace the first one's reason.
+	if err := group.SetFreeze(ctx, cli, k, group.Freeze{Reason: "other", At: time.Now()}, op("freeze", "")); !errors.Is(err, group.ErrInForce) {
+		t.Fatalf("second freeze: %v, want ErrInForce", err)
 	}
 	until := time.Now().Add(time.Hour)
-	if err := group.SetBan(ctx, cli, k, group.Ban{Node: "m3", Until: until}); err != nil {
+	if err := group.SetBan(ctx, cli, k, group.Ban{Node: "m3", Until: until}, op("ban", "m3")); err != nil {
 		t.Fatal(err)
 	}
-	if err := group.SetBan(ctx, cli, k, group.Ban{Node: "m4"}); err != nil {
+	if err := group.SetBan(ctx, cli, k, group.Ban{Node: "m4"}, op("ban", "m4")); err != nil {
 		t.Fatal(err)
 	}
-	err := group.SetBan(ctx, cli, k, group.Ban{Node: "m5", Until: time.Now().Add(-time.Second)})
+	if err := group.SetBan(ctx, cli, k, group.Ban{Node: "m4", Reason: "again"}, op("ban", "m4")); !errors.Is(err, group.ErrInForce) {
+		t.Fatalf("second ban: %v, want ErrInForce", err)
+	}
+	err := group.SetBan(ctx, cli, k, group.Ban{Node: "m5", Until: time.Now().Add(-time.Second)}, op("ban", "m5"))
 	if err == nil || !strings.Contains(err.Error(), "would already have expired") {
 		t.Fatalf("ban in the past: %v", err)
 	}
 	c, err := group.ReadControl(ctx, cli, k)
-	if err != nil || c.Freeze == nil || c.Freeze.Reason != "upgrade" || !c.Banned("m3") || !c.Banned("m4") || c.Banned("m5") {
+	if err != nil || c.Freeze == nil || c.Freeze.Reason != "upgrade" || !c.Banned("m3") || !c.Banned("m4") || c.Banned("m5") || c.Bans["m4"].Reason != "" {
 		t.Fatalf("control %+v, %v", c, err)
 	}
 	// A ban with an expiry lives on a lease of about that long; one
-	// without lives forever.
+	// without lives forever, and its record has no "until" at all.
 	if ttl := keyTTL(ctx, t, cli, k.Ban("m3")); ttl < 3590 || ttl > 3600 {
 		t.Fatalf("timed ban on a lease of %d s, want about 3600", ttl)
 	}
 	if ttl := keyTTL(ctx, t, cli, k.Ban("m4")); ttl != -1 {
 		t.Fatalf("ban without expiry on a lease (%d s)", ttl)
 	}
-	if ok, err := group.ClearBan(ctx, cli, k, "m4"); !ok || err != nil {
+	if raw := rawValue(ctx, t, cli, k.Ban("m4")); strings.Contains(raw, "until") {
+		t.Fatalf("open-ended ban stored with an until: %s", raw)
+	}
+	if err := group.Unban(ctx, cli, k, "m4", op("unban", "m4")); err != nil {
+		t.Fatalf("unban: %v", err)
+	}
+	if err := group.Unban(ctx, cli, k, "m4", op("unban", "m4")); !errors.Is(err, group.ErrNotInForce) {
+		t.Fatalf("unban twice: %v, want ErrNotInForce", err)
+	}
+	if ok, err := group.ClearBan(ctx, cli, k, "m3"); !ok || err != nil {
 		t.Fatalf("clear ban: %v, %v", ok, err)
 	}
-	if ok, err := group.ClearBan(ctx, cli, k, "m4"); ok || err != nil {
-		t.Fatalf("clear a ban twice: %v, %v", ok, err)
-	}
-	if err := group.ClearFreeze(ctx, cli, k); err != nil {
+	if err := group.Unfreeze(ctx, cli, k, op("unfreeze", "")); err != nil {
 		t.Fatal(err)
 	}
+	if err := group.Unfreeze(ctx, cli, k, op("unfreeze", "")); !errors.Is(err, group.ErrNotInForce) {
+		t.Fatalf("unfreeze twice: %v, want ErrNotInForce", err)
+	}
+	handoffs(ctx, t, cli, k)
+	// Exactly the actions that took effect are on record, apart from the
+	// transitions (no From, no To), in order.
+	var kinds []string
+	evs, err := group.ReadHistory(ctx, cli, k, 0)
+	for _, e := range evs {
+		if e.Operator() && e.From == "" && e.To == "" {
+			kinds = append(kinds, e.Kind)
+		}
+	}
+	want := "freeze ban ban unban unfreeze handoff handoff-cancel handoff"
+	if err != nil || strings.Join(kinds, " ") != want {
+		t.Fatalf("operator actions on record %v, %v; want %s", kinds, err, want)
+	}
+	if _, err := cli.Delete(ctx, k.History(), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+}
 
-	// A handoff or a drill is written only for the leadership it names.
+// handoffs: a handoff or a drill is written only for the leadership it
+// names, only when no request stands (or the one that stands is the one
+// replaced), on a lease ending at its expiry, and a cancel removes exactly
+// the request that was read.
+func handoffs(ctx context.Context, t *testing.T, cli *clientv3.Client, k group.Keys) {
 	li, err := group.ReadLeader(ctx, cli, k)
 	if err != nil || !li.Present() {
 		t.Fatalf("leader %+v, %v", li, err)
 	}
-	err = group.RequestHandoff(ctx, cli, k, group.Handoff{ID: group.NewID(), From: li.Node, Token: li.Token + 1}, 5*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "is over") {
+	soon := time.Now().Add(5 * time.Second)
+	err = group.RequestHandoff(ctx, cli, k, group.Handoff{ID: group.NewID(), From: li.Node, Token: li.Token + 1, Expires: soon}, nil, op("handoff", li.Node))
+	if !errors.Is(err, group.ErrLeadershipOver) {
 		t.Fatalf("handoff for a later token: %v", err)
 	}
-	if err := group.RequestHandoff(ctx, cli, k, group.Handoff{ID: "h1", From: li.Node, Token: li.Token}, 1500*time.Millisecond); err != nil {
+	h1 := group.Handoff{ID: "h1", From: li.Node, Token: li.Token, Expires: time.Now().Add(1500 * time.Millisecond)}
+	if err := group.RequestHandoff(ctx, cli, k, h1, nil, op("handoff", li.Node)); err != nil {
 		t.Fatal(err)
+	}
+	if err := group.RequestHandoff(ctx, cli, k, group.Handoff{ID: "h2", From: li.Node, Token: li.Token, Expires: soon}, nil, op("handoff", li.Node)); !errors.Is(err, group.ErrInForce) {
+		t.Fatalf("second handoff: %v, want ErrInForce", err)
 	}
 	if err := group.RequestDrill(ctx, cli, k, group.Drill{ID: "d1", Kind: "failover", Token: li.Token}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	c, err = group.ReadControl(ctx, cli, k)
-	if err != nil || c.Freeze != nil || c.Banned("m4") || c.Handoff == nil || c.Handoff.ID != "h1" || c.Drill == nil || c.Drill.ID != "d1" {
+	c, err := group.ReadControl(ctx, cli, k)
+	if err != nil || c.Freeze != nil || c.Banned("m4") || c.Handoff == nil || c.Handoff.ID != "h1" || c.Handoff.Revision == 0 || c.Drill == nil || c.Drill.ID != "d1" {
 		t.Fatalf("control %+v, %v", c, err)
 	}
 	if ttl := keyTTL(ctx, t, cli, k.Handoff()); ttl != 2 {
-		t.Fatalf("handoff asked for 1.5 s is on a lease of %d s, want 2 (rounded up)", ttl)
+		t.Fatalf("handoff expiring in 1.5 s is on a lease of %d s, want 2 (rounded up)", ttl)
 	}
+	stale := *c.Handoff
+	if err := group.CancelHandoff(ctx, cli, k, stale, op("handoff-cancel", li.Node)); err != nil {
+		t.Fatal(err)
+	}
+	if err := group.CancelHandoff(ctx, cli, k, stale, op("handoff-cancel", li.Node)); !errors.Is(err, group.ErrNotInForce) {
+		t.Fatalf("cancel twice: %v, want ErrNotInForce", err)
+	}
+	// Replacing: only the request that was read.
+	if err := group.RequestHandoff(ctx, cli, k, group.Handoff{ID: "h3", From: li.Node, Token: li.Token, Expires: soon}, &stale, op("handoff", li.Node)); !errors.Is(err, group.ErrInForce) {
+		t.Fatalf("replacing a request that is gone: %v, want ErrInForce", err)
+	}
+	if err := group.RequestHandoff(ctx, cli, k, group.Handoff{ID: "h4", From: li.Node, Token: li.Token, Expires: soon}, nil, op("handoff", li.Node)); err != nil {
+		t.Fatal(err)
+	}
+	if err := group.ClearHandoff(ctx, cli, k, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := group.ReadControl(ctx, cli, k); c.Handoff == nil || c.Handoff.ID != "h4" {
+		t.Fatalf("clearing a fulfilled h1 removed the later request: %+v", c.Handoff)
+	}
+	if err := group.ClearHandoff(ctx, cli, k, "h4"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := group.ReadControl(ctx, cli, k); c.Handoff != nil {
+		t.Fatalf("fulfilled h4 not cleared: %+v", c.Handoff)
+	}
+}
+
+// rawValue is key's stored value.
+func rawValue(ctx context.Context, t *testing.T, cli *clientv3.Client, key string) string {
+	t.Helper()
+	resp, err := cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return string(resp.Kvs[0].Value)
 }
 
 // keyTTL is the granted TTL of key's lease, -1 without one.

@@ -160,43 +160,13 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration, p
 		return fail(e, exitFailure, "%v", err)
 	}
 	defer dp.stop()
-	var t timeline
-	var stoppedTo group.State
+	start := s.drillFailover
 	if kind == "handoff" {
-		res, code := s.handoff(e, to, true, timeout)
-		if code != exitOK {
-			return code
-		}
-		t = timeline{requested: res.requested, oldNode: res.from, newNode: res.to}
-		stoppedTo = group.UnitsDown
-	} else {
-		cs, err := s.cluster(e)
-		if err != nil {
-			return fail(e, exitFailure, "%v", err)
-		}
-		switch {
-		case cs.Control.Freeze != nil:
-			return fail(e, exitConfig, "refused: the group is frozen (%s); unfreeze first", cs.Control.Freeze.Reason)
-		case cs.Leader == "":
-			return fail(e, exitFailure, "refused: no member holds the lease right now")
-		case len(successors(cs, time.Now())) == 0:
-			return fail(e, exitConfig, "refused: no standby member could take over; the drill would leave the group without units")
-		}
-		d := group.Drill{ID: group.NewID(), Kind: "failover", Token: cs.Token, At: time.Now()}
-		ctx, cancel := s.ctx(e)
-		err = group.RequestDrill(ctx, s.cli, s.keys, d, 4*s.cfg.Lease.TTL)
-		cancel()
-		if err != nil {
-			return fail(e, exitFailure, "%v", err)
-		}
-		fmt.Fprintf(e.stdout, "failover drill %s: asked %s (token %d) to fence as if its renewals had failed; the others must wait out its lease (%s)\n",
-			d.ID, cs.Leader, cs.Token, s.cfg.Lease.TTL)
-		ncs, err := s.waitNewLeader(e, cs.Token, "", timeout)
-		if err != nil {
-			return fail(e, exitDrillFailed, "drill %s: %v", d.ID, err)
-		}
-		t = timeline{requested: d.At, oldNode: cs.Leader, newNode: ncs.Leader}
-		stoppedTo = group.Fenced
+		start = func(e env, timeout time.Duration) (timeline, group.State, int) { return s.drillHandoff(e, to, timeout) }
+	}
+	t, stoppedTo, code := start(e, timeout)
+	if code != exitOK {
+		return code
 	}
 	s.fill(e, &t, stoppedTo)
 	s.fillHandover(e, &t)
@@ -213,12 +183,77 @@ func (s *session) drill(e env, kind, to string, expect, timeout time.Duration, p
 	fmt.Fprintf(e.stdout, "drill %s: %s -> %s\n", kind, t.oldNode, t.newNode)
 	t.print(e.stdout)
 	dp.print(e.stdout)
+	ev := action("drill-result", t.oldNode, kind)
 	if bad := append(t.check(expect), dp.problems()...); len(bad) > 0 {
 		for _, b := range bad {
 			fmt.Fprintln(e.stdout, "FAIL:", b)
 		}
+		ev.Outcome = "FAIL: " + strings.Join(bad, "; ")
+		s.record(e, ev)
 		return exitDrillFailed
 	}
+	ev.Outcome = fmt.Sprintf("PASS: %s -> %s", t.oldNode, t.newNode)
+	s.record(e, ev)
 	fmt.Fprintln(e.stdout, "PASS: old units stopped before the new leader won the lease")
 	return exitOK
+}
+
+// drillHandoff requests a handoff (refused, exit 2, as the handoff
+// command refuses it) and waits for the new leader; a new leader that does
+// not come within timeout fails the drill (exit 7), as in drillFailover.
+func (s *session) drillHandoff(e env, to string, timeout time.Duration) (timeline, group.State, int) {
+	res, code := s.handoff(e, handoffArgs{to: to, reason: "drill handoff", wait: true, timeout: timeout})
+	if code != exitOK {
+		return timeline{}, "", code
+	}
+	fmt.Fprintf(e.stdout, "handoff drill %s: asked %s (token %d) to step down for %s\n", res.id, res.from, res.oldToken, orAny(to))
+	ncs, err := s.waitNewLeader(e, res.oldToken, to, timeout)
+	if err != nil {
+		ev := action("drill-result", res.from, "handoff")
+		ev.Outcome = "FAIL: " + err.Error()
+		s.record(e, ev)
+		return timeline{}, "", fail(e, exitDrillFailed, "drill %s: %v; the request stands until it expires at %s (in %s): `kha-supervisor handoff --cancel` withdraws it",
+			res.id, err, stamp(res.expires), time.Until(res.expires).Round(time.Second))
+	}
+	s.clearFulfilled(e, res.id)
+	return timeline{requested: res.requested, oldNode: res.from, newNode: ncs.Leader}, group.UnitsDown, exitOK
+}
+
+// drillFailover asks the leader to fence and waits for the new leader.
+func (s *session) drillFailover(e env, timeout time.Duration) (timeline, group.State, int) {
+	cs, err := s.cluster(e)
+	if err != nil {
+		return timeline{}, "", fail(e, exitFailure, "%v", err)
+	}
+	switch {
+	case cs.Control.Freeze != nil:
+		return timeline{}, "", fail(e, exitConfig, "refused: the group is frozen (%s); unfreeze first", cs.Control.Freeze.Reason)
+	case cs.Leader == "":
+		return timeline{}, "", fail(e, exitConfig, "refused: no member holds the lease right now; nothing to drill")
+	case len(successors(cs, time.Now())) == 0:
+		return timeline{}, "", fail(e, exitConfig, "refused: no standby member could take over; the drill would leave the group without units")
+	}
+	d := group.Drill{ID: group.NewID(), Kind: "failover", Token: cs.Token, At: time.Now()}
+	ctx, cancel := s.ctx(e)
+	err = group.RequestDrill(ctx, s.cli, s.keys, d, 4*s.cfg.Lease.TTL)
+	cancel()
+	switch {
+	case errors.Is(err, group.ErrLeadershipOver):
+		return timeline{}, "", fail(e, exitConfig, "refused: %s stepped down meanwhile (token %d is over); nothing requested", cs.Leader, cs.Token)
+	case err != nil:
+		return timeline{}, "", fail(e, exitFailure, "%v", err)
+	}
+	ev := action("drill-failover", cs.Leader, "")
+	ev.Token, ev.Outcome = cs.Token, "requested "+d.ID+": the leader fences as if its renewals had failed"
+	s.record(e, ev)
+	fmt.Fprintf(e.stdout, "failover drill %s: asked %s (token %d) to fence as if its renewals had failed; the others must wait out its lease (%s)\n",
+		d.ID, cs.Leader, cs.Token, s.cfg.Lease.TTL)
+	ncs, err := s.waitNewLeader(e, cs.Token, "", timeout)
+	if err != nil {
+		ev := action("drill-result", cs.Leader, "failover")
+		ev.Outcome = "FAIL: " + err.Error()
+		s.record(e, ev)
+		return timeline{}, "", fail(e, exitDrillFailed, "drill %s: %v", d.ID, err)
+	}
+	return timeline{requested: d.At, oldNode: cs.Leader, newNode: ncs.Leader}, group.Fenced, exitOK
 }

@@ -39,13 +39,13 @@ var exitCodes = []struct {
 	text string
 }{
 	{exitOK, "success; for `run`, a graceful stop (units stopped, lease released)"},
-	{exitFailure, "runtime failure (etcd or systemd unreachable, I/O error)"},
-	{exitConfig, "bad configuration or usage (unknown command, flag or argument; refused operator request); nothing was changed"},
+	{exitFailure, "runtime failure (etcd or systemd unreachable, I/O error); `handoff --wait`: no new leader within --timeout (the request stands until it expires)"},
+	{exitConfig, "bad configuration or usage (unknown command, flag or argument); a refused operator request (frozen, no leader, a request already in force, nothing to undo, an unknown node or cluster); nothing was changed"},
 	{exitFenced, "`run`: fenced — the lease could not be proven; units stopped; systemd restarts it as standby"},
 	{exitFenceFailed, "`run`: fenced, but a unit could not be confirmed stopped (look at the node)"},
 	{exitGuardRefused, "`guard`: refused — this node does not hold a valid lease"},
 	{exitGuardNoSup, "`guard`: the local supervisor is not running or not reachable"},
-	{exitDrillFailed, "`drill`: the ordering check failed or the expectation was missed"},
+	{exitDrillFailed, "`drill`: the ordering check failed, the expectation was missed, or no new leader within --timeout"},
 	{exitNoActive, "`status`: no member is active with all its units (no leader, or the leader's units are not all active)"},
 	{exitLocalBad, "`status`: this node (the configuration file's `node`) has no member record, or is fencing, stopped or in cooldown"},
 }

@@ -87,7 +87,7 @@ func TestStatusHandoffBanHistory(t *testing.T) {
 	if code, _ = cli(t, w, "unban", leader.Name); code != exitOK {
 		t.Fatalf("unban: %d", code)
 	}
-	if code, out = cli(t, w, "unban", leader.Name); code != exitOK || !strings.Contains(out, "was not banned") {
+	if code, out = cli(t, w, "unban", leader.Name); code != exitConfig || !strings.Contains(out, "not banned") {
 		t.Fatalf("second unban: %d %q", code, out)
 	}
 	supervisortest.AssertNoOverlap(t, a, b)

@@ -23,7 +23,7 @@ func statusCommand(e env) *cobra.Command {
 		Use:     "status",
 		GroupID: groupGroup,
 		Short:   "show the leader and every member, from etcd",
-		Long: `Print the group as etcd knows it now: the leader, its fencing token and the time left on its lease (read live from etcd), and for every member its host, role, state, units, token, the age of its record, version, and ban or cooldown expiry.
+		Long: `Print the group as etcd knows it now: the leader, its fencing token and the time left on its lease (read live from etcd), and for every member its host, role, state, units, token, the age of its record, version, and ban or cooldown expiry; above it the freeze, every ban and the handoff request in force, with who asked, why, since and until when.
 Units show as "2/2 active"; -o wide lists each unit's state, -o json (or --json) prints JSON. --watch prints the status again every --interval until interrupted.
 Warns when no member is eligible to run the units, and hints at a wrong cluster or etcd.prefix when no member is registered.
 Exit status 8 when no member is active with all its units, 9 when this node (the configuration file's node) has no member record or is fencing, stopped or in cooldown; 0 otherwise.`,
@@ -180,13 +180,7 @@ func printStatus(w io.Writer, cs group.ClusterStatus, now time.Time, wide bool) 
 	if l := apiFenceClusterLine(cs); l != "" { // apifence.go
 		fmt.Fprintln(w, l)
 	}
-	if f := cs.Control.Freeze; f != nil {
-		fmt.Fprintf(w, "*** FROZEN (maintenance) since %s by %s: %s — no promotion, no handoff; fencing stays armed ***\n",
-			stamp(f.At), f.By, f.Reason)
-	}
-	if h := cs.Control.Handoff; h != nil {
-		fmt.Fprintf(w, "handoff %s under way: from %s to %s\n", h.ID, h.From, orAny(h.To))
-	}
+	printControl(w, cs, now) // records.go
 	if len(cs.Members) > 0 && len(eligible(cs, now, "")) == 0 {
 		fmt.Fprintln(w, "WARNING: no member is eligible to run the units (every member is banned, in cooldown or not standby, or the group is frozen without an active leader)")
 	}
