@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -212,24 +213,20 @@ func (p *Publisher) Read(ctx context.Context) (int64, error) {
 	return 0, errors.Join(errs...)
 }
 
-// confirm polls one apiserver until its admission (which reads the
-// parameter from an informer cache) admits the new token and refuses the
-// stale one, or until two attempts in a row found it unable to store a
-// write (excused).
+// confirm polls one apiserver until its admission (the policy reading
+// the parameter from an informer cache, the webhook reading it from etcd)
+// admits the new token and refuses the stale one, or until two attempts in
+// a row found it unable to store a managed write (excused). Each attempt
+// sends the two probes and the readiness check at once, so that a silent
+// apiserver costs two attemptTimeouts, not four.
 func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale int64) (excused bool, err error) {
-	var last string
 	unable := 0
 	for {
-		okNew, newErr := probe(ctx, ep, token)
-		var okOld bool
-		var oldErr error
-		if answered(newErr) {
-			okOld, oldErr = probe(ctx, ep, stale)
-			if okNew && !okOld && IsPolicyDenial(oldErr) {
-				return false, nil
-			}
+		a := attempt(ctx, ep, token, stale)
+		if a.confirmed() {
+			return false, nil
 		}
-		if etcdDown(ctx, ep) {
+		if a.unable() {
 			unable++
 		} else {
 			unable = 0
@@ -237,18 +234,52 @@ func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale i
 		if unable >= 2 {
 			return true, nil
 		}
-		last = fmt.Sprintf("token %d: %s; token %d: %s", token, answer(okNew, newErr), stale, answer(okOld, oldErr))
 		if err := sleep(ctx, p.poll()); err != nil {
-			return false, fmt.Errorf("%w (last: %s)", err, last)
+			return false, fmt.Errorf("%w (last: token %d: %s; token %d: %s)", err, token, answer(a.okNew, a.newErr), stale, answer(a.okOld, a.oldErr))
 		}
 	}
 }
 
-// answered reports whether the apiserver answered (admitted, or refused
-// with a status), as opposed to a request that got no answer.
-func answered(err error) bool {
-	var st apierrors.APIStatus
-	return err == nil || errors.As(err, &st)
+// tried is one confirmation attempt on one apiserver.
+type tried struct {
+	okNew, okOld   bool
+	newErr, oldErr error
+	etcdDown       bool
+}
+
+// attempt runs the new-token probe, the stale-token probe and the
+// readiness check concurrently.
+func attempt(ctx context.Context, ep *rest.Config, token, stale int64) tried {
+	var a tried
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); a.okNew, a.newErr = probe(ctx, ep, token) }()
+	go func() { defer wg.Done(); a.okOld, a.oldErr = probe(ctx, ep, stale) }()
+	go func() { defer wg.Done(); a.etcdDown = etcdDown(ctx, ep) }()
+	wg.Wait()
+	return a
+}
+
+// confirmed: the new token admitted, the stale one refused by the fence.
+func (a tried) confirmed() bool {
+	return a.okNew && !a.okOld && IsPolicyDenial(a.oldErr)
+}
+
+// unable: the apiserver cannot store a managed write now. Its readiness
+// check gets no answer or says its etcd fails, or it cannot call the token
+// webhook (its node's supervisor is stopped): with failurePolicy Fail it
+// then refuses every managed write, and once the webhook answers again it
+// judges by the parameter read from etcd.
+func (a tried) unable() bool {
+	return a.etcdDown || (IsWebhookUnreachable(a.newErr) && !a.okOld)
+}
+
+// IsWebhookUnreachable reports whether err is an apiserver's answer that
+// it could not call the token webhook (failed calling webhook
+// "kha-fencing-token.kha.io": connection refused, timeout, bad
+// certificate). Such an apiserver refuses the write (failurePolicy Fail).
+func IsWebhookUnreachable(err error) bool {
+	return err != nil && apierrors.IsInternalError(err) && strings.Contains(err.Error(), `failed calling webhook "`+WebhookName+`"`)
 }
 
 // etcdDown reports whether the apiserver cannot store a write now: it does
@@ -260,7 +291,7 @@ func etcdDown(ctx context.Context, ep *rest.Config) bool {
 	if err != nil {
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(ep.Host, "/")+"/readyz?verbose", nil)
 	if err != nil {
@@ -285,9 +316,12 @@ func answer(ok bool, err error) string {
 	return err.Error()
 }
 
-// probeTimeout bounds one confirmation request: an apiserver that does not
-// answer within it counts as unreachable for that attempt.
-const probeTimeout = 2 * time.Second
+// attemptTimeout bounds one confirmation attempt (its requests run at
+// once): an apiserver whose readiness check does not answer within it
+// counts as unreachable for that attempt. A loopback or LAN apiserver
+// answers a dry run in milliseconds; two silent attempts excuse it in
+// about 2 s of the 10 s confirm_timeout.
+const attemptTimeout = time.Second
 
 // probe sends a dry-run event create as ProbeUser with the token extra and
 // reports whether it was admitted.
@@ -298,7 +332,7 @@ func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	now := metav1.NewTime(time.Now())
 	ev := &kubeapi.Event{
