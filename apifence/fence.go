@@ -92,12 +92,16 @@ func New(o Options) (*Fence, error) {
 	}
 	closed := gate.TermFunc(func() gate.Term { return gate.Term{Reason: "the supervisor is starting"} })
 	f.term.Store(&closed)
+	var refused func(int, []byte) bool
+	if o.Mode == ModeToken {
+		refused = IsFenceRefusal
+	}
 	for _, spec := range o.Gates {
 		serving, err := ca.Serving(spec.Unit)
 		if err == nil {
 			var g *gate.Gate
 			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
-				Upstreams: o.Upstreams, Term: f.gateTerm, Log: o.Log})
+				Upstreams: o.Upstreams, Refused: refused, Term: f.gateTerm, Log: o.Log})
 			f.gates = append(f.gates, g)
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package apifence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -351,6 +352,25 @@ func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
 // webhook's: its name contains PolicyName, and it answers 422 Invalid too).
 func IsPolicyDenial(err error) bool {
 	return err != nil && apierrors.IsInvalid(err) && strings.Contains(err.Error(), PolicyName)
+}
+
+// IsFenceRefusal recognises the token fence's refusal in an apiserver's
+// answer (status and body): 422 naming the policy or the webhook. Admission
+// refused the request, so nothing was stored; the gates of token mode send
+// such a write on to the next apiserver (failover.Options.Refused): the one
+// that refused may only have a stale admission cache (an apiserver that
+// regained etcd), and the next judges the token by the webhook's read of
+// the parameter, so a stale token is refused there too.
+func IsFenceRefusal(status int, body []byte) bool {
+	if status != http.StatusUnprocessableEntity {
+		return false
+	}
+	var st metav1.Status
+	if json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonInvalid {
+		return false
+	}
+	return strings.Contains(st.Message, "ValidatingAdmissionPolicy '"+PolicyName+"'") ||
+		strings.Contains(st.Message, `admission webhook "`+WebhookName+`" denied`)
 }
 
 func (p *Publisher) poll() time.Duration {
