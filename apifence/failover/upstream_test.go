@@ -154,7 +154,9 @@ func TestRefusedGoesToTheNextApiserver(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s
 	}
-	isRefusal := func(status int, body []byte) bool { return status == 422 && strings.Contains(string(body), "stale cache") }
+	isRefusal := func(status int, body []byte) bool {
+		return status == 422 && strings.Contains(string(body), "stale cache")
+	}
 	var h1, h2, h3 atomic.Int64
 	stale := refusing("stale", "stale cache", &h1)
 	invalid := refusing("invalid", "spec.x: Invalid value", &h3)
