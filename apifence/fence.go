@@ -201,7 +201,7 @@ func (f *Fence) Publish(ctx context.Context, token int64) error {
 		f.held.Store(token)
 		f.handover.Store(&Handover{Token: token, Previous: p.Previous, At: time.Now(), Took: p.Took})
 		if len(p.Excused) > 0 {
-			f.log.Warn("fencing token confirmed on every apiserver that can store a write; not on these (unreachable, or their etcd check fails)",
+			f.log.Warn("fencing token confirmed on every apiserver that can store a write; not on these (unreachable, their etcd check failing, or unable to call the token webhook)",
 				"token", token, "excused", p.Excused)
 		}
 		f.log.Info("fencing token published and confirmed", "token", token, "previous", p.Previous,
