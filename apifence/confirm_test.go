@@ -186,7 +186,7 @@ func TestConfirmExcusesASilentApiserverWithinTwoAttempts(t *testing.T) {
 	if len(got.Excused) != 1 {
 		t.Fatalf("excused %v, want the silent apiserver", got.Excused)
 	}
-	// Two attempts of 1 s each; 4 s leaves room for a loaded machine and
+	// Two attempts of one readiness timeout (1 s) each; 4 s leaves room for a loaded machine and
 	// still fails the sequential 2 x (2 s + 2 s).
 	if got.Took > 4*time.Second {
 		t.Fatalf("excusing a silent apiserver took %s, want about 2 s (two attempts, their requests at once)", got.Took.Round(time.Millisecond))

@@ -218,8 +218,10 @@ func (p *Publisher) Read(ctx context.Context) (int64, error) {
 // the parameter from an informer cache, the webhook reading it from etcd)
 // admits the new token and refuses the stale one, or until two attempts in
 // a row found it unable to store a managed write (excused). Each attempt
-// sends the two probes and the readiness check at once, so that a silent
-// apiserver costs two attemptTimeouts, not four.
+// sends the two probes and the readiness check at once, and gives up its
+// probes when the readiness check finds the apiserver unable, so that a
+// silent apiserver costs two readyTimeouts (about 2 s), not two rounds of
+// four requests one after the other (about 8 s).
 func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale int64) (excused bool, err error) {
 	unable := 0
 	for {
@@ -249,14 +251,21 @@ type tried struct {
 }
 
 // attempt runs the new-token probe, the stale-token probe and the
-// readiness check concurrently.
+// readiness check concurrently. An apiserver whose readiness check finds
+// it unable (no answer within readyTimeout, or its etcd check failing) has
+// its probes cancelled: they cannot make it confirm in this attempt any
+// more than they could make it store a write.
 func attempt(ctx context.Context, ep *rest.Config, token, stale int64) tried {
 	var a tried
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); a.okNew, a.newErr = probe(ctx, ep, token) }()
-	go func() { defer wg.Done(); a.okOld, a.oldErr = probe(ctx, ep, stale) }()
-	go func() { defer wg.Done(); a.etcdDown = etcdDown(ctx, ep) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); a.okNew, a.newErr = probe(pctx, ep, token) }()
+	go func() { defer wg.Done(); a.okOld, a.oldErr = probe(pctx, ep, stale) }()
+	if a.etcdDown = etcdDown(ctx, ep); a.etcdDown {
+		cancel()
+	}
 	wg.Wait()
 	return a
 }
@@ -292,7 +301,7 @@ func etcdDown(ctx context.Context, ep *rest.Config) bool {
 	if err != nil {
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(ep.Host, "/")+"/readyz?verbose", nil)
 	if err != nil {
@@ -317,12 +326,16 @@ func answer(ok bool, err error) string {
 	return err.Error()
 }
 
-// attemptTimeout bounds one confirmation attempt (its requests run at
-// once): an apiserver whose readiness check does not answer within it
-// counts as unreachable for that attempt. A loopback or LAN apiserver
-// answers a dry run in milliseconds; two silent attempts excuse it in
-// about 2 s of the 10 s confirm_timeout.
-const attemptTimeout = time.Second
+// probeTimeout bounds one confirmation probe: a dry run that passes the
+// policy and the webhook (its read of the parameter from etcd), or waits
+// for the policy's informer to sync.
+const probeTimeout = 2 * time.Second
+
+// readyTimeout bounds the readiness check of one confirmation attempt: an
+// apiserver that does not answer it within that counts as unreachable for
+// the attempt. An apiserver answers /readyz in milliseconds; two silent
+// attempts excuse it in about 2 s of the 10 s confirm_timeout.
+const readyTimeout = time.Second
 
 // probe sends a dry-run event create as ProbeUser with the token extra and
 // reports whether it was admitted.
@@ -333,7 +346,7 @@ func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	now := metav1.NewTime(time.Now())
 	ev := &kubeapi.Event{
