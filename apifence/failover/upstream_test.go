@@ -138,3 +138,54 @@ func TestNewRefusesNoneAndBadHosts(t *testing.T) {
 		t.Errorf("bad host: %v", err)
 	}
 }
+
+// A refusal that Options.Refused recognises sends the request on to the
+// next apiserver, whole; any other answer is the answer; when every
+// apiserver refuses, the last refusal comes back with its body.
+func TestRefusedGoesToTheNextApiserver(t *testing.T) {
+	refusing := func(name, msg string, hits *atomic.Int64) *httptest.Server {
+		s := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			_, _ = io.ReadAll(r.Body)
+			w.Header().Set("X-Server", name)
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = io.WriteString(w, msg)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	isRefusal := func(status int, body []byte) bool {
+		return status == 422 && strings.Contains(string(body), "stale cache")
+	}
+	var h1, h2, h3 atomic.Int64
+	stale := refusing("stale", "stale cache", &h1)
+	invalid := refusing("invalid", "spec.x: Invalid value", &h3)
+	live := server(t, "live", &h2)
+
+	set, err := New([]*rest.Config{cfg(stale), cfg(live)}, Options{Refused: isRefusal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, body, err := post(t, set, "write-1"); err != nil || who != "live" || body != "write-1" {
+		t.Fatalf("after a refusal: %q %q %v, want the write whole at live", who, body, err)
+	}
+	if h1.Load() != 1 || h2.Load() != 1 {
+		t.Fatalf("hits stale %d live %d, want 1 and 1", h1.Load(), h2.Load())
+	}
+
+	set, err = New([]*rest.Config{cfg(invalid), cfg(live)}, Options{Refused: isRefusal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, body, err := post(t, set, "write-2"); err != nil || who != "invalid" || body != "spec.x: Invalid value" {
+		t.Fatalf("another 422: %q %q %v, want it returned as it came", who, body, err)
+	}
+
+	set, err = New([]*rest.Config{cfg(stale), cfg(stale)}, Options{Refused: isRefusal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, body, err := post(t, set, "write-3"); err != nil || who != "stale" || body != "stale cache" {
+		t.Fatalf("every apiserver refuses: %q %q %v, want the last refusal", who, body, err)
+	}
+}

@@ -78,7 +78,11 @@ type Config struct {
 	// apiserver, in order of preference; a request goes to the first that
 	// gives a connection (package failover).
 	Upstreams []*rest.Config
-	Term      TermFunc
+	// Refused, if set, is failover.Options.Refused: in token mode the
+	// fence's 422 from an apiserver whose cache is behind sends the
+	// request on to the next apiserver.
+	Refused func(status int, body []byte) bool
+	Term    TermFunc
 	// Reviewer checks bearer tokens; nil builds a cached TokenReview client
 	// from Upstream.
 	Reviewer Reviewer
@@ -117,7 +121,7 @@ func Listen(cfg Config) (*Gate, error) {
 		ups[i] = rest.CopyConfig(u)
 		ups[i].DisableCompression = true
 	}
-	base, err := failover.New(ups, failover.Options{})
+	base, err := failover.New(ups, failover.Options{Refused: cfg.Refused})
 	if err != nil {
 		return nil, fmt.Errorf("gate %s: %w", cfg.Unit, err)
 	}
