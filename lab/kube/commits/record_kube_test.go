@@ -110,6 +110,7 @@ func TestRecordRealCommits(t *testing.T) {
 	}
 
 	clean := record("clean", func() {
+		w.adminPod() // the prober's writes: not the managed components'
 		w.bind(0, "1", "p-0")
 		w.createOwned(0, "1", rsUID, "")
 		w.event(0, "1", "p-0", "")
@@ -227,6 +228,20 @@ func (w *writers) setup() string {
 		}
 	}
 	return string(rs.UID)
+}
+
+// adminPod creates and deletes a pod as the admin, as the prober does.
+func (w *writers) adminPod() {
+	ctx := w.t.Context()
+	admin := w.client(0, "admin", "", "")
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "admin-0"}, Spec: podSpec()}
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	zero := int64(0)
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 func (w *writers) bind(i int, token, pod string) {
