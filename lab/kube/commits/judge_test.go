@@ -114,6 +114,28 @@ func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
 	}
 }
 
+// A create made by an apply (PATCH) or an update that creates is the
+// request's, not a ghost.
+func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
+	c := loadCase(t, "clean")
+	rep := c.Judge(t)
+	var pod Commit
+	for _, k := range rep.Commits {
+		if k.Master == "m1" && k.Role == audit.ControllerManager {
+			pod = k
+		}
+	}
+	for i, l := range c.Audit["m1"] {
+		if strings.Contains(l, `"verb":"create"`) && strings.Contains(l, `"resource":"pods","namespace"`) {
+			l = strings.Replace(l, `"verb":"create"`, `"verb":"patch"`, 1)
+			c.Audit["m1"][i] = strings.Replace(l, `"name":""`, `"name":"`+pod.Object.Name+`"`, 1)
+		}
+	}
+	if rep := c.Judge(t); len(rep.Ghosts) != 0 || len(rep.Commits) != 6 {
+		t.Errorf("%s created by a patch: ghosts %v", pod.Object.Name, rep.Ghosts)
+	}
+}
+
 // A value the judge cannot decode fails the judgement instead of passing
 // as a history without late commits.
 func TestJudgeUnreadableValueIsAProblem(t *testing.T) {

@@ -115,6 +115,9 @@ type objKey struct{ resource, namespace, name string }
 func writes(e audit.Event, o Object) bool {
 	switch o.Kind {
 	case Create:
+		if (e.Verb == "update" || e.Verb == "patch") && e.Subresource == "" && e.Name != "" {
+			return true // create on update, server-side apply
+		}
 		if e.Verb != "create" || e.Subresource != "" {
 			return false
 		}
