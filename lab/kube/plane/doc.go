@@ -227,6 +227,19 @@ controller-manager (its controllers' service accounts) were accepted from both m
 address), plus the harm: 409s "already assigned" on ` + "`pods/binding`" + ` (double binding attempts) and ReplicaSet pods
 beyond replicas. A trial passes only with zero of each. A leader-election trial with such an overlap is marked
 "le finding": what the comparison measures, not a failure of the lab.
+
+**At etcd** (` + "`lab/kube/commits`" + `): every trial also records what etcd committed under the plane's prefix, from
+the revision just before the fault (a watch from that revision with the previous values, run while the trial does,
+read up to etcd's revision at the judgement), decodes each value as the apiserver stored it (protobuf behind
+` + "`k8s\\x00`" + `), and pairs each write with the request that made it in the audit logs (same object, a verb that writes it
+that way, accepted or answered 5xx; a create with a generated name by its creationTimestamp) or, without one, with
+the writer the object names (a binding is the scheduler's, a ReplicaSet-owned pod the controller-manager's, an
+event or Lease its component and host). A term is the fencing token the requests carried (gate and token modes),
+else the writing master. A **late commit** is a write of a term at a higher revision than the next term's first
+write (without tokens: its request also arrived before that first write was answered); a **ghost write** is one
+etcd committed that no accepted request answered (504, or no audit entry). A trial passes only with zero late
+commits (and a history the judge could read); ghost writes are reported, not failed: they came before the next
+term or they are late commits as well.
 `)
 }
 

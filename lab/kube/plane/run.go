@@ -141,6 +141,17 @@ type Result struct {
 	// what the comparison measures, not a failure of the lab.
 	Finding string `json:"finding,omitempty"`
 	Pass    bool   `json:"pass"`
+
+	// The judge at etcd (commits.go): what etcd committed of the managed
+	// components' writes from just before the fault. LateCommits: writes
+	// of a term committed after the next term's first write (any fails
+	// the trial); GhostWrites: committed without an accepted audit entry
+	// (reported: the audit judge does not see them).
+	Etcd        string   `json:"etcd,omitempty"`
+	LateCommits int      `json:"late_commits"`
+	LateList    []string `json:"late_list,omitempty"`
+	GhostWrites int      `json:"ghost_writes"`
+	GhostList   []string `json:"ghost_list,omitempty"`
 }
 
 // Handoff is one component's handoff at the resource, in milliseconds

@@ -59,6 +59,11 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 		}
 	}
 	r.Prober.ResetExtra()
+	// The judge at etcd reads etcd's history from here (commits.go).
+	rec, err := r.P.recordCommits(ctx)
+	if err != nil {
+		fail("etcd judge: %v", err)
+	}
 	res.FaultAt = time.Now()
 	heal, err := s.Inject(ctx, t)
 	if err != nil {
@@ -98,13 +103,10 @@ func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Res
 	end := time.Now()
 	r.judge(ctx, &res, end)
 	r.judgeFence(s, t, &res, end)
+	r.judgeCommits(ctx, rec, &res, end)
 	res.Notes = append(res.Notes, t.Notes...)
 	res.Notes = append(res.Notes, r.hostFlakes(ctx, res.FaultAt, end)...)
-	harm := len(res.Overlaps) > 0 || res.DoubleBind > 0 || res.ExtraRS > 0 || res.Stale > 0
-	res.Pass = len(res.Problems) == 0 && !harm
-	if harm && mode.LeaderElect {
-		res.Finding = "leader election let both masters' writes through (no fencing)"
-	}
+	res.verdict(mode)
 	return res
 }
 

@@ -1,0 +1,212 @@
+package commits
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+)
+
+// The stored recordings (testdata/, TestRecordEtcdCommits): etcd's own
+// revisions of a clean handoff, of one whose old term's writes were held
+// in a partitioned connection and committed after the new term's first
+// write, and of one whose answer was lost (504) though etcd committed.
+
+func TestJudgeCleanRecording(t *testing.T) { checkClean(t, loadCase(t, "clean").Judge(t)) }
+
+func TestJudgeCatchesLateCommits(t *testing.T) { checkLate(t, loadCase(t, "late").Judge(t)) }
+
+func TestJudgeFindsGhostWrite(t *testing.T) { checkGhost(t, loadCase(t, "ghost").Judge(t)) }
+
+// Every recorded value decodes as what it is, and the admin's own pod
+// (created and deleted, no managed writer) is no managed commit.
+func TestDecodeRecordedWrites(t *testing.T) {
+	c := loadCase(t, "clean")
+	kinds := map[string]int{}
+	for _, w := range c.Recording.Writes {
+		o, err := Decode(c.Recording.Prefix, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Name == "" || !strings.HasSuffix(w.Key, "/"+o.Path()) {
+			t.Errorf("rev %d %s: decoded as %+v", w.Rev, w.Key, o)
+		}
+		if o.Namespace == ns { // a real apiserver also renews its own Leases meanwhile
+			kinds[o.Resource+" "+o.Kind+" "+o.Role]++
+		}
+	}
+	want := map[string]int{"pods create ": 1, "pods delete ": 1, "pods binding kube-scheduler": 2,
+		"pods create kube-controller-manager": 2, "events create kube-scheduler": 2}
+	for k, n := range want {
+		if kinds[k] != n {
+			t.Errorf("decoded %v, want %v", kinds, want)
+			break
+		}
+	}
+}
+
+// A judge that cannot fail is a defect: the clean recording with one of
+// m1's writes moved after m2's first write (its revision raised) must be
+// judged late, by token and, with the tokens stripped, by master.
+func TestJudgeCatchesALateCommitMovedIntoTheCleanRecording(t *testing.T) {
+	for _, strip := range []bool{false, true} {
+		c := loadCase(t, "clean")
+		evs := c.Events(t)
+		if strip {
+			evs = withoutTokens(evs)
+		}
+		rep := Judge(c.Recording, evs, Options{})
+		if len(rep.Late) != 0 {
+			t.Fatalf("tokens stripped %v: late before the mutation: %v", strip, rep.Late)
+		}
+		old, next := firstOf(t, rep, "m1", audit.Scheduler), firstOf(t, rep, "m2", audit.Scheduler)
+		moveAfter(&c.Recording, old.Write.Rev, next.Write.Rev)
+		rep = Judge(c.Recording, evs, Options{})
+		if len(rep.Late) != 1 || rep.Late[0].Object.Name != old.Object.Name || rep.Late[0].Next.Object.Name != next.Object.Name {
+			t.Errorf("tokens stripped %v: %s moved after %s: late %v", strip, old, next, rep.Late)
+		}
+	}
+}
+
+// The late recording judged by tokens (m1's requests token 1, m2's token
+// 2, as the gate sends them) finds the same two late commits; moved back
+// before m2's first write, they are not late.
+func TestJudgeLateCommitsByTokenAndInOrder(t *testing.T) {
+	c := loadCase(t, "late")
+	evs := withTokens(c.Events(t), map[string]string{"m1": "1", "m2": "2"})
+	checkLate(t, Judge(c.Recording, evs, Options{}))
+	rep := Judge(c.Recording, c.Events(t), Options{})
+	first := rep.Late[0].Next.Write.Rev
+	for _, l := range rep.Late {
+		first = min(first, l.Next.Write.Rev)
+	}
+	for i, l := range rep.Late {
+		moveBefore(&c.Recording, l.Write.Rev, first, i)
+	}
+	if rep := Judge(c.Recording, c.Events(t), Options{}); len(rep.Late) != 0 {
+		t.Errorf("writes committed before the next term's first judged late: %v", rep.Late)
+	}
+}
+
+// Without its accepted audit entry, a committed write is a ghost; the
+// ghost answered 201 is none.
+func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
+	c := loadCase(t, "clean")
+	for i, l := range c.Audit["m1"] {
+		if strings.Contains(l, `"subresource":"binding"`) {
+			c.Audit["m1"] = append(c.Audit["m1"][:i:i], c.Audit["m1"][i+1:]...)
+			break
+		}
+	}
+	rep := c.Judge(t)
+	if len(rep.Ghosts) != 1 || rep.Ghosts[0].Object.Kind != Binding || rep.Ghosts[0].Request != nil {
+		t.Fatalf("m1's binding without its audit entry: ghosts %v", rep.Ghosts)
+	}
+	if rep.Ghosts[0].Role != audit.Scheduler {
+		t.Errorf("the binding's writer from the object: %q", rep.Ghosts[0].Role)
+	}
+	g := loadCase(t, "ghost")
+	for i, l := range g.Audit["m1"] {
+		g.Audit["m1"][i] = strings.Replace(l, `"code":504`, `"code":201`, 1)
+	}
+	if rep := g.Judge(t); len(rep.Ghosts) != 0 {
+		t.Errorf("the ghost answered 201: ghosts %v", rep.Ghosts)
+	}
+}
+
+// A create made by an apply (PATCH) or an update that creates is the
+// request's, not a ghost.
+func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
+	c := loadCase(t, "clean")
+	rep := c.Judge(t)
+	var pod Commit
+	for _, k := range rep.Commits {
+		if k.Master == "m1" && k.Role == audit.ControllerManager {
+			pod = k
+		}
+	}
+	for i, l := range c.Audit["m1"] {
+		if strings.Contains(l, `"verb":"create"`) && strings.Contains(l, `"resource":"pods","namespace"`) {
+			l = strings.Replace(l, `"verb":"create"`, `"verb":"patch"`, 1)
+			c.Audit["m1"][i] = strings.Replace(l, `"name":""`, `"name":"`+pod.Object.Name+`"`, 1)
+		}
+	}
+	if rep := c.Judge(t); len(rep.Ghosts) != 0 || len(rep.Commits) != 6 {
+		t.Errorf("%s created by a patch: ghosts %v", pod.Object.Name, rep.Ghosts)
+	}
+}
+
+// A value the judge cannot decode fails the judgement instead of passing
+// as a history without late commits.
+func TestJudgeUnreadableValueIsAProblem(t *testing.T) {
+	c := loadCase(t, "late")
+	c.Recording.Writes[len(c.Recording.Writes)-1].Value = []byte("k8s\x00garbage")
+	if rep := c.Judge(t); rep.OK() || len(rep.Problems) != 1 {
+		t.Errorf("an undecodable write: ok %v, problems %v", rep.OK(), rep.Problems)
+	}
+}
+
+func firstOf(t *testing.T, rep Report, master, role string) Commit {
+	t.Helper()
+	var out []Commit
+	for _, c := range rep.Commits {
+		if c.Master == master && c.Role == role {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no %s commit of %s in %v", role, master, rep.Commits)
+	}
+	if master == "m1" {
+		return out[len(out)-1] // the old term's last
+	}
+	return out[0] // the new term's first
+}
+
+// moveAfter gives the write at rev a revision just after next's.
+func moveAfter(r *Recording, rev, next int64) {
+	for i := range r.Writes {
+		if r.Writes[i].Rev == rev {
+			r.Writes[i].Rev, r.Writes[i].CreateRev = next+1, fixCreate(r.Writes[i], next+1)
+		} else if r.Writes[i].Rev > next {
+			r.Writes[i].Rev, r.Writes[i].CreateRev = r.Writes[i].Rev+1, fixCreate(r.Writes[i], r.Writes[i].Rev+1)
+		}
+	}
+}
+
+// moveBefore gives the write at rev a revision before first (the i-th of
+// those moved), as if etcd had committed it before the next term's write.
+func moveBefore(r *Recording, rev, first int64, i int) {
+	for k := range r.Writes {
+		if r.Writes[k].Rev == rev {
+			nr := first - 1 - int64(i) // below first, apart from the others moved
+			r.Writes[k].Rev, r.Writes[k].CreateRev = nr, fixCreate(r.Writes[k], nr)
+		}
+	}
+}
+
+// fixCreate keeps a create a create at its new revision.
+func fixCreate(w Write, rev int64) int64 {
+	if w.CreateRev == w.Rev {
+		return rev
+	}
+	return w.CreateRev
+}
+
+func withoutTokens(evs []audit.Event) []audit.Event {
+	out := make([]audit.Event, len(evs))
+	for i, e := range evs {
+		e.Impersonator, e.Token = "", nil
+		out[i] = e
+	}
+	return out
+}
+
+func withTokens(evs []audit.Event, tokens map[string]string) []audit.Event {
+	out := make([]audit.Event, len(evs))
+	for i, e := range evs {
+		e.Impersonator, e.Token = "kha-supervisor", []string{tokens[e.Server]}
+		out[i] = e
+	}
+	return out
+}

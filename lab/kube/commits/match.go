@@ -1,0 +1,148 @@
+package commits
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+)
+
+// match finds, for each commit, the request that made it among the audit
+// events: the same object and a verb that writes it that way, a request
+// the apiserver accepted (it wrote, unless it was a no-op update) or one
+// whose answer does not say it wrote nothing (a timeout or an internal
+// error: 5xx, or none). One request makes one write: the commits and the
+// requests are paired by a maximum matching (augmenting paths), each
+// commit trying its candidates in order of preference: accepted first,
+// then the closest in time (a create's creationTimestamp, else the first
+// received). Creates, bindings and deletes are one write per object, so
+// their pairing is exact unless the audit log names no object (a create
+// with generateName: paired by the creationTimestamp, which has seconds);
+// several updates of one object pair in the order of their requests.
+func match(commits []Commit, evs []audit.Event) {
+	byObj := map[objKey][]int{}
+	var collections []int // deletecollection: one request, many writes
+	for i, e := range evs {
+		if !e.Write() || e.DryRun || !(e.Accepted() || mayHaveWritten(e)) {
+			continue
+		}
+		if e.Verb == "deletecollection" {
+			collections = append(collections, i)
+			continue
+		}
+		k := objKey{e.Resource, e.Namespace, e.Name}
+		byObj[k] = append(byObj[k], i)
+	}
+	cands := make([][]int, len(commits))
+	for i, c := range commits {
+		o := c.Object
+		all := byObj[objKey{o.Resource, o.Namespace, o.Name}]
+		if o.Kind == Create {
+			all = append(slices.Clone(all), byObj[objKey{o.Resource, o.Namespace, ""}]...)
+		}
+		for _, j := range all {
+			if writes(evs[j], o) {
+				cands[i] = append(cands[i], j)
+			}
+		}
+		slices.SortStableFunc(cands[i], func(a, b int) int { return prefer(evs[a], evs[b], o) })
+	}
+	owner := map[int]int{} // event -> commit
+	for i := range commits {
+		augment(i, cands, owner, map[int]bool{})
+	}
+	for j, i := range owner {
+		commits[i].Request = &evs[j]
+	}
+	for i := range commits {
+		c := &commits[i]
+		if c.Request != nil || (c.Object.Kind != Delete && c.Object.Kind != Update) {
+			continue
+		}
+		for _, j := range collections {
+			if e := evs[j]; e.Resource == c.Object.Resource && e.Namespace == c.Object.Namespace {
+				c.Request = &evs[j]
+				break
+			}
+		}
+	}
+}
+
+// augment finds commit i a request, taking one from another commit that
+// can use another (Kuhn's augmenting path).
+func augment(i int, cands [][]int, owner map[int]int, seen map[int]bool) bool {
+	for _, j := range cands[i] {
+		if seen[j] {
+			continue
+		}
+		seen[j] = true
+		if k, taken := owner[j]; !taken || augment(k, cands, owner, seen) {
+			owner[j] = i
+			return true
+		}
+	}
+	return false
+}
+
+// prefer orders two candidate requests for a write of o.
+func prefer(a, b audit.Event, o Object) int {
+	if a.Accepted() != b.Accepted() {
+		if a.Accepted() {
+			return -1
+		}
+		return 1
+	}
+	if o.Kind == Create && !o.Created.IsZero() {
+		return cmp.Compare(dist(a.Received, o.Created), dist(b.Received, o.Created))
+	}
+	return a.Received.Compare(b.Received)
+}
+
+// dist is how far a request's arrival (seconds, as creationTimestamp) is
+// from the object's creation.
+func dist(received, created time.Time) time.Duration {
+	d := created.Sub(received.Truncate(time.Second))
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+type objKey struct{ resource, namespace, name string }
+
+// writes reports whether request e could have made a write of o's kind.
+func writes(e audit.Event, o Object) bool {
+	switch o.Kind {
+	case Create:
+		if (e.Verb == "update" || e.Verb == "patch") && e.Subresource == "" && e.Name != "" {
+			return true // create on update, server-side apply
+		}
+		if e.Verb != "create" || e.Subresource != "" {
+			return false
+		}
+		if e.Name != "" {
+			return true
+		}
+		// A generated name: the object was created while the request was
+		// served (creationTimestamp has seconds), and by the same role.
+		return e.Role() == o.Role && !o.Created.Before(e.Received.Truncate(time.Second)) && !o.Created.After(e.Completed)
+	case Binding:
+		return e.Verb == "create" && e.Subresource == "binding"
+	case Delete:
+		return e.Verb == "delete" && e.Subresource == "" || e.Verb == "deletecollection"
+	}
+	// Update: a graceful delete sets deletionTimestamp; a delete of an
+	// object with finalizers only updates it.
+	switch e.Verb {
+	case "update", "patch":
+		return true
+	case "delete", "deletecollection":
+		return e.Subresource == ""
+	}
+	return false
+}
+
+// mayHaveWritten: an answer that does not say the write was refused or
+// failed before reaching etcd (a timeout, an internal error, no answer).
+func mayHaveWritten(e audit.Event) bool { return e.Code == 0 || e.Code >= 500 }
