@@ -92,16 +92,12 @@ func New(o Options) (*Fence, error) {
 	}
 	closed := gate.TermFunc(func() gate.Term { return gate.Term{Reason: "the supervisor is starting"} })
 	f.term.Store(&closed)
-	var refused func(int, []byte) bool
-	if o.Mode == ModeToken {
-		refused = IsFenceRefusal
-	}
 	for _, spec := range o.Gates {
 		serving, err := ca.Serving(spec.Unit)
 		if err == nil {
 			var g *gate.Gate
 			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
-				Upstreams: o.Upstreams, Refused: refused, Term: f.gateTerm, Log: o.Log})
+				Upstreams: o.Upstreams, Term: f.gateTerm, Log: o.Log})
 			f.gates = append(f.gates, g)
 		}
 		if err != nil {
@@ -201,7 +197,7 @@ func (f *Fence) Publish(ctx context.Context, token int64) error {
 		f.held.Store(token)
 		f.handover.Store(&Handover{Token: token, Previous: p.Previous, At: time.Now(), Took: p.Took})
 		if len(p.Excused) > 0 {
-			f.log.Warn("fencing token confirmed on every apiserver that can store a write; not on these (unreachable, their etcd check failing, or unable to call the token webhook)",
+			f.log.Warn("fencing token confirmed on every apiserver that can store a write; not on these (unreachable, or their etcd check fails)",
 				"token", token, "excused", p.Excused)
 		}
 		f.log.Info("fencing token published and confirmed", "token", token, "previous", p.Previous,

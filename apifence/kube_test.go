@@ -27,7 +27,6 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
-	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/build"
 )
@@ -41,9 +40,6 @@ type plane struct {
 	audit   []string // each apiserver's audit log
 	saKey   string   // apiserver 0's service-account signing key
 	servers []*kube.APIServer
-	// etcdCut, when the plane was started with it, is apiserver 1's way to
-	// etcd (a proxy per member): Blackhole cuts that apiserver alone.
-	etcdCut *tcpproxy.Group
 
 	mu    sync.Mutex
 	pairs map[string]pki.Pair
@@ -61,13 +57,6 @@ func freePort(t *testing.T) int {
 
 func startPlane(t *testing.T) *plane {
 	t.Helper()
-	return startPlaneWith(t, false)
-}
-
-// startPlaneWith starts the plane; with cutOne, apiserver 1 reaches etcd
-// through proxies the test can blackhole (plane.etcdCut).
-func startPlaneWith(t *testing.T, cutOne bool) *plane {
-	t.Helper()
 	bins, err := build.Lookup("", build.DefaultVersion)
 	if err != nil {
 		t.Fatal(err) // the tag says the caller wants the real binaries: fail, do not skip
@@ -83,13 +72,9 @@ func startPlaneWith(t *testing.T, cutOne bool) *plane {
 	// directory, and Start re-issues them.
 	var files kube.Files
 	for i := range 2 {
-		eps := etcd.Endpoints()
-		if cutOne && i == 1 {
-			eps, p.etcdCut = etcd.ProxiedEndpoints(t)
-		}
 		s := kube.APIServer{
 			Binary: bins.Path("kube-apiserver"), Dir: filepath.Join(dir, fmt.Sprintf("apiserver-%d", i)), CA: ca,
-			Etcd: kube.Etcd{Endpoints: eps, CAFile: ca.CertFile,
+			Etcd: kube.Etcd{Endpoints: etcd.Endpoints(), CAFile: ca.CertFile,
 				CertFile: etcd.ClientCert().CertFile, KeyFile: etcd.ClientCert().KeyFile, Prefix: "/apifence-test"},
 			Address: "127.0.0.1", Port: freePort(t),
 		}

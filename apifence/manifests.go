@@ -74,18 +74,6 @@ func ManagedUsers() []string {
 type ManifestOptions struct {
 	SupervisorUsers []string // default [DefaultSupervisorUser]
 	Token           int64    // the parameter's initial token; 0 (none) admits no fenced write until a leader publishes
-	// Webhook, when its CABundle is set, adds the token webhook's
-	// registration beside the policy: token mode's authority, which reads
-	// the parameter from etcd on every fenced write, where the policy reads
-	// it from each apiserver's informer cache (docs/architecture.md, "The
-	// fence at the API server").
-	Webhook WebhookClient
-}
-
-// WebhookClient is how the apiservers call the token webhook.
-type WebhookClient struct {
-	URL      string // DefaultWebhookURL if empty
-	CABundle []byte // PEM: every node's local CA (the URL is the same on each node; each serves its own certificate)
 }
 
 // Manifests are the objects to install, in apply order.
@@ -99,7 +87,6 @@ type Manifests struct {
 	ClusterBind   *rbacv1.ClusterRoleBinding
 	Role          *rbacv1.Role
 	RoleBind      *rbacv1.RoleBinding
-	Webhook       *admv1.ValidatingWebhookConfiguration // nil unless ManifestOptions.Webhook has a CA bundle
 	supervisorSet []string
 }
 
@@ -195,9 +182,6 @@ func Build(o ManifestOptions) Manifests {
 		ObjectMeta: metav1.ObjectMeta{Name: GuardName},
 		Spec:       admv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: GuardName, ValidationActions: []admv1.ValidationAction{admv1.Deny}},
 	}
-	if len(o.Webhook.CABundle) > 0 {
-		m.Webhook = webhookConfiguration(o.Webhook)
-	}
 	m.rbac()
 	return m
 }
@@ -242,15 +226,10 @@ func (m *Manifests) rbac() {
 
 // Objects lists the manifests in apply order: RBAC first, then the
 // parameter, then the policies and bindings (the token policy's binding
-// last, so nothing is denied for a missing parameter meanwhile), then the
-// webhook's registration when there is one.
+// last, so nothing is denied for a missing parameter meanwhile).
 func (m Manifests) Objects() []any {
-	objs := []any{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind, m.Param,
+	return []any{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind, m.Param,
 		m.Guard, m.GuardBinding, m.Policy, m.Binding}
-	if m.Webhook != nil {
-		objs = append(objs, m.Webhook)
-	}
-	return objs
 }
 
 // RBAC lists only the supervisors' RBAC objects: what the gates need in
@@ -314,12 +293,7 @@ type WebhookOptions struct {
 // admins.
 func BuildWebhook(o WebhookOptions) []any {
 	m := Build(o.ManifestOptions)
-	return append(m.RBAC(), m.Param, webhookConfiguration(WebhookClient{URL: o.URL, CABundle: o.CABundle}))
-}
-
-// webhookConfiguration registers the token webhook with the policy's rule.
-func webhookConfiguration(c WebhookClient) *admv1.ValidatingWebhookConfiguration {
-	url := c.URL
+	url := o.URL
 	if url == "" {
 		url = DefaultWebhookURL
 	}
@@ -328,12 +302,12 @@ func webhookConfiguration(c WebhookClient) *admv1.ValidatingWebhookConfiguration
 	equivalent := admv1.Equivalent
 	all := admv1.AllScopes
 	timeout := int32(5)
-	return &admv1.ValidatingWebhookConfiguration{
+	cfg := &admv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
 		Webhooks: []admv1.ValidatingWebhook{{
 			Name:         WebhookName,
-			ClientConfig: admv1.WebhookClientConfig{URL: &url, CABundle: c.CABundle},
+			ClientConfig: admv1.WebhookClientConfig{URL: &url, CABundle: o.CABundle},
 			Rules: []admv1.RuleWithOperations{{
 				Operations: []admv1.OperationType{admv1.Create, admv1.Update, admv1.Delete},
 				// "*/*" matches every resource and every subresource.
@@ -355,4 +329,5 @@ func webhookConfiguration(c WebhookClient) *admv1.ValidatingWebhookConfiguration
 			}},
 		}},
 	}
+	return append(m.RBAC(), m.Param, cfg)
 }

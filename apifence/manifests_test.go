@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	admv1 "k8s.io/api/admissionregistration/v1"
 )
 
 func TestBuildParamHoldsNoTokenUntilOneIsGiven(t *testing.T) {
@@ -40,27 +38,5 @@ func TestBuildPolicyShape(t *testing.T) {
 	}
 	if !strings.Contains(m.Guard.Spec.Validations[0].Expression, `"kha-m1"`) {
 		t.Errorf("guard %q does not admit the supervisor user", m.Guard.Spec.Validations[0].Expression)
-	}
-}
-
-// Token mode's manifests register the webhook beside the policy, last (it
-// must be served before it is registered, and it refuses what the policy
-// refuses), with the policy's users and failurePolicy Fail.
-func TestBuildTokenModeRegistersTheWebhook(t *testing.T) {
-	if m := Build(ManifestOptions{}); m.Webhook != nil || slices.ContainsFunc(m.Objects(), func(o any) bool { _, ok := o.(*admv1.ValidatingWebhookConfiguration); return ok }) {
-		t.Fatal("a webhook registration without a CA bundle")
-	}
-	m := Build(ManifestOptions{Webhook: WebhookClient{CABundle: []byte("PEM")}})
-	objs := m.Objects()
-	vwc, ok := objs[len(objs)-1].(*admv1.ValidatingWebhookConfiguration)
-	if !ok || vwc != m.Webhook {
-		t.Fatalf("last object %T, want the webhook's registration", objs[len(objs)-1])
-	}
-	w := vwc.Webhooks[0]
-	if *w.ClientConfig.URL != DefaultWebhookURL || string(w.ClientConfig.CABundle) != "PEM" || *w.FailurePolicy != admv1.Fail || w.Name != WebhookName {
-		t.Errorf("webhook %+v", w)
-	}
-	if w.MatchConditions[0].Expression != m.Policy.Spec.MatchConditions[0].Expression {
-		t.Errorf("webhook's users %q differ from the policy's", w.MatchConditions[0].Expression)
 	}
 }

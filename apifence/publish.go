@@ -2,7 +2,6 @@ package apifence
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -214,22 +212,24 @@ func (p *Publisher) Read(ctx context.Context) (int64, error) {
 	return 0, errors.Join(errs...)
 }
 
-// confirm polls one apiserver until its admission (the policy reading
-// the parameter from an informer cache, the webhook reading it from etcd)
-// admits the new token and refuses the stale one, or until two attempts in
-// a row found it unable to store a managed write (excused). Each attempt
-// sends the two probes and the readiness check at once, and gives up its
-// probes when the readiness check finds the apiserver unable, so that a
-// silent apiserver costs two readyTimeouts (about 2 s), not two rounds of
-// four requests one after the other (about 8 s).
+// confirm polls one apiserver until its admission (which reads the
+// parameter from an informer cache) admits the new token and refuses the
+// stale one, or until two attempts in a row found it unable to store a
+// write (excused).
 func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale int64) (excused bool, err error) {
+	var last string
 	unable := 0
 	for {
-		a := attempt(ctx, ep, token, stale)
-		if a.confirmed() {
-			return false, nil
+		okNew, newErr := probe(ctx, ep, token)
+		var okOld bool
+		var oldErr error
+		if answered(newErr) {
+			okOld, oldErr = probe(ctx, ep, stale)
+			if okNew && !okOld && IsPolicyDenial(oldErr) {
+				return false, nil
+			}
 		}
-		if a.unable() {
+		if etcdDown(ctx, ep) {
 			unable++
 		} else {
 			unable = 0
@@ -237,59 +237,18 @@ func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale i
 		if unable >= 2 {
 			return true, nil
 		}
+		last = fmt.Sprintf("token %d: %s; token %d: %s", token, answer(okNew, newErr), stale, answer(okOld, oldErr))
 		if err := sleep(ctx, p.poll()); err != nil {
-			return false, fmt.Errorf("%w (last: token %d: %s; token %d: %s)", err, token, answer(a.okNew, a.newErr), stale, answer(a.okOld, a.oldErr))
+			return false, fmt.Errorf("%w (last: %s)", err, last)
 		}
 	}
 }
 
-// tried is one confirmation attempt on one apiserver.
-type tried struct {
-	okNew, okOld   bool
-	newErr, oldErr error
-	etcdDown       bool
-}
-
-// attempt runs the new-token probe, the stale-token probe and the
-// readiness check concurrently. An apiserver whose readiness check finds
-// it unable (no answer within readyTimeout, or its etcd check failing) has
-// its probes cancelled: they cannot make it confirm in this attempt any
-// more than they could make it store a write.
-func attempt(ctx context.Context, ep *rest.Config, token, stale int64) tried {
-	var a tried
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); a.okNew, a.newErr = probe(pctx, ep, token) }()
-	go func() { defer wg.Done(); a.okOld, a.oldErr = probe(pctx, ep, stale) }()
-	if a.etcdDown = etcdDown(ctx, ep); a.etcdDown {
-		cancel()
-	}
-	wg.Wait()
-	return a
-}
-
-// confirmed: the new token admitted, the stale one refused by the fence.
-func (a tried) confirmed() bool {
-	return a.okNew && !a.okOld && IsPolicyDenial(a.oldErr)
-}
-
-// unable: the apiserver cannot store a managed write now. Its readiness
-// check gets no answer or says its etcd fails, or it cannot call the token
-// webhook (its node's supervisor is stopped): with failurePolicy Fail it
-// then refuses every managed write, and once the webhook answers again it
-// judges by the parameter read from etcd.
-func (a tried) unable() bool {
-	return a.etcdDown || (IsWebhookUnreachable(a.newErr) && !a.okOld)
-}
-
-// IsWebhookUnreachable reports whether err is an apiserver's answer that
-// it could not call the token webhook (failed calling webhook
-// "kha-fencing-token.kha.io": connection refused, timeout, bad
-// certificate). Such an apiserver refuses the write (failurePolicy Fail).
-func IsWebhookUnreachable(err error) bool {
-	return err != nil && apierrors.IsInternalError(err) && strings.Contains(err.Error(), `failed calling webhook "`+WebhookName+`"`)
+// answered reports whether the apiserver answered (admitted, or refused
+// with a status), as opposed to a request that got no answer.
+func answered(err error) bool {
+	var st apierrors.APIStatus
+	return err == nil || errors.As(err, &st)
 }
 
 // etcdDown reports whether the apiserver cannot store a write now: it does
@@ -301,7 +260,7 @@ func etcdDown(ctx context.Context, ep *rest.Config) bool {
 	if err != nil {
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(ep.Host, "/")+"/readyz?verbose", nil)
 	if err != nil {
@@ -326,16 +285,9 @@ func answer(ok bool, err error) string {
 	return err.Error()
 }
 
-// probeTimeout bounds one confirmation probe: a dry run that passes the
-// policy and the webhook (its read of the parameter from etcd), or waits
-// for the policy's informer to sync.
+// probeTimeout bounds one confirmation request: an apiserver that does not
+// answer within it counts as unreachable for that attempt.
 const probeTimeout = 2 * time.Second
-
-// readyTimeout bounds the readiness check of one confirmation attempt: an
-// apiserver that does not answer it within that counts as unreachable for
-// the attempt. An apiserver answers /readyz in milliseconds; two silent
-// attempts excuse it in about 2 s of the 10 s confirm_timeout.
-const readyTimeout = time.Second
 
 // probe sends a dry-run event create as ProbeUser with the token extra and
 // reports whether it was admitted.
@@ -365,25 +317,6 @@ func probe(ctx context.Context, ep *rest.Config, token int64) (bool, error) {
 // webhook's: its name contains PolicyName, and it answers 422 Invalid too).
 func IsPolicyDenial(err error) bool {
 	return err != nil && apierrors.IsInvalid(err) && strings.Contains(err.Error(), PolicyName)
-}
-
-// IsFenceRefusal recognises the token fence's refusal in an apiserver's
-// answer (status and body): 422 naming the policy or the webhook. Admission
-// refused the request, so nothing was stored; the gates of token mode send
-// such a write on to the next apiserver (failover.Options.Refused): the one
-// that refused may only have a stale admission cache (an apiserver that
-// regained etcd), and the next judges the token by the webhook's read of
-// the parameter, so a stale token is refused there too.
-func IsFenceRefusal(status int, body []byte) bool {
-	if status != http.StatusUnprocessableEntity {
-		return false
-	}
-	var st metav1.Status
-	if json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonInvalid {
-		return false
-	}
-	return strings.Contains(st.Message, "ValidatingAdmissionPolicy '"+PolicyName+"'") ||
-		strings.Contains(st.Message, `admission webhook "`+WebhookName+`" denied`)
 }
 
 func (p *Publisher) poll() time.Duration {

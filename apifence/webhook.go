@@ -1,9 +1,7 @@
 package apifence
 
 // The token rule as a validating admission webhook that the supervisor
-// serves: in token mode the authority beside the policy (which judges by
-// each apiserver's informer cache, stale on a paused or healed apiserver),
-// and alone on clusters older than 1.30 (no ValidatingAdmissionPolicy). The
+// serves, for clusters older than 1.30 (no ValidatingAdmissionPolicy). The
 // rule is the policy's: CREATE, UPDATE (PATCH arrives as UPDATE) and
 // DELETE, subresources included, by a managed user are denied unless the
 // user extra kha.io/fencing-token is exactly [the current token]; no
@@ -14,7 +12,7 @@ package apifence
 // each fenced request, never this node's own view of the election: a
 // paused node's supervisor resumes believing its old term and would admit
 // it, and a node of another group has a term of its own. See
-// docs/architecture.md, "Why the policy alone is not enough" and "The webhook".
+// docs/architecture.md, "The webhook for clusters older than 1.30".
 
 import (
 	"context"

@@ -180,38 +180,3 @@ func TestBuildWebhookShape(t *testing.T) {
 		t.Errorf("the parameter is not before the webhook: %T", objs[len(objs)-2])
 	}
 }
-
-// The webhook's token is a quorum read, made again for every fenced
-// request: a GET of the parameter without resourceVersion (served from
-// etcd, never from the apiserver's cache). That is what makes it the
-// authority over the policy's cache (docs/architecture.md, "Why the policy
-// alone is not enough").
-func TestParamSourceReadsFromEtcdEachTime(t *testing.T) {
-	p := &paramServer{cm: kubeapi.ConfigMap{Data: map[string]string{"token": "5"}}}
-	p.cm.Name, p.cm.Namespace = ParamName, Namespace
-	var gets, cached atomic.Int64
-	srv := endpoint(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			gets.Add(1)
-			if r.URL.Query().Has("resourceVersion") {
-				cached.Add(1)
-			}
-		}
-		p.ServeHTTP(w, r)
-	}))
-	api, err := kubeapi.New(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := ParamSource{API: api}
-	if tok, err := src.Current(t.Context()); err != nil || tok != 5 {
-		t.Fatalf("Current: %d, %v", tok, err)
-	}
-	p.cm.Data["token"] = "9"
-	if tok, err := src.Current(t.Context()); err != nil || tok != 9 {
-		t.Fatalf("Current after the parameter moved: %d, %v, want 9 at once", tok, err)
-	}
-	if gets.Load() != 2 || cached.Load() != 0 {
-		t.Errorf("%d GETs, %d with a resourceVersion: want one quorum read per call", gets.Load(), cached.Load())
-	}
-}

@@ -37,12 +37,6 @@ type Options struct {
 	// DialTimeout bounds a TCP connect, so that a silent (cut off) apiserver
 	// costs that long and not client-go's 30 s; DefaultDialTimeout if zero.
 	DialTimeout time.Duration
-	// Refused, if set, recognises an answer that means this apiserver
-	// stored nothing and another one may take the request: the token
-	// fence's 422 from an apiserver whose admission cache is behind. Such a
-	// request (its body small enough to send again) goes on to the next
-	// apiserver; the last refusal is returned when every one refuses.
-	Refused func(status int, body []byte) bool
 }
 
 // Set is the failover round tripper. Safe for concurrent use.
@@ -51,8 +45,6 @@ type Set struct {
 	rts   []http.RoundTripper
 	hold  time.Duration
 	now   func() time.Time
-	// refused: Options.Refused
-	refused func(status int, body []byte) bool
 
 	mu   sync.Mutex
 	down []time.Time // marked down until
@@ -71,7 +63,7 @@ func New(cfgs []*rest.Config, o Options) (*Set, error) {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
-	s := &Set{hold: o.Hold, now: time.Now, down: make([]time.Time, len(cfgs)), refused: o.Refused}
+	s := &Set{hold: o.Hold, now: time.Now, down: make([]time.Time, len(cfgs))}
 	for _, c := range cfgs {
 		u, err := url.Parse(c.Host)
 		if err != nil || u.Host == "" || u.Scheme == "" {
@@ -167,15 +159,11 @@ func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	var errs []error
-	order := s.order()
-	for n, i := range order {
+	for _, i := range s.order() {
 		resp, gotConn, err := s.try(r, i, body)
 		if err == nil {
 			s.mark(i, false)
-			if n == len(order)-1 || !s.retryRefused(resp, body) {
-				return resp, nil
-			}
-			continue
+			return resp, nil
 		}
 		if r.Context().Err() != nil {
 			return nil, err
@@ -187,29 +175,6 @@ func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	return nil, fmt.Errorf("no apiserver answered: %w", errors.Join(errs...))
-}
-
-// maxRefusal bounds the part of a refusal's body read to recognise it:
-// an apiserver's Status is a few hundred bytes.
-const maxRefusal = 64 << 10
-
-// retryRefused reports whether resp is a refusal (Options.Refused) of a
-// request that can be sent again whole; it then closes resp. Otherwise
-// resp is left as it came (a body it read from is put back).
-func (s *Set) retryRefused(resp *http.Response, body *replayBody) bool {
-	if s.refused == nil || resp.StatusCode < 400 || resp.StatusCode >= 500 || (body != nil && body.data == nil) {
-		return false
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
-	if err == nil && len(b) < maxRefusal && s.refused(resp.StatusCode, b) {
-		_ = resp.Body.Close()
-		return true
-	}
-	resp.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
-	return false
 }
 
 func (s *Set) try(r *http.Request, i int, body *replayBody) (*http.Response, bool, error) {

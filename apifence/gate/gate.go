@@ -78,11 +78,7 @@ type Config struct {
 	// apiserver, in order of preference; a request goes to the first that
 	// gives a connection (package failover).
 	Upstreams []*rest.Config
-	// Refused, if set, is failover.Options.Refused: in token mode the
-	// fence's 422 from an apiserver whose cache is behind sends the
-	// request on to the next apiserver.
-	Refused func(status int, body []byte) bool
-	Term    TermFunc
+	Term      TermFunc
 	// Reviewer checks bearer tokens; nil builds a cached TokenReview client
 	// from Upstream.
 	Reviewer Reviewer
@@ -121,7 +117,7 @@ func Listen(cfg Config) (*Gate, error) {
 		ups[i] = rest.CopyConfig(u)
 		ups[i].DisableCompression = true
 	}
-	base, err := failover.New(ups, failover.Options{Refused: cfg.Refused})
+	base, err := failover.New(ups, failover.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("gate %s: %w", cfg.Unit, err)
 	}

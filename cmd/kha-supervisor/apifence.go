@@ -46,30 +46,29 @@ func apiFenceManifestsCommand(e env) *cobra.Command {
 	var wh webhookFlags
 	c := &cobra.Command{
 		Use:   "manifests",
-		Short: "print the ValidatingAdmissionPolicy, its binding, the token webhook's registration, the parameter, the guard and the RBAC to kubectl apply",
-		Long: `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter); and a ValidatingWebhookConfiguration with the same rule, failurePolicy Fail, calling each apiserver's own node's supervisor (api_fence.webhook) at --webhook-url, trusting every --ca-bundle: the webhook reads the parameter from etcd on every fenced write, the policy from each apiserver's cache, and a write must pass both.
-With --webhook (clusters older than 1.30): the RBAC, the parameter and the ValidatingWebhookConfiguration alone.`,
+		Short: "print the ValidatingAdmissionPolicy, its binding, the parameter, the guard and the RBAC to kubectl apply",
+		Long: `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).
+With --webhook (clusters older than 1.30): the RBAC, the parameter and a ValidatingWebhookConfiguration with the same rule, failurePolicy Fail, calling each apiserver's own node's supervisor at --webhook-url, trusting every --ca-bundle.`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if wh.on {
 				return exit(apiFenceWebhookManifests(e, users, token, wh))
 			}
-			return exit(apiFenceManifests(e, users, token, rbacOnly, wh))
+			return exit(apiFenceManifests(e, users, token, rbacOnly))
 		},
 	}
 	fs := c.Flags()
-	fs.BoolVar(&wh.on, "webhook", false, "for clusters older than 1.30: print the ValidatingWebhookConfiguration (the same rule, served by every supervisor at api_fence.webhook) without the policies")
-	fs.StringVar(&wh.url, "webhook-url", apifence.DefaultWebhookURL, "`URL` each apiserver calls for the token webhook (its own node's supervisor: loopback, api_fence.webhook's port)")
-	fs.StringArrayVar(&wh.caFiles, "ca-bundle", nil, "`file` with a node's gate CA (state_dir/gate-ca.crt) for the webhook's registration, repeatable: every node's; default this node's "+localca.CertFile(localca.DefaultStateDir))
+	fs.BoolVar(&wh.on, "webhook", false, "for clusters older than 1.30: print the ValidatingWebhookConfiguration (the same rule, served by every supervisor at api_fence.webhook) instead of the policies")
+	fs.StringVar(&wh.url, "webhook-url", apifence.DefaultWebhookURL, "`URL` each apiserver calls (its own node's supervisor: loopback, api_fence.webhook's port)")
+	fs.StringArrayVar(&wh.caFiles, "ca-bundle", nil, "`file` with a node's gate CA (state_dir/gate-ca.crt), repeatable: every node's; default this node's "+localca.CertFile(localca.DefaultStateDir))
 	fs.StringArrayVar(&users, "supervisor-user", nil, "`user` of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
 	fs.Int64Var(&token, "token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so that its units keep writing; none by default")
 	fs.BoolVar(&rbacOnly, "rbac-only", false, "print only the supervisors' RBAC (what api_fence.mode = gate needs)")
 	return c
 }
 
-// apiFenceManifests prints the objects to kubectl apply: token mode's
-// (the policy and the webhook's registration) or the RBAC only.
-func apiFenceManifests(e env, users []string, token int64, rbacOnly bool, wh webhookFlags) int {
+// apiFenceManifests prints the objects to kubectl apply.
+func apiFenceManifests(e env, users []string, token int64, rbacOnly bool) int {
 	for _, u := range users {
 		if strings.TrimSpace(u) == "" {
 			return fail(e, exitConfig, "api-fence manifests: --supervisor-user must not be empty")
@@ -78,15 +77,7 @@ func apiFenceManifests(e env, users []string, token int64, rbacOnly bool, wh web
 	if token < 0 {
 		return fail(e, exitConfig, "api-fence manifests: --token must not be negative")
 	}
-	o := apifence.ManifestOptions{SupervisorUsers: users, Token: token}
-	if !rbacOnly {
-		bundle, code := webhookClient(e, wh)
-		if code != exitOK {
-			return code
-		}
-		o.Webhook = apifence.WebhookClient{URL: wh.url, CABundle: bundle}
-	}
-	m := apifence.Build(o)
+	m := apifence.Build(apifence.ManifestOptions{SupervisorUsers: users, Token: token})
 	objects := m.Objects()
 	if rbacOnly {
 		objects = m.RBAC()
@@ -109,6 +100,10 @@ type webhookFlags struct {
 // apiFenceWebhookManifests prints the webhook variant: RBAC, parameter,
 // ValidatingWebhookConfiguration with every node's gate CA as caBundle.
 func apiFenceWebhookManifests(e env, users []string, token int64, wh webhookFlags) int {
+	u, err := url.Parse(wh.url)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fail(e, exitConfig, "api-fence manifests: --webhook-url %q must be https://host:port/path", wh.url)
+	}
 	for _, s := range users {
 		if strings.TrimSpace(s) == "" {
 			return fail(e, exitConfig, "api-fence manifests: --supervisor-user must not be empty")
@@ -116,27 +111,6 @@ func apiFenceWebhookManifests(e env, users []string, token int64, wh webhookFlag
 	}
 	if token < 0 {
 		return fail(e, exitConfig, "api-fence manifests: --token must not be negative")
-	}
-	bundle, code := webhookClient(e, wh)
-	if code != exitOK {
-		return code
-	}
-	objs := apifence.BuildWebhook(apifence.WebhookOptions{ManifestOptions: apifence.ManifestOptions{SupervisorUsers: users, Token: token},
-		URL: wh.url, CABundle: bundle})
-	y, err := apifence.Render(objs)
-	if err != nil {
-		return fail(e, exitFailure, "%v", err)
-	}
-	_, _ = e.stdout.Write(y)
-	return exitOK
-}
-
-// webhookClient checks --webhook-url and reads every --ca-bundle (this
-// node's CA by default) into one PEM bundle.
-func webhookClient(e env, wh webhookFlags) ([]byte, int) {
-	u, err := url.Parse(wh.url)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fail(e, exitConfig, "api-fence manifests: --webhook-url %q must be https://host:port/path", wh.url)
 	}
 	files := wh.caFiles
 	if len(files) == 0 {
@@ -146,14 +120,21 @@ func webhookClient(e env, wh webhookFlags) ([]byte, int) {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fail(e, exitConfig, "api-fence manifests: --ca-bundle: %v (each node's supervisor creates its CA when the fence starts, in gate mode first; copy every node's)", err)
+			return fail(e, exitConfig, "api-fence manifests: --ca-bundle: %v (each node's supervisor creates its CA when the fence starts; copy every node's)", err)
 		}
 		if !x509.NewCertPool().AppendCertsFromPEM(b) {
-			return nil, fail(e, exitConfig, "api-fence manifests: --ca-bundle %s holds no PEM certificate", f)
+			return fail(e, exitConfig, "api-fence manifests: --ca-bundle %s holds no PEM certificate", f)
 		}
 		bundle = append(bundle, b...)
 	}
-	return bundle, exitOK
+	objs := apifence.BuildWebhook(apifence.WebhookOptions{ManifestOptions: apifence.ManifestOptions{SupervisorUsers: users, Token: token},
+		URL: wh.url, CABundle: bundle})
+	y, err := apifence.Render(objs)
+	if err != nil {
+		return fail(e, exitFailure, "%v", err)
+	}
+	_, _ = e.stdout.Write(y)
+	return exitOK
 }
 
 func apiFenceStatusCommand(e env) *cobra.Command {

@@ -157,35 +157,3 @@ func TestAPIFenceClusterLine(t *testing.T) {
 		}
 	}
 }
-
-// TestAPIFenceManifestsTokenModeRegistersTheWebhook: token mode's
-// manifests are the policy (the fast first line, from each apiserver's
-// cache) and the webhook (the authority: the parameter read from etcd on
-// every fenced write), so that no apiserver admits a stale token because
-// its cache is behind (issue 23 item 1). Without a readable CA bundle they
-// are refused with the flag's name.
-func TestAPIFenceManifestsTokenModeRegistersTheWebhook(t *testing.T) {
-	dir := t.TempDir()
-	var files []string
-	for _, n := range []string{"m1", "m2"} {
-		ca, err := localca.Open(filepath.Join(dir, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, localca.CertFile(ca.Dir))
-	}
-	code, out, errOut := runCmd(t, "api-fence", "manifests", "--ca-bundle", files[0], "--ca-bundle", files[1])
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	for _, want := range []string{"kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding", "kind: ValidatingWebhookConfiguration",
-		"url: " + apifence.DefaultWebhookURL, "failurePolicy: Fail", "name: " + apifence.WebhookName} {
-		if !strings.Contains(out, want) {
-			t.Errorf("token mode's manifests lack %q", want)
-		}
-	}
-	code, _, errOut = runCmd(t, "api-fence", "manifests", "--ca-bundle", filepath.Join(dir, "none.crt"))
-	if code != exitConfig || !strings.Contains(errOut, "--ca-bundle") {
-		t.Errorf("missing CA bundle: exit %d (%q), want %d naming --ca-bundle", code, errOut, exitConfig)
-	}
-}

@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
-	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 )
 
 const schedulerKubeconfig = `apiVersion: v1
@@ -100,11 +99,7 @@ func TestInstallKubeconfigRefusals(t *testing.T) {
 }
 
 func TestAPIFenceManifestsPrintsThePolicy(t *testing.T) {
-	ca, err := localca.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, out, errOut := runCmd(t, "api-fence", "manifests", "--supervisor-user", "kha-m1", "--supervisor-user", "kha-m2", "--ca-bundle", localca.CertFile(ca.Dir))
+	code, out, errOut := runCmd(t, "api-fence", "manifests", "--supervisor-user", "kha-m1", "--supervisor-user", "kha-m2")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

@@ -40,13 +40,11 @@ type APIFence struct {
 	// ConfirmTimeout bounds the token handover at promotion (write plus
 	// confirmation on every apiserver).
 	ConfirmTimeout time.Duration `toml:"confirm_timeout"`
-	// Webhook is the loopback host:port of the token webhook ("" = none;
-	// required in token mode, where it is the authority beside the policy;
-	// set it in gate mode already, so that it is served before its
-	// registration is applied; it judges by the parameter whatever the
+	// Webhook is the loopback host:port of the token webhook for clusters
+	// older than 1.30 ("" = none; gate or token mode: it is served before
+	// its registration is applied, and judges by the parameter whatever the
 	// mode): each apiserver calls its own node's supervisor there
-	// (`api-fence manifests`, or `--webhook` alone for clusters older
-	// than 1.30).
+	// (`api-fence manifests --webhook`).
 	Webhook string `toml:"webhook"`
 }
 
@@ -156,11 +154,6 @@ func checkAPIFence(c Config) *Error {
 	}
 	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
 		return refuse(c, "api_fence.client_ca", "holds no PEM certificate")
-	}
-	// The webhook is token mode's authority: the policy alone judges by
-	// each apiserver's cache, which a paused or healed apiserver has stale.
-	if a.Mode == APIFenceToken && a.Webhook == "" {
-		return refuse(c, "api_fence.webhook", "must be set in token mode, e.g. \"127.0.0.1:16443\": every apiserver asks its own node's webhook, which reads the token from etcd (docs/operations.md, \"Fencing at the API server\")")
 	}
 	return nil
 }

@@ -49,19 +49,3 @@ func TestAPIFenceDefaultIsOffAndGatesParse(t *testing.T) {
 		t.Error("an unlisted unit has a gate")
 	}
 }
-
-// Token mode without the webhook is refused: the policy alone judges by
-// each apiserver's cache (issue 23 item 1).
-func TestAPIFenceTokenModeNeedsTheWebhook(t *testing.T) {
-	dir := t.TempDir()
-	p := newPKI(t, dir)
-	kc := writeFile(t, dir, "k.conf", "apiVersion: v1\nkind: Config\n", 0o600)
-	body := "node = \"m1\"\n[api_fence]\nmode = \"token\"\nkubeconfig = \"" + kc + "\"\nclient_ca = \"" + p.ca + "\"\n"
-	_, err := Load(writeFile(t, dir, "config.toml", body, 0o600))
-	if e := asError(t, err); e.Key != "api_fence.webhook" || !strings.Contains(err.Error(), "must be set in token mode") {
-		t.Errorf("token mode without the webhook: %v, want api_fence.webhook refused", err)
-	}
-	if _, err := Load(writeFile(t, dir, "config2.toml", body+"webhook = \"127.0.0.1:16443\"\n", 0o600)); err != nil {
-		t.Errorf("token mode with the webhook: %v", err)
-	}
-}

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
@@ -46,10 +45,6 @@ func FencedMode(p lab.Profile, fence string) Mode {
 // supervisorUser is the supervisors' identity at the apiservers (the
 // manifests' default).
 const supervisorUser = "kha-supervisor"
-
-// webhookAddr is every supervisor's api_fence.webhook: the manifests'
-// default URL's port.
-const webhookAddr = "127.0.0.1:16443"
 
 // NodeKubeconfigs are where a fenced mode puts each unit's kubeconfig in
 // the master (kubeadm's paths, install-kubeconfig's defaults): the
@@ -132,9 +127,6 @@ func (p *Plane) fenceEdit(mode Mode) (func(node string, c *config.Config), error
 		c.APIFence.Kubeconfig = kcs[node]
 		c.APIFence.APIServers = []string{urls[node], urls[other(node)]}
 		c.APIFence.ClientCA = ca.CertFile
-		// The token webhook, served in gate mode too (docs/operations.md,
-		// step 2): token mode's manifests register it.
-		c.APIFence.Webhook = webhookAddr
 	}, nil
 }
 
@@ -179,20 +171,14 @@ func (p *Plane) StartSupervisor(ctx context.Context, n *master.Node, mode Mode) 
 // ApplyFence puts the apiservers' side of mode in place, as an operator
 // would: for token mode every manifest of `kha-supervisor api-fence
 // manifests` (the parameter only when missing: the guard refuses an
-// admin's change of it, and it holds the last term's token; the webhook's
-// registration with every master's CA), for gate mode the RBAC only; every
-// other mode deletes the webhook's registration and sets the policy's
-// binding to Audit first, which turns the enforcement off at once (docs/operations.md,
+// admin's change of it, and it holds the last term's token), for gate mode
+// the RBAC only; every other mode sets the policy's binding to Audit
+// first, which turns the enforcement off at once (docs/operations.md,
 // "Turning it off"). Deleting the binding instead left token mode unable to
 // come back: after it was re-created both apiservers refused the current
 // token as well (the last 55 runs of this lab, and fence2's).
 func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	if mode.Fence != FenceToken {
-		// The webhook's registration first: with failurePolicy Fail it
-		// refuses every managed write once the supervisors are gone.
-		if _, err := p.kubectl(ctx, nil, "delete", "validatingwebhookconfiguration", "kha-fencing-token", "--ignore-not-found"); err != nil {
-			return err
-		}
 		have, err := p.kubectl(ctx, nil, "get", "validatingadmissionpolicybinding", "kha-fencing-token", "--ignore-not-found", "-o", "name")
 		if err != nil {
 			return err
@@ -213,11 +199,7 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 		_, err = p.kubectl(ctx, y, "apply", "-f", "-")
 		return err
 	}
-	bundle, err := p.webhookCAs()
-	if err != nil {
-		return err
-	}
-	y, err := p.manifests(ctx, bundle...)
+	y, err := p.manifests(ctx)
 	if err != nil {
 		return err
 	}
@@ -251,26 +233,6 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	_, err = p.kubectl(ctx, nil, "patch", "validatingadmissionpolicybinding", "kha-fencing-token", "--type", "merge",
 		"-p", `{"spec":{"validationActions":["Deny"]}}`)
 	return err
-}
-
-// webhookCAs are the --ca-bundle arguments naming every master's local
-// CA (state_dir/gate-ca.crt, seen from the host), each created here when
-// the master's supervisor has not created it yet: the webhook's
-// registration must trust every node's certificate.
-func (p *Plane) webhookCAs() ([]string, error) {
-	nodes, err := p.Lab.Masters()
-	if err != nil {
-		return nil, err
-	}
-	var args []string
-	for _, m := range lab.MasterNames {
-		ca, err := localca.Open(filepath.Join(nodes[m].Root(), layout.StateDir))
-		if err != nil {
-			return nil, fmt.Errorf("plane: %s's gate CA: %w", m, err)
-		}
-		args = append(args, "--ca-bundle", localca.CertFile(ca.Dir))
-	}
-	return args, nil
 }
 
 // manifests runs the lab's kha-supervisor api-fence manifests.
