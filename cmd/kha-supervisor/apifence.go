@@ -143,7 +143,7 @@ func apiFenceStatusCommand(e env) *cobra.Command {
 		Short: "print the mode and the fencing token each API server's parameter holds",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return exit(apiFenceStatus(e, configPath(c)))
+			return exit(apiFenceStatus(e, nodeConfigPath(e, c)))
 		},
 	}
 }

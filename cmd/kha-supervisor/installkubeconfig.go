@@ -31,7 +31,7 @@ Prints each change; the original is kept once as FILE.kha-orig. Restart the unit
 			return config.Default().Units.Managed, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			return exit(installKubeconfig(e, configPath(c), args[0], path, dry))
+			return exit(installKubeconfig(e, nodeConfigPath(e, c), args[0], path, dry))
 		},
 	}
 	c.Flags().StringVar(&path, "kubeconfig", "", "the unit's kubeconfig `file` (default: kubeadm's file for kube-scheduler and kube-controller-manager)")
