@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
+)
+
+// blackhole accepts TCP connections and never answers: a host that is up
+// but whose etcd hangs, or a firewall that swallows the handshake.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// closedPort is an address where nothing listens.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// One dead endpoint of two: a client command answers from the live one
+// without waiting for the dead one, and prints no Go-log line.
+func TestClientIgnoresADeadEndpoint(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	leader, _ := supervisortest.LeaderOf(t, w.Start("m1", nil))
+	live := w.Cluster.Endpoints()[0]
+	// slog.Default writes through the log package: catch what leaks there.
+	var leaked bytes.Buffer
+	log.SetOutput(&leaked)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	for name, dead := range map[string]string{"blackhole": "http://" + blackhole(t), "closed port": "http://" + closedPort(t)} {
+		t.Run(name, func(t *testing.T) {
+			for _, order := range [][]string{{dead, live}, {live, dead}} {
+				var out, errb bytes.Buffer
+				start := time.Now()
+				code := dispatch(env{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }},
+					[]string{"status", "--endpoints", strings.Join(order, ","), "--cluster", "test"})
+				took := time.Since(start)
+				t.Logf("status --endpoints %s: exit %d in %s\nstdout:\n%sstderr:\n%s", strings.Join(order, ","), code, took, out.String(), errb.String())
+				if code != exitOK || !strings.Contains(out.String(), "leader "+leader.Name) {
+					t.Errorf("exit %d, no leader %s in the output", code, leader.Name)
+				}
+				if strings.Contains(errb.String(), "WARN") || strings.Contains(out.String(), "WARN") || leaked.Len() > 0 {
+					t.Errorf("a log line leaked:\n%s%s", errb.String(), leaked.String())
+				}
+				leaked.Reset()
+				// The default dial timeout is 2 s: a command that waits for
+				// the dead endpoint takes at least that.
+				if took > 1500*time.Millisecond {
+					t.Errorf("took %s: waited for the dead endpoint", took)
+				}
+			}
+		})
+	}
+}
