@@ -491,9 +491,10 @@ func (n *e2eNode) activeUnits() []string {
 // status runs `kha-supervisor status --json` inside the node.
 func (n *e2eNode) status() group.ClusterStatus {
 	n.t.Helper()
-	// 8 and 9 (no active member, this node unhealthy) still print the JSON.
+	// 8, 9 and 10 (no active member, this node unhealthy, no standby)
+	// still print the JSON.
 	out, code, err := n.exec(e2eBinary, "status", "--json", "-c", e2eConfig)
-	if err != nil || (code != exitOK && code != exitNoActive && code != exitLocalBad) {
+	if err != nil || (code != exitOK && code != exitNoActive && code != exitLocalBad && code != exitNoStandby) {
 		n.t.Fatalf("%s: status --json: exit %d, %v: %s", n.name, code, err, out)
 	}
 	var cs group.ClusterStatus

@@ -31,6 +31,7 @@ const (
 	exitDrillFailed  = 7 // drill: the check or the expectation failed
 	exitNoActive     = 8 // status: no member is active with all its units
 	exitLocalBad     = 9 // status: this node's member is missing or unhealthy
+	exitNoStandby    = 10 // status: the leader runs, but no other member could take over
 )
 
 // exitCodes documents the codes above, in order, for the generated docs.
@@ -48,6 +49,7 @@ var exitCodes = []struct {
 	{exitDrillFailed, "`drill`: the ordering check failed or the expectation was missed"},
 	{exitNoActive, "`status`: no member is active with all its units (no leader, or the leader's units are not all active)"},
 	{exitLocalBad, "`status`: this node (the configuration file's `node`) has no member record, or is fencing, stopped or in cooldown"},
+	{exitNoStandby, "`status`: the leader runs its units, but no other member could take over (none registered, or every other one banned, in cooldown, not standby, or the group frozen): redundancy is lost"},
 }
 
 // exitSummary is the exit codes for the help, one short line each.
