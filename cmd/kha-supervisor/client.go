@@ -48,6 +48,18 @@ var clientEnv = []struct{ flag, env, usage string }{
 	{"prefix", "KHA_PREFIX", "etcd key `prefix` (etcd.prefix)"},
 }
 
+// clientTimeoutEnv are the duration flags of the operator commands, with
+// their environment variables (addClientFlags adds them itself).
+var clientTimeoutEnv = []struct{ flag, env, usage string }{
+	{"dial-timeout", "KHA_DIAL_TIMEOUT", ""},
+	{"command-timeout", "KHA_COMMAND_TIMEOUT", ""},
+}
+
+// clientOptionEnv is every client option with its environment variable.
+func clientOptionEnv() []struct{ flag, env, usage string } {
+	return append(append([]struct{ flag, env, usage string }(nil), clientEnv...), clientTimeoutEnv...)
+}
+
 // addClientFlags adds the connection flags to an operator command.
 func addClientFlags(c *cobra.Command) *clientFlags {
 	f := &clientFlags{}

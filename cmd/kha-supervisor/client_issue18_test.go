@@ -94,3 +94,38 @@ func TestClientIgnoresADeadEndpoint(t *testing.T) {
 		})
 	}
 }
+
+// Bare host:port endpoints (http without TLS), --dial-timeout and
+// --command-timeout (and their variables) on the client commands.
+func TestClientEndpointsAndTimeouts(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	leader, _ := supervisortest.LeaderOf(t, w.Start("m1", nil))
+	hostPort := strings.TrimPrefix(w.Cluster.Endpoints()[0], "http://")
+	run := func(vars map[string]string, args ...string) (int, string, time.Duration) {
+		t.Helper()
+		var out bytes.Buffer
+		start := time.Now()
+		code := dispatch(env{ctx: context.Background(), stdout: &out, stderr: &out, getenv: func(k string) string { return vars[k] }}, args)
+		took := time.Since(start)
+		t.Logf("$ kha-supervisor %s -> %d in %s\n%s", strings.Join(args, " "), code, took, out.String())
+		return code, out.String(), took
+	}
+	if code, out, _ := run(nil, "status", "--endpoints", hostPort, "--cluster", "test"); code != exitNoStandby || !strings.Contains(out, "leader "+leader.Name) {
+		t.Errorf("status --endpoints %s: exit %d", hostPort, code)
+	}
+	if code, out, _ := run(map[string]string{"KHA_DIAL_TIMEOUT": "5"}, "status", "--endpoints", hostPort, "--cluster", "test"); code != exitConfig ||
+		!strings.Contains(out, `KHA_DIAL_TIMEOUT="5": no unit`) {
+		t.Errorf("KHA_DIAL_TIMEOUT=5: exit %d", code)
+	}
+	if code, out, _ := run(nil, "status", "--endpoints", hostPort, "--cluster", "test", "--command-timeout", "1ns"); code != exitFailure ||
+		!strings.Contains(out, "deadline") {
+		t.Errorf("--command-timeout 1ns: exit %d, want %d and a deadline", code, exitFailure)
+	}
+	// Nothing answers: the dial timeout bounds the wait (default: 2 s for
+	// the connection plus 1 s for the request, twice with the diagnosis).
+	dead := closedPort(t)
+	code, out, took := run(map[string]string{"KHA_DIAL_TIMEOUT": "200ms"}, "status", "--endpoints", dead, "--cluster", "test")
+	if code != exitFailure || !strings.Contains(out, dead) || took > 4500*time.Millisecond {
+		t.Errorf("dead endpoint with KHA_DIAL_TIMEOUT=200ms: exit %d in %s", code, took)
+	}
+}

@@ -109,6 +109,21 @@ func dispatch(e env, args []string) int {
 	}
 }
 
+// completionUnknownShell is `completion` without a shell it knows: a usage
+// error naming the shells (cobra would print the help and exit 0).
+func completionUnknownShell(c *cobra.Command, args []string) error {
+	var shells []string
+	for _, sh := range c.Commands() {
+		if sh.IsAvailableCommand() {
+			shells = append(shells, sh.Name())
+		}
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("%q needs a shell: %s", c.CommandPath(), strings.Join(shells, ", "))
+	}
+	return fmt.Errorf("unknown shell %q for %q; supported shells: %s", args[0], c.CommandPath(), strings.Join(shells, ", "))
+}
+
 // Command groups, as `kha-supervisor --help` and the man page show them.
 const (
 	groupNode  = "node"
@@ -122,7 +137,7 @@ func newRoot(e env) *cobra.Command {
 		Long: "kha-supervisor makes sure that at most one node of a group runs a set of systemd units: " +
 			"it wins a lease in etcd, only then starts the managed units, and fences itself before any other node could win.\n\n" +
 			exitSummary(),
-		Version:       version,
+		Version:       versionText(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// Without a command: the help, and a usage error for scripts.
@@ -168,6 +183,8 @@ func newRoot(e env) *cobra.Command {
 				sh.Short = "print the " + sh.Name() + " completion script"
 				sh.Long = "Print the " + sh.Name() + " completion script, for example: kha-supervisor completion " + sh.Name() + " > FILE."
 			}
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = completionUnknownShell
 		}
 	}
 	return root
