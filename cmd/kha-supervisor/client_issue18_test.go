@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
+	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 )
 
 // blackhole accepts TCP connections and never answers: a host that is up
@@ -127,5 +128,43 @@ func TestClientEndpointsAndTimeouts(t *testing.T) {
 	code, out, took := run(map[string]string{"KHA_DIAL_TIMEOUT": "200ms"}, "status", "--endpoints", dead, "--cluster", "test")
 	if code != exitFailure || !strings.Contains(out, dead) || took > 4500*time.Millisecond {
 		t.Errorf("dead endpoint with KHA_DIAL_TIMEOUT=200ms: exit %d in %s", code, took)
+	}
+}
+
+// status --watch says when etcd stops answering, within about an interval,
+// instead of going silent; without a terminal it never redraws.
+func TestStatusWatchSaysEtcdDoesNotAnswer(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	supervisortest.LeaderOf(t, w.Start("m1", nil))
+	p, err := tcpproxy.New(strings.TrimPrefix(w.Cluster.Endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- dispatch(env{ctx: ctx, stdout: &out, stderr: &out, getenv: func(string) string { return "" }},
+			[]string{"status", "--watch", "--interval", "300ms", "--endpoints", p.Addr(), "--cluster", "test"})
+	}()
+	supervisortest.WaitFor(t, "a first frame", 10*time.Second, func() bool { return strings.Contains(out.String(), "leader m1") })
+	p.Blackhole(true)
+	supervisortest.WaitFor(t, "status --watch to say etcd does not answer", 10*time.Second, func() bool {
+		return strings.Contains(out.String(), "etcd does not answer (last answer ")
+	})
+	cancel()
+	<-done
+	if strings.Contains(out.String(), "\x1b[") {
+		t.Errorf("redraws without a terminal:\n%q", out.String())
+	}
+	t.Logf("%s", out.String())
+}
+
+func TestLeaseText(t *testing.T) {
+	for d, want := range map[time.Duration]string{-time.Second: "expired", -2 * time.Second: "expired", 0: "0s left", 3 * time.Second: "3s left"} {
+		if got := leaseText(d); got != want {
+			t.Errorf("leaseText(%s) = %q, want %q", d, got, want)
+		}
 	}
 }
