@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"io"
+	"os"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -38,5 +41,46 @@ func TestVersionWithoutRelease(t *testing.T) {
 	}
 	if code, out, _ := runCmd(t, "version"); code != exitOK || !strings.HasPrefix(out, version) {
 		t.Errorf("version: exit %d %q", code, out)
+	}
+}
+
+// Every example in kha-supervisor(8) names a command and flags that exist.
+func TestManExamplesParse(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/man/kha-supervisor.8.in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	i, j := strings.Index(text, ".SH EXAMPLES"), strings.Index(text, ".SH SEE ALSO")
+	if i < 0 || j < i {
+		t.Fatal("no EXAMPLES section")
+	}
+	n := 0
+	for line := range strings.SplitSeq(text[i:j], "\n") {
+		if !strings.HasPrefix(line, "kha-supervisor ") {
+			continue
+		}
+		line = strings.ReplaceAll(line, `\-`, "-")
+		line, _, _ = strings.Cut(line, ">")
+		args := strings.Fields(strings.TrimPrefix(line, "kha-supervisor "))
+		for k, a := range args { // one quoted --reason
+			if strings.HasPrefix(a, `"`) {
+				args = append(args[:k], "x")
+				break
+			}
+		}
+		root := newRoot(env{ctx: context.Background(), stdout: io.Discard, stderr: io.Discard})
+		c, rest, err := root.Find(args)
+		if err != nil || c == root {
+			t.Errorf("example %q: no such command: %v", line, err)
+			continue
+		}
+		if err := c.ParseFlags(rest); err != nil {
+			t.Errorf("example %q: %v", line, err)
+		}
+		n++
+	}
+	if n < 12 {
+		t.Errorf("only %d examples; want the group commands too", n)
 	}
 }
