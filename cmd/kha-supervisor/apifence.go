@@ -50,7 +50,14 @@ func apiFenceManifestsCommand(e env) *cobra.Command {
 		Long: `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).
 With --webhook (clusters older than 1.30): the RBAC, the parameter and a ValidatingWebhookConfiguration with the same rule, failurePolicy Fail, calling each apiserver's own node's supervisor at --webhook-url, trusting every --ca-bundle.`,
 		Args: noArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(c *cobra.Command, _ []string) error {
+			// Without a token the parameter refuses every managed write
+			// once applied: the leader's units would stop working.
+			if !rbacOnly && !c.Flags().Changed("token") {
+				return exit(fail(e, exitConfig, "api-fence manifests: --token is required: the parameter it prints holds the token the admission policy admits, "+
+					"and without one every managed write is refused once it is applied. Give the leader's token (the TOKEN column of kha-supervisor status), "+
+					"or --token 0 when no member leads and none should write until a leader publishes its own"))
+			}
 			if wh.on {
 				return exit(apiFenceWebhookManifests(e, users, token, wh))
 			}
@@ -62,7 +69,7 @@ With --webhook (clusters older than 1.30): the RBAC, the parameter and a Validat
 	fs.StringVar(&wh.url, "webhook-url", apifence.DefaultWebhookURL, "`URL` each apiserver calls (its own node's supervisor: loopback, api_fence.webhook's port)")
 	fs.StringArrayVar(&wh.caFiles, "ca-bundle", nil, "`file` with a node's gate CA (state_dir/gate-ca.crt), repeatable: every node's; default this node's "+localca.CertFile(localca.DefaultStateDir))
 	fs.StringArrayVar(&users, "supervisor-user", nil, "`user` of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
-	fs.Int64Var(&token, "token", 0, "the parameter's initial token: the current leader's (kha-supervisor status), so that its units keep writing; none by default")
+	fs.Int64Var(&token, "token", 0, "the parameter's initial token, required (but with --rbac-only): the current leader's (kha-supervisor status), so that its units keep writing; 0 for none (no managed write until a leader publishes)")
 	fs.BoolVar(&rbacOnly, "rbac-only", false, "print only the supervisors' RBAC (what api_fence.mode = gate needs)")
 	return c
 }
@@ -143,7 +150,7 @@ func apiFenceStatusCommand(e env) *cobra.Command {
 		Short: "print the mode and the fencing token each API server's parameter holds",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return exit(apiFenceStatus(e, configPath(c)))
+			return exit(apiFenceStatus(e, nodeConfigPath(e, c)))
 		},
 	}
 }

@@ -50,7 +50,7 @@ func TestAPIFenceManifestsWebhook(t *testing.T) {
 		}
 		files = append(files, localca.CertFile(ca.Dir))
 	}
-	code, out, errOut := runCmd(t, "api-fence", "manifests", "--webhook", "--webhook-url", "https://127.0.0.1:17000/validate",
+	code, out, errOut := runCmd(t, "api-fence", "manifests", "--token", "0", "--webhook", "--webhook-url", "https://127.0.0.1:17000/validate",
 		"--ca-bundle", files[0], "--ca-bundle", files[1])
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -89,7 +89,7 @@ func TestAPIFenceManifestsWebhook(t *testing.T) {
 		"not PEM":         {"--ca-bundle", writeTemp(t, dir, "bad.crt", "hello")},
 		"http URL":        {"--ca-bundle", files[0], "--webhook-url", "http://127.0.0.1:1/validate"},
 	} {
-		if code, _, _ := runCmd(t, append([]string{"api-fence", "manifests", "--webhook"}, args...)...); code != exitConfig {
+		if code, _, _ := runCmd(t, append([]string{"api-fence", "manifests", "--token", "0", "--webhook"}, args...)...); code != exitConfig {
 			t.Errorf("%s: exit %d, want %d", name, code, exitConfig)
 		}
 	}

@@ -18,7 +18,7 @@ func checkConfigCommand(e env) *cobra.Command {
 		Long: `Read and validate the configuration file, print the effective settings (every default filled in) and the fence window they give, and exit 0; or print one line naming the file, line, key and value that is refused and exit 2.
 It applies exactly the checks the daemon applies at start-up: it also reads the installed kha-supervisor.service's WatchdogSec and the managed units' TimeoutStopSec (from systemd, or the unit files when it is not running) and exits 2 when the daemon would refuse to start with them.`,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return exit(checkConfig(e, configPath(c)))
+			return exit(checkConfig(e, nodeConfigPath(e, c)))
 		},
 	}
 }
@@ -57,6 +57,10 @@ func checkConfigPath(e env, path string) int {
 	}
 	for _, w := range uc.Warnings {
 		fmt.Fprintf(e.stdout, "#   NOT CHECKED: %s\n", w)
+		fmt.Fprintf(e.stderr, "kha-supervisor check-config: warning: %s\n", w)
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(e.stdout, "# WARNING: %s\n", w)
 		fmt.Fprintf(e.stderr, "kha-supervisor check-config: warning: %s\n", w)
 	}
 	return exitOK

@@ -79,8 +79,8 @@ func TestCLIArguments(t *testing.T) {
 		{[]string{"--help"}, exitOK, []string{"Commands for the whole group", "ban ", "status "}},
 		{[]string{"ban", "--help"}, exitOK, []string{"kha-supervisor ban NODE [flags]", "--for duration", "--endpoints"}},
 		{[]string{"help", "guard"}, exitOK, []string{"kha-supervisor guard UNIT [flags]"}},
-		{[]string{"--version"}, exitOK, []string{version + "\n"}},
-		{[]string{"version"}, exitOK, []string{version + "\n"}},
+		{[]string{"--version"}, exitOK, []string{versionText() + "\n"}},
+		{[]string{"version"}, exitOK, []string{versionText() + "\n"}},
 		{[]string{}, exitConfig, []string{"Usage:"}},
 	})
 }

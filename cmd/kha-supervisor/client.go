@@ -17,7 +17,6 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
-	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // clientFlags are the etcd connection flags of the operator commands, named
@@ -32,11 +31,14 @@ type clientFlags struct {
 	passwordFile string
 	cluster      string
 	prefix       string
+	// dialTimeout and commandTimeout override etcd.dial_timeout and the
+	// command's own deadline; 0: not given.
+	dialTimeout, commandTimeout *time.Duration
 }
 
 // clientEnv maps each flag to its environment variable.
 var clientEnv = []struct{ flag, env, usage string }{
-	{"endpoints", "KHA_ENDPOINTS", "etcd endpoint `urls`, comma-separated (etcd.endpoints)"},
+	{"endpoints", "KHA_ENDPOINTS", "etcd endpoint `urls`, comma-separated (etcd.endpoints); a bare host:port means https:// with --cacert or --cert (or the file's etcd.ca, etcd.cert), http:// otherwise"},
 	{"cacert", "KHA_CACERT", "CA bundle `file` for the etcd servers (etcd.ca)"},
 	{"cert", "KHA_CERT", "client certificate `file` (etcd.cert)"},
 	{"key", "KHA_KEY", "client key `file` (etcd.key)"},
@@ -44,6 +46,18 @@ var clientEnv = []struct{ flag, env, usage string }{
 	{"password-file", "KHA_PASSWORD_FILE", "`file` holding the etcd password (etcd.password_file)"},
 	{"cluster", "KHA_CLUSTER", "group `name` (cluster)"},
 	{"prefix", "KHA_PREFIX", "etcd key `prefix` (etcd.prefix)"},
+}
+
+// clientTimeoutEnv are the duration flags of the operator commands, with
+// their environment variables (addClientFlags adds them itself).
+var clientTimeoutEnv = []struct{ flag, env, usage string }{
+	{"dial-timeout", "KHA_DIAL_TIMEOUT", ""},
+	{"command-timeout", "KHA_COMMAND_TIMEOUT", ""},
+}
+
+// clientOptionEnv is every client option with its environment variable.
+func clientOptionEnv() []struct{ flag, env, usage string } {
+	return append(append([]struct{ flag, env, usage string }(nil), clientEnv...), clientTimeoutEnv...)
 }
 
 // addClientFlags adds the connection flags to an operator command.
@@ -59,6 +73,8 @@ func addClientFlags(c *cobra.Command) *clientFlags {
 			fs.StringVar(f.field(x.flag), x.flag, "", usage)
 		}
 	}
+	f.dialTimeout = durationFlag(fs, "dial-timeout", 0, "how long to wait for a connection to etcd (etcd.dial_timeout; default 2s); env KHA_DIAL_TIMEOUT")
+	f.commandTimeout = durationFlag(fs, "command-timeout", 0, "how long each etcd read or write of the command may take (default 5 x etcd.request_timeout + 1s); env KHA_COMMAND_TIMEOUT")
 	for _, n := range []string{"cacert", "cert", "key", "password-file"} {
 		_ = c.MarkFlagFilename(n)
 	}
@@ -88,7 +104,17 @@ func (f *clientFlags) field(name string) *string {
 
 // fromEnv fills every flag not given on the command line from its
 // environment variable.
-func (f *clientFlags) fromEnv(e env, fs *pflag.FlagSet) {
+func (f *clientFlags) fromEnv(e env, fs *pflag.FlagSet) error {
+	for _, d := range []struct {
+		flag, env string
+		dst       *time.Duration
+	}{{"dial-timeout", "KHA_DIAL_TIMEOUT", f.dialTimeout}, {"command-timeout", "KHA_COMMAND_TIMEOUT", f.commandTimeout}} {
+		if v := e.env(d.env); v != "" && !fs.Changed(d.flag) && d.dst != nil {
+			if err := (durationValue{d.dst}).Set(v); err != nil {
+				return fmt.Errorf("%s=%q: %w", d.env, v, err)
+			}
+		}
+	}
 	for _, x := range clientEnv {
 		v := e.env(x.env)
 		if v == "" || fs.Changed(x.flag) {
@@ -100,10 +126,11 @@ func (f *clientFlags) fromEnv(e env, fs *pflag.FlagSet) {
 		}
 		*f.field(x.flag) = v
 	}
+	return nil
 }
 
 func (f *clientFlags) any() bool {
-	return len(f.endpoints) > 0 || f.cacert != "" || f.cert != "" || f.key != "" || f.user != "" ||
+	return len(f.endpoints) > 0 || f.dialTimeout != nil && *f.dialTimeout > 0 || f.cacert != "" || f.cert != "" || f.key != "" || f.user != "" ||
 		f.passwordFile != "" || f.cluster != "" || f.prefix != ""
 }
 
@@ -123,7 +150,9 @@ type clientConfig struct {
 // exist or cannot be read is no error when --endpoints (or KHA_ENDPOINTS)
 // says where etcd is.
 func loadClientConfig(e env, c *cobra.Command, f *clientFlags) (clientConfig, error) {
-	f.fromEnv(e, c.Flags())
+	if err := f.fromEnv(e, c.Flags()); err != nil {
+		return clientConfig{}, err
+	}
 	path, _ := c.Flags().GetString("config")
 	explicit := path != ""
 	if !explicit {
@@ -186,6 +215,31 @@ func (f *clientFlags) apply(ec *config.Etcd, cluster *string) {
 	set(&ec.PasswordFile, f.passwordFile)
 	set(&ec.Prefix, f.prefix)
 	set(cluster, f.cluster)
+	if f.dialTimeout != nil && *f.dialTimeout > 0 {
+		ec.DialTimeout = *f.dialTimeout
+	}
+	if len(f.endpoints) > 0 {
+		ec.Endpoints = withScheme(f.endpoints, ec.CA != "" || ec.Cert != "")
+	}
+}
+
+// withScheme gives bare host:port endpoints of the command line, as
+// etcdctl accepts them, a scheme: https when TLS is configured (a CA or a
+// client certificate), http otherwise. The configuration file stays strict.
+func withScheme(endpoints []string, tls bool) []string {
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
+	}
+	out := make([]string, len(endpoints))
+	for i, ep := range endpoints {
+		ep = strings.TrimSpace(ep)
+		if ep != "" && !strings.Contains(ep, "://") {
+			ep = scheme + ep
+		}
+		out[i] = ep
+	}
+	return out
 }
 
 // session is a connection to the group for an operator command.
@@ -194,6 +248,7 @@ type session struct {
 	fromFile bool // cfg.Node names this node
 	cli      *clientv3.Client
 	keys     group.Keys
+	timeout  time.Duration // of each read or write (--command-timeout)
 }
 
 // connect loads the client configuration and dials etcd; a refusal is
@@ -218,12 +273,24 @@ func connect(e env, c *cobra.Command, f *clientFlags) (*session, int) {
 	cfg := cc.Config
 	ctx, cancel := context.WithTimeout(e.ctx, cfg.Etcd.DialTimeout+2*cfg.Etcd.RequestTimeout+time.Second)
 	defer cancel()
-	cli, err := etcdconn.Dial(ctx, cfg.Etcd)
+	cli, err := dialClient(ctx, cfg.Etcd)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "kha-supervisor:", err)
 		return nil, exitFailure
 	}
-	return &session{cfg: cfg, fromFile: cc.fromFile, cli: cli, keys: group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)}, exitOK
+	timeout := 5*cfg.Etcd.RequestTimeout + time.Second
+	if *f.commandTimeout > 0 {
+		timeout = *f.commandTimeout
+	}
+	return &session{cfg: cfg, fromFile: cc.fromFile, cli: cli, keys: group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster), timeout: timeout}, exitOK
+}
+
+// commandTimeout bounds each read or write of an operator command.
+func (s *session) commandTimeout() time.Duration {
+	if s.timeout > 0 {
+		return s.timeout
+	}
+	return 5*s.cfg.Etcd.RequestTimeout + time.Second
 }
 
 // completeMembers completes a node name from the live member records, for
@@ -241,7 +308,7 @@ func completeMembers(e env, cf *clientFlags) cobra.CompletionFunc {
 		}
 		ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
 		defer cancel()
-		cli, err := etcdconn.Dial(ctx, cc.Etcd)
+		cli, err := dialClient(ctx, cc.Etcd)
 		if err != nil {
 			return nil, none
 		}

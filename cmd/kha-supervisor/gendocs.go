@@ -144,8 +144,15 @@ func ownFlags(c *cobra.Command) []*pflag.Flag {
 	return out
 }
 
+// listsAsOne reports a command whose subcommands the tables list as one
+// row: a command that only groups them, and completion (runnable only to
+// refuse a shell it does not know).
+func listsAsOne(c *cobra.Command) bool {
+	return c.HasSubCommands() && (!c.Runnable() || c.Name() == "completion")
+}
+
 func isClientFlag(name string) bool {
-	for _, x := range clientEnv {
+	for _, x := range clientOptionEnv() {
 		if x.flag == name {
 			return true
 		}
@@ -189,8 +196,8 @@ func readmeCommands(root *cobra.Command) string {
 	var b strings.Builder
 	b.WriteString("| command | what |\n|---|---|\n")
 	for _, c := range documented(root) {
-		if p := c.Parent(); c.HasSubCommands() || c.Name() == "help" || p != nil && !p.Runnable() {
-			if !c.Runnable() && c.HasSubCommands() {
+		if p := c.Parent(); c.HasSubCommands() || c.Name() == "help" || p != nil && listsAsOne(p) {
+			if listsAsOne(c) {
 				fmt.Fprintf(&b, "| `%s %s` | %s |\n", path(c), subNames(c), c.Short)
 			}
 			continue
@@ -213,7 +220,7 @@ func readmeCommands(root *cobra.Command) string {
 	}
 	b.WriteString("\nClient options (etcdctl's names; each also from an environment variable): ")
 	var opts []string
-	for _, x := range clientEnv {
+	for _, x := range clientOptionEnv() {
 		opts = append(opts, "`--"+x.flag+"` (`"+x.env+"`)")
 	}
 	b.WriteString(strings.Join(opts, ", ") + ". They override the configuration file, which a client command then does not need.\n")

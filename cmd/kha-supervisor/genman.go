@@ -92,7 +92,7 @@ func manSynopsis(root *cobra.Command) string {
 	var b strings.Builder
 	b.WriteString(".SH SYNOPSIS\n")
 	for _, c := range documented(root) {
-		if c.HasSubCommands() && !c.Runnable() || c.Name() == "drill" {
+		if listsAsOne(c) || c.Name() == "drill" {
 			continue
 		}
 		fmt.Fprintf(&b, ".B kha-supervisor %s\n", roff(path(c)))
@@ -215,8 +215,8 @@ func manExitStatus(*cobra.Command) string {
 func manEnvironment(*cobra.Command) string {
 	var b strings.Builder
 	b.WriteString(".SH ENVIRONMENT\n")
-	b.WriteString(".TP\n.B KHA_CONFIG\nThe configuration file of the client commands, when \\-c is not given.\n")
-	for _, x := range clientEnv {
+	b.WriteString(".TP\n.B KHA_CONFIG\nThe configuration file of the client commands and of check\\-config, install\\-dropins, install\\-kubeconfig and api\\-fence status, when \\-c is not given (run and guard read only \\-c).\n")
+	for _, x := range clientOptionEnv() {
 		fmt.Fprintf(&b, ".TP\n.B %s\nThe default of \\-\\-%s.\n", x.env, roff(x.flag))
 	}
 	b.WriteString(".TP\n.B TZ\nThe time zone of the times that status, ban and history print.\n")

@@ -36,7 +36,7 @@ func installDropinsCommand(e env) *cobra.Command {
 		Long: `Write the drop-in DIR/UNIT.d/` + dropin.FileName + ` for every unit in units.managed and for kha-supervisor.service itself (the profile's WatchdogSec), remove the ones it wrote earlier for units no longer managed, and reload systemd (daemon-reload over D-Bus) if anything changed.
 A file at that path that it did not write is never overwritten: the command refuses instead. The packages already ship these drop-ins for the default units; run this command when units.managed, units.stop_timeout or the profile differ from the defaults.`,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return exit(installDropins(e, configPath(c), o))
+			return exit(installDropins(e, nodeConfigPath(e, c), o))
 		},
 	}
 	fs := c.Flags()

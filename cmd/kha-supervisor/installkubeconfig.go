@@ -19,23 +19,29 @@ func init() { register(installKubeconfigCommand) }
 
 func installKubeconfigCommand(e env) *cobra.Command {
 	var path string
-	var dry bool
+	var dry, restore bool
 	c := &cobra.Command{
 		Use:     "install-kubeconfig UNIT",
 		GroupID: groupNode,
 		Short:   "point a managed unit's kubeconfig at its API gate (api_fence.gates)",
 		Long: `Rewrite UNIT's kubeconfig so that its current context's cluster is the unit's API gate: the gate's loopback address (api_fence.gates) as server and the node's gate CA (in api_fence.state_dir, created if missing) as certificate authority. The unit's own credential is kept: the gate authenticates it as the API server would.
-Prints each change; the original is kept once as FILE.kha-orig. Restart the unit to use it.`,
+Prints each change; the original is kept once as FILE.kha-orig. Restart the unit to use it.
+Refused (exit 2) while api_fence.mode is "off": nothing would serve the gate, and the unit could not reach its API server after its next restart. Set the mode, restart kha-supervisor, then run this.
+With --restore: put FILE.kha-orig back as FILE (the backup is consumed, so a later install keeps the kubeconfig of that time); it needs no configuration file. Restart the unit to use it.`,
 		Args: exactArgs("UNIT"),
 		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 			return config.Default().Units.Managed, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			return exit(installKubeconfig(e, configPath(c), args[0], path, dry))
+			if restore {
+				return exit(restoreKubeconfig(e, args[0], path, dry))
+			}
+			return exit(installKubeconfig(e, nodeConfigPath(e, c), args[0], path, dry))
 		},
 	}
 	c.Flags().StringVar(&path, "kubeconfig", "", "the unit's kubeconfig `file` (default: kubeadm's file for kube-scheduler and kube-controller-manager)")
 	c.Flags().BoolVar(&dry, "dry-run", false, "print the changes and the new kubeconfig; write nothing")
+	c.Flags().BoolVar(&restore, "restore", false, "put back the original kubeconfig kept as FILE.kha-orig")
 	_ = c.MarkFlagFilename("kubeconfig")
 	return c
 }
@@ -61,10 +67,14 @@ func installKubeconfig(e env, configFile, unit, path string, dry bool) int {
 	if !ok {
 		return fail(e, exitConfig, "%s has no gate in api_fence.gates of %s", unit, cfg.Path)
 	}
-	if path == "" {
-		if path, ok = kubeadmKubeconfigs[unit]; !ok {
-			return fail(e, exitConfig, "%s: give its kubeconfig with --kubeconfig", unit)
-		}
+	// With the fence off no supervisor listens at the gate: the rewritten
+	// kubeconfig would cut the unit off its API server at its next start.
+	if !cfg.APIFence.Enabled() && !dry {
+		return fail(e, exitConfig, "api_fence.mode is %q in %s: nothing serves %s's gate at %s, so the unit could not reach its API server after its next restart; "+
+			"set api_fence.mode = \"gate\" (or \"token\") and restart kha-supervisor first (--dry-run shows the changes)", cfg.APIFence.Mode, cfg.Path, unit, g.Addr)
+	}
+	if path, ok = unitKubeconfig(unit, path); !ok {
+		return fail(e, exitConfig, "%s: give its kubeconfig with --kubeconfig", unit)
 	}
 	kc, err := clientcmd.LoadFromFile(path)
 	if err != nil {
@@ -88,6 +98,9 @@ func installKubeconfig(e env, configFile, unit, path string, dry bool) int {
 	if caNote != "" {
 		fmt.Fprintln(e.stdout, caNote)
 	}
+	if !cfg.APIFence.Enabled() {
+		fmt.Fprintf(e.stdout, "note: api_fence.mode is %q: without --dry-run this is refused until the mode is \"gate\" or \"token\"\n", cfg.APIFence.Mode)
+	}
 	if dry {
 		out, err := clientcmd.Write(*kc)
 		if err != nil {
@@ -103,6 +116,42 @@ func installKubeconfig(e env, configFile, unit, path string, dry bool) int {
 		return fail(e, exitFailure, "%v", err)
 	}
 	fmt.Fprintf(e.stdout, "wrote %s (original kept as %s); restart %s to use it\n", path, path+".kha-orig", unit)
+	return exitOK
+}
+
+// unitKubeconfig is the --kubeconfig given, or kubeadm's file for unit.
+func unitKubeconfig(unit, path string) (string, bool) {
+	if path != "" {
+		return path, true
+	}
+	path, ok := kubeadmKubeconfigs[unit]
+	return path, ok
+}
+
+// restoreKubeconfig puts PATH.kha-orig back as PATH. It reads no
+// configuration: it is the way back when the fence or its file is broken.
+// The backup is renamed over the file (atomic, and consumed: a later
+// install-kubeconfig keeps the kubeconfig of that time, not this one).
+func restoreKubeconfig(e env, unit, path string, dry bool) int {
+	path, ok := unitKubeconfig(unit, path)
+	if !ok {
+		return fail(e, exitConfig, "%s: give its kubeconfig with --kubeconfig", unit)
+	}
+	orig := path + ".kha-orig"
+	if _, err := clientcmd.LoadFromFile(orig); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fail(e, exitConfig, "%s: no original kept (install-kubeconfig keeps it as %s on its first change); nothing to restore", path, orig)
+		}
+		return fail(e, exitConfig, "%s: not a kubeconfig, not restored: %v", orig, err)
+	}
+	if dry {
+		fmt.Fprintf(e.stdout, "would put %s back as %s (dry run, nothing changed)\n", orig, path)
+		return exitOK
+	}
+	if err := os.Rename(orig, path); err != nil {
+		return fail(e, exitFailure, "restore %s: %v", path, err)
+	}
+	fmt.Fprintf(e.stdout, "restored %s from %s; restart %s to use it\n", path, orig, unit)
 	return exitOK
 }
 

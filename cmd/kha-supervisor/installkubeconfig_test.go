@@ -36,7 +36,8 @@ func TestInstallKubeconfigPointsTheUnitAtItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	cfg := writeConfig(t, "node = \"m1\"\n[api_fence]\nstate_dir = \""+state+"\"\n")
+	// mode "gate": with the fence off install-kubeconfig is refused.
+	cfg := gateConfig(t, "gate", state)
 
 	// Dry run: says what changes, writes nothing, creates no CA.
 	code, out, errOut := runCmd(t, "install-kubeconfig", "kube-scheduler.service", "-c", cfg, "--kubeconfig", kc, "--dry-run")
@@ -99,7 +100,7 @@ func TestInstallKubeconfigRefusals(t *testing.T) {
 }
 
 func TestAPIFenceManifestsPrintsThePolicy(t *testing.T) {
-	code, out, errOut := runCmd(t, "api-fence", "manifests", "--supervisor-user", "kha-m1", "--supervisor-user", "kha-m2")
+	code, out, errOut := runCmd(t, "api-fence", "manifests", "--token", "0", "--supervisor-user", "kha-m1", "--supervisor-user", "kha-m2")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

@@ -21,16 +21,17 @@ import (
 // Exit codes. They are part of the interface: systemd units, scripts and the
 // drill read them. README.md and kha-supervisor(8) list them from exitCodes.
 const (
-	exitOK           = 0 // success
-	exitFailure      = 1 // runtime failure (etcd unreachable, I/O error)
-	exitConfig       = 2 // bad configuration or usage; nothing was changed
-	exitFenced       = 3 // lease could not be proven; units stopped; restart as standby
-	exitFenceFailed  = 4 // fenced, but a unit could not be confirmed stopped
-	exitGuardRefused = 5 // guard: this node does not hold a valid lease
-	exitGuardNoSup   = 6 // guard: the local supervisor is not reachable
-	exitDrillFailed  = 7 // drill: the check or the expectation failed
-	exitNoActive     = 8 // status: no member is active with all its units
-	exitLocalBad     = 9 // status: this node's member is missing or unhealthy
+	exitOK           = 0  // success
+	exitFailure      = 1  // runtime failure (etcd unreachable, I/O error)
+	exitConfig       = 2  // bad configuration or usage; nothing was changed
+	exitFenced       = 3  // lease could not be proven; units stopped; restart as standby
+	exitFenceFailed  = 4  // fenced, but a unit could not be confirmed stopped
+	exitGuardRefused = 5  // guard: this node does not hold a valid lease
+	exitGuardNoSup   = 6  // guard: the local supervisor is not reachable
+	exitDrillFailed  = 7  // drill: the check or the expectation failed
+	exitNoActive     = 8  // status: no member is active with all its units
+	exitLocalBad     = 9  // status: this node's member is missing or unhealthy
+	exitNoStandby    = 10 // status: the leader runs, but no other member could take over
 )
 
 // exitCodes documents the codes above, in order, for the generated docs.
@@ -48,6 +49,7 @@ var exitCodes = []struct {
 	{exitDrillFailed, "`drill`: the ordering check failed, the expectation was missed, or no new leader within --timeout"},
 	{exitNoActive, "`status`: no member is active with all its units (no leader, or the leader's units are not all active)"},
 	{exitLocalBad, "`status`: this node (the configuration file's `node`) has no member record, or is fencing, stopped or in cooldown"},
+	{exitNoStandby, "`status`: the leader runs its units, but no other member could take over (none registered, or every other one banned, in cooldown, not standby, or the group frozen): redundancy is lost"},
 }
 
 // exitSummary is the exit codes for the help, one short line each.
@@ -107,6 +109,21 @@ func dispatch(e env, args []string) int {
 	}
 }
 
+// completionUnknownShell is `completion` without a shell it knows: a usage
+// error naming the shells (cobra would print the help and exit 0).
+func completionUnknownShell(c *cobra.Command, args []string) error {
+	var shells []string
+	for _, sh := range c.Commands() {
+		if sh.IsAvailableCommand() {
+			shells = append(shells, sh.Name())
+		}
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("%q needs a shell: %s", c.CommandPath(), strings.Join(shells, ", "))
+	}
+	return fmt.Errorf("unknown shell %q for %q; supported shells: %s", args[0], c.CommandPath(), strings.Join(shells, ", "))
+}
+
 // Command groups, as `kha-supervisor --help` and the man page show them.
 const (
 	groupNode  = "node"
@@ -120,7 +137,7 @@ func newRoot(e env) *cobra.Command {
 		Long: "kha-supervisor makes sure that at most one node of a group runs a set of systemd units: " +
 			"it wins a lease in etcd, only then starts the managed units, and fences itself before any other node could win.\n\n" +
 			exitSummary(),
-		Version:       version,
+		Version:       versionText(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// Without a command: the help, and a usage error for scripts.
@@ -166,6 +183,8 @@ func newRoot(e env) *cobra.Command {
 				sh.Short = "print the " + sh.Name() + " completion script"
 				sh.Long = "Print the " + sh.Name() + " completion script, for example: kha-supervisor completion " + sh.Name() + " > FILE."
 			}
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = completionUnknownShell
 		}
 	}
 	return root

@@ -30,7 +30,7 @@ func init() {
 func (s *session) close() { _ = s.cli.Close() }
 
 func (s *session) ctx(e env) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(e.ctx, 5*s.cfg.Etcd.RequestTimeout+time.Second)
+	return context.WithTimeout(e.ctx, s.commandTimeout())
 }
 
 func (s *session) cluster(e env) (group.ClusterStatus, error) {

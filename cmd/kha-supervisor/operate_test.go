@@ -76,9 +76,11 @@ func TestStatusHandoffBanHistory(t *testing.T) {
 	supervisortest.WaitFor(t, "the other node to take over from the banned leader", 20*time.Second, func() bool {
 		return standby.State() == group.Active
 	})
+	// The only other member is banned: status warns and exits 10.
 	code, out = cli(t, w, "status")
-	if code != exitOK || !strings.Contains(out, "BANNED") {
-		t.Fatalf("status does not show the ban: %q", out)
+	if code != exitNoStandby || !strings.Contains(out, "BANNED") ||
+		!strings.Contains(out, "WARNING: no member could take over from "+standby.Name+": "+leader.Name+" is banned") {
+		t.Fatalf("status does not show the ban and the lost redundancy: exit %d %q", code, out)
 	}
 	// While banned it does not campaign even when the key is free.
 	if code, _ = cli(t, w, "handoff", "--to", leader.Name); code != exitConfig {
@@ -123,7 +125,7 @@ func TestFreezeBlocksPromotionButNotFencing(t *testing.T) {
 		t.Fatal("freeze failed")
 	}
 	code, out := cli(t, w, "status")
-	if code != exitOK || !strings.Contains(out, "FROZEN") || !strings.Contains(out, "etcd upgrade") {
+	if code != exitNoStandby || !strings.Contains(out, "FROZEN") || !strings.Contains(out, "etcd upgrade") {
 		t.Fatalf("status does not show the freeze loudly: %q", out)
 	}
 	if code, out = cli(t, w, "handoff"); code != exitConfig || !strings.Contains(out, "frozen") {

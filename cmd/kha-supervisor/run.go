@@ -40,6 +40,9 @@ func runDaemon(e env, path string) int {
 	}
 	log := newLogger(e, cfg.Log)
 	slog.SetDefault(log)
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration accepted with a warning", "warning", w, "file", path)
+	}
 	daemonGC()
 	// Before anything slow: SIGHUP's default action would end the daemon.
 	hup, stopHUP := notifyHUP()

@@ -23,6 +23,19 @@ SIGTERM (or SIGINT) is a graceful stop: the units are stopped in reverse order, 
 }
 
 // configPath is -c, or the packaged path.
+// nodeConfigPath is configPath for the operator's node commands
+// (check-config, install-dropins, install-kubeconfig, api-fence): without
+// -c, KHA_CONFIG names the file, as for the client commands. run and guard
+// ignore KHA_CONFIG: what the daemon reads is its unit's command line.
+func nodeConfigPath(e env, c *cobra.Command) string {
+	if p, _ := c.Flags().GetString("config"); p == "" {
+		if p = e.env("KHA_CONFIG"); p != "" {
+			return p
+		}
+	}
+	return configPath(c)
+}
+
 func configPath(c *cobra.Command) string {
 	if p, _ := c.Flags().GetString("config"); p != "" {
 		return p

@@ -176,7 +176,8 @@ func TestOperatorWithoutConfig(t *testing.T) {
 		t.Logf("$ kha-supervisor %s -> %d\n%s", strings.Join(args, " "), code, out.String())
 		return code, out.String()
 	}
-	if code, out := run(nil, "status", "--endpoints", eps, "--cluster", "test"); code != exitOK || !strings.Contains(out, "cluster test: leader "+leader.Name) {
+	// One member: status exits 10 (no standby), with the group shown.
+	if code, out := run(nil, "status", "--endpoints", eps, "--cluster", "test"); code != exitNoStandby || !strings.Contains(out, "cluster test: leader "+leader.Name) {
 		t.Errorf("status --endpoints without a configuration: exit %d", code)
 	}
 	vars := map[string]string{"KHA_ENDPOINTS": eps, "KHA_CLUSTER": "test"}
@@ -215,7 +216,7 @@ func TestOperatorWithoutConfig(t *testing.T) {
 	}
 	_, _ = f.WriteString("[http]\nlisten = \"127.0.0.1:0\"\n")
 	_ = f.Close()
-	if code, out := run(nil, "status", "-c", p); code != exitOK || !strings.Contains(out, leader.Name) {
+	if code, out := run(nil, "status", "-c", p); code != exitNoStandby || !strings.Contains(out, leader.Name) {
 		t.Errorf("status with http.listen = 127.0.0.1:0: exit %d", code)
 	}
 	// But the daemon still refuses it.

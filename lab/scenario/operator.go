@@ -271,7 +271,7 @@ func stopSpan(journal string, since time.Time) (first, last time.Time) {
 func (r *Run) clusterStatus(ctx context.Context, node string) (group.ClusterStatus, error) {
 	var cs group.ClusterStatus
 	out, code := r.kha(ctx, node, "status", "--json")
-	if code != 0 && code != 8 && code != 9 { // 8, 9: no active member, local member unhealthy; the JSON is complete
+	if code != 0 && code != 8 && code != 9 && code != 10 { // 8, 9, 10: no active member, local member unhealthy, no standby; the JSON is complete
 		return cs, fmt.Errorf("status --json on %s: exit %d: %s", node, code, out)
 	}
 	if err := json.Unmarshal([]byte(out), &cs); err != nil {

@@ -68,6 +68,9 @@ type Lease struct {
 	ClockRate     float64       `toml:"clock_rate_error"` // rho
 	Slack         time.Duration `toml:"slack"`            // delta
 	TakeoverDelay time.Duration `toml:"takeover_delay"`   // extra wait after winning, before starting units
+	// AcceptShortWindow runs a fence window shorter than the etcd leader
+	// election the profile rides through (checkStall), with a warning.
+	AcceptShortWindow bool `toml:"accept_short_window"`
 }
 
 // Units lists the managed systemd units and how to handle them.

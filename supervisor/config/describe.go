@@ -67,10 +67,22 @@ func writeTable(w io.Writer, cv reflect.Value, t *node, note func(key string) st
 	}
 }
 
-// describeProfile names the profile and what it assumes.
+// describeProfile names the profile, what it assumes, and what this
+// configuration gives: the takeover time and the stall it rides out follow
+// the effective keys, not the profile's own numbers.
 func (c Config) describeProfile(w io.Writer) {
 	p := c.SelectedProfile()
-	fmt.Fprintf(w, "# profile %s: %s\n", quote(p.Name), p.Summary)
+	s := c.Stall()
+	takeover := c.Lease.TTL + c.Lease.TakeoverDelay
+	verdict := "ok"
+	if s.Short() {
+		verdict = "SHORTER: lease.accept_short_window = true; an etcd leader election fences the leader"
+	}
+	fmt.Fprintf(w, "# profile %s: takeover about %s after a failure; rides out %s without a renewal\n", quote(p.Name), takeover, s.Window)
+	fmt.Fprintf(w, "#   an etcd leader election can leave %s without a renewal (%s)\n", s.Gap, verdict)
+	if len(c.FromProfile) < len(profileKeys) && c.Path != "" {
+		fmt.Fprintf(w, "#   (the profile alone: %s; this file overrides some of its keys)\n", p.Summary)
+	}
 	fmt.Fprintf(w, "#   needs from etcd: %s\n", p.Etcd)
 	fmt.Fprintf(w, "#   supervisor unit WatchdogSec=%s (kha-supervisor install-dropins writes it)\n", p.Watchdog)
 }
@@ -111,6 +123,13 @@ func (c Config) describeWindow(w io.Writer) {
 	}
 	p("  under systemd WatchdogSec=%s (profile %s): X = TTL*(1-rho) - S_max - max(delta, W) = %s (%s)",
 		ww.Watchdog, quote(c.Profile), ww.Span(ww.TTL), verdict)
+	st := c.Stall()
+	verdict = "ok"
+	if st.Short() {
+		verdict = "SHORTER, accepted by lease.accept_short_window: an etcd leader election fences the leader"
+	}
+	p("  etcd leader election: G = 2*lease.renew_interval + 2*election timeout %s + %s = %s; X %s must exceed G (%s)",
+		st.Election, electionRounds, st.Gap, st.Window, verdict)
 	if d := c.Lease.TakeoverDelay; d > 0 {
 		p("  takeover: after winning, units start %s later (lease.takeover_delay)", d)
 	}

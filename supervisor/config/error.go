@@ -15,6 +15,10 @@ type Error struct {
 	Value string // the offending value as TOML text, e.g. `"1.5s"`; empty when there is none
 	Msg   string // what is wrong and, where it helps, what to do
 	Err   error  // underlying cause (I/O error, TOML parse error, fencing.Window error), if any
+	// Related are the keys of a refused relation between keys (Key among
+	// them); the check appends each with its line or origin to Msg, so the
+	// operator sees which one the file changed.
+	Related []string
 }
 
 // Error renders one line, compiler style:

@@ -167,6 +167,10 @@ func decode(file string, data []byte) (*document, error) {
 	if err := d.resolveProfile(); err != nil {
 		return nil, err
 	}
+	// syslog and most tools say "warning"; slog and this file say "warn".
+	if d.cfg.Log.Level == "warning" {
+		d.cfg.Log.Level = "warn"
+	}
 	// "key = []" and a missing key mean the same; make them equal values too.
 	cv := reflect.ValueOf(&d.cfg).Elem()
 	for _, n := range schema.leaves() {
@@ -243,18 +247,46 @@ func (d *document) checkKey(k toml.Key) error {
 }
 
 func unknownKeyMsg(table *node, name string) string {
-	var names []string
+	var names, near []string
 	for _, c := range table.children {
 		if strings.EqualFold(c.name, name) {
 			return fmt.Sprintf("unknown key; did you mean %q? (keys are case-sensitive)", c.name)
 		}
 		names = append(names, c.name)
+		if d := distance(name, c.name); d <= 2 && 2*d < len(name) {
+			near = append(near, quote(c.name))
+		}
 	}
 	where := "at the top level"
 	if table.key != "" {
 		where = "in [" + table.key + "]"
 	}
+	if len(near) > 0 {
+		return fmt.Sprintf("unknown key %s; did you mean %s?", where, strings.Join(near, " or "))
+	}
 	return fmt.Sprintf("unknown key; valid keys %s: %s", where, strings.Join(names, ", "))
+}
+
+// distance is the Levenshtein distance of two short strings, for the
+// nearest-key suggestion.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // value returns the decoded value at key, nil when absent.

@@ -32,7 +32,13 @@ func refusals() []refusal {
 	return []refusal{
 		// Strict decoding.
 		{name: "unknown top-level key", toml: text("nodes = \"m1\"\n"),
-			key: "nodes", value: `"m1"`, line: 1, msg: []string{"unknown key", "node, cluster"}},
+			key: "nodes", value: `"m1"`, line: 1, msg: []string{"unknown key", `did you mean "node"?`}},
+		{name: "unknown key far from every key", toml: text("colour = \"blue\"\n"),
+			key: "colour", value: `"blue"`, line: 1, msg: []string{"unknown key", "node, cluster"}},
+		{name: "mistyped key", toml: text("[lease]\nslak = \"1s\"\n"),
+			key: "lease.slak", value: `"1s"`, line: 2, msg: []string{`unknown key in [lease]; did you mean "slack"?`}},
+		{name: "mistyped table", toml: text("[unit]\nmanaged = [\"a.service\"]\n"),
+			key: "unit", line: 1, msg: []string{`unknown key at the top level; did you mean "units"?`}},
 		{name: "unknown key in a table", toml: text("[lease]\nttl = \"10s\"\nttll = \"5s\"\n"),
 			key: "lease.ttll", value: `"5s"`, line: 3, msg: []string{"unknown key", "in [lease]"}},
 		{name: "unknown table", toml: text("# comment\n[leases]\nttl = \"10s\"\n"),
@@ -241,13 +247,25 @@ func refusals() []refusal {
 
 		// Timing relations.
 		{name: "request timeout over renew interval", toml: text("[etcd]\nrequest_timeout = \"1500ms\"\n"),
-			key: "etcd.request_timeout", value: `"1.5s"`, line: 2, msg: []string{"lease.renew_interval (1s)"}},
+			key: "etcd.request_timeout", value: `"1.5s"`, line: 2, msg: []string{"lease.renew_interval (1s)",
+				`the keys: etcd.request_timeout = "1.5s" (line 2), lease.renew_interval = "1s" (from profile "default")`}},
 		{name: "fence window too small", toml: text("[lease]\nttl = \"4s\"\n"),
 			key: "lease.ttl", value: `"4s"`, line: 2,
 			msg: []string{"fence window 460ms", "2 * lease.renew_interval 1s = 2s", "lease.ttl 4s * (1 - lease.clock_rate_error 0.01)",
 				"S_max 3s (units.stop_timeout 2s + units.kill_grace 1s)", "lease.slack 500ms"}},
 		{name: "fence window too small from renew interval", toml: text("[lease]\nrenew_interval = \"4s\"\n[etcd]\nrequest_timeout = \"1s\"\n"),
-			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window 6.4s", "2 * lease.renew_interval 4s = 8s"}},
+			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window 6.4s", "2 * lease.renew_interval 4s = 8s",
+				`the keys: lease.ttl = "10s" (from profile "default"), lease.renew_interval = "4s" (line 2), lease.clock_rate_error = 0.01 (default)`}},
+		{name: "fence window too small from stop timeout", toml: text("node = \"m1\"\n[units]\nstop_timeout = \"8s\"\n"),
+			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"is under two renew intervals", `units.stop_timeout = "8s" (line 3)`, `units.kill_grace = "1s" (from profile "default")`}},
+		{name: "window under the etcd election the profile rides through", toml: text("profile = \"fast\"\n[lease]\nttl = \"4s\"\n"),
+			key: "lease.ttl", value: `"4s"`, line: 3, msg: []string{
+				"fence window 1.46s under the profile's WatchdogSec=1s does not outlast the 3.1s without a renewal that an etcd leader election takes",
+				"raise lease.ttl to at least 6s", "lease.accept_short_window = true",
+				`lease.ttl = "4s" (line 3)`, `lease.renew_interval = "500ms" (from profile "fast")`, `profile = "fast" (line 1)`}},
+		{name: "window under the etcd election from a changed stop budget", toml: text("[units]\nstop_timeout = \"3s\"\nkill_grace = \"2s\"\n"),
+			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window 2.9s under the profile's WatchdogSec=2s", "the 4.1s",
+				`units.stop_timeout = "3s" (line 2)`, `units.kill_grace = "2s" (line 3)`, "at least 12s"}},
 		{name: "fence window wraps around", toml: text("[units]\nstop_timeout = \"2562047h\"\nkill_grace = \"2562047h\"\n[lease]\nslack = \"2562047h\"\n"),
 			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"is under two renew intervals"}},
 		{name: "renew interval wraps around", toml: text("[lease]\nrenew_interval = \"2562047h\"\n"),
@@ -499,6 +517,50 @@ func TestErrorFormat(t *testing.T) {
 	} {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// lease.accept_short_window = true runs a window under the etcd election
+// gap, and Warnings says so; "warning" is taken for "warn"; a client
+// certificate over plain http:// is warned about.
+func TestLoadAcceptsShortWindowWithWarning(t *testing.T) {
+	dir := t.TempDir()
+	p := newPKI(t, dir)
+	path := writeFile(t, dir, "config.toml", "profile = \"fast\"\n[lease]\nttl = \"4s\"\naccept_short_window = true\n[log]\nlevel = \"warning\"\n"+
+		"[etcd]\nendpoints = [\"http://10.0.0.1:2379\", \"https://10.0.0.2:2379\"]\ncert = "+quote(p.cert)+"\nkey = "+quote(p.key)+"\n", 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Log.Level != "warn" {
+		t.Errorf("log.level = %q, want \"warn\"", c.Log.Level)
+	}
+	w := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{"lease.accept_short_window = true: the fence window 1.46s (under WatchdogSec=1s) is shorter than the 3.1s",
+		"etcd.endpoints http://10.0.0.1:2379 use plain http://"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q:\n%s", want, w)
+		}
+	}
+	if strings.Contains(w, "10.0.0.2") {
+		t.Errorf("the https endpoint is warned about:\n%s", w)
+	}
+	if w := Default().Warnings(); len(w) != 0 {
+		t.Errorf("the defaults draw warnings: %v", w)
+	}
+}
+
+// Every shipped profile rides out the etcd election it promises to.
+func TestProfilesRideOutTheirEtcdElection(t *testing.T) {
+	for _, name := range ProfileNames() {
+		c := Default()
+		if err := c.UseProfile(name); err != nil {
+			t.Fatal(err)
+		}
+		s := c.Stall()
+		if s.Short() || s.MinTTL > c.Lease.TTL {
+			t.Errorf("profile %s: window %s, gap %s, minimum TTL %s", name, s.Window, s.Gap, s.MinTTL)
 		}
 	}
 }

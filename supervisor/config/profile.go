@@ -23,6 +23,10 @@ type Profile struct {
 	// Etcd is what the profile assumes of the etcd cluster, for
 	// check-config and the docs.
 	Etcd string
+	// ElectionTimeout is the etcd election timeout the profile is built to
+	// ride through: a leader must keep its units across the renewal gap an
+	// etcd leader election causes (Stall), or a file is refused.
+	ElectionTimeout time.Duration
 
 	RequestTimeout time.Duration // etcd.request_timeout
 	TTL            time.Duration // lease.ttl
@@ -45,20 +49,22 @@ var Profiles = map[string]Profile{
 		Summary: "takeover about 10 s after a failure; rides out 4.9 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
-		RequestTimeout: 1 * time.Second,
-		TTL:            10 * time.Second,
-		RenewInterval:  1 * time.Second,
-		StopTimeout:    2 * time.Second,
-		KillGrace:      1 * time.Second,
-		PollInterval:   1 * time.Second,
-		Watchdog:       2 * time.Second,
+		ElectionTimeout: time.Second,
+		RequestTimeout:  1 * time.Second,
+		TTL:             10 * time.Second,
+		RenewInterval:   1 * time.Second,
+		StopTimeout:     2 * time.Second,
+		KillGrace:       1 * time.Second,
+		PollInterval:    1 * time.Second,
+		Watchdog:        2 * time.Second,
 	},
 	"fast": {
 		Name:    "fast",
 		Summary: "takeover about 6 s after a failure; rides out 3.4 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
-		RequestTimeout: 500 * time.Millisecond,
+		ElectionTimeout: time.Second,
+		RequestTimeout:  500 * time.Millisecond,
 		// 6 s, not 4 s: with WatchdogSec=1s a 4 s lease leaves a 1.46 s
 		// fence window, less than a stock etcd election can take (up to
 		// 2 s) plus the renewal cadence on both sides of it (1 s).

@@ -45,6 +45,9 @@ var rules = []rule{
 	checkPasswordFile,
 	checkAPIFence,
 	checkHealth,
+	// Last: a file with a plain mistake gets that named first; this one
+	// weighs the whole timing against the etcd the profile assumes.
+	checkStall,
 }
 
 func (c Config) check(d *document) error {
@@ -60,6 +63,9 @@ func (c Config) check(d *document) error {
 			e.File = file
 			if e.Line == 0 {
 				e.Line = d.lineOf(e.Key)
+			}
+			if len(e.Related) > 0 {
+				e.Msg += "; " + c.relation(d, e.Related)
 			}
 			return e
 		}
@@ -338,8 +344,10 @@ func unitNameProblem(name string) string {
 func checkTiming(c Config) *Error {
 	renew := c.Lease.RenewInterval
 	if c.Etcd.RequestTimeout > renew {
-		return refuse(c, "etcd.request_timeout",
+		e := refuse(c, "etcd.request_timeout",
 			"must not exceed lease.renew_interval (%s): a renewal still waiting when the next is due delays every later one", renew)
+		e.Related = []string{"etcd.request_timeout", "lease.renew_interval"}
+		return e
 	}
 	w := c.Window()
 	// The same inequality in float64 seconds, which cannot overflow: with
@@ -359,10 +367,14 @@ func checkTiming(c Config) *Error {
 			w.TTL, w.ClockRate, exact(w.StopMax, c.Units.StopTimeout.Seconds()+c.Units.KillGrace.Seconds()),
 			c.Units.StopTimeout, c.Units.KillGrace, w.Slack)
 		e.Err = err
+		e.Related = windowKeys
 		return e
 	}
 	return nil
 }
+
+// windowKeys are the keys the fence window is made of.
+var windowKeys = []string{"lease.ttl", "lease.renew_interval", "lease.clock_rate_error", "units.stop_timeout", "units.kill_grace", "lease.slack"}
 
 // exact prints d, or the float64 seconds f when d has wrapped around (they
 // then differ by far more than rounding).

@@ -199,7 +199,9 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 		_, err = p.kubectl(ctx, y, "apply", "-f", "-")
 		return err
 	}
-	y, err := p.manifests(ctx)
+	// --token 0: the parameter is only created when missing, before any
+	// token-mode leader; the first promotion publishes its token.
+	y, err := p.manifests(ctx, "--token", "0")
 	if err != nil {
 		return err
 	}
