@@ -64,6 +64,10 @@ type e2eProfile struct {
 	Stop, KillGrace, Poll      time.Duration
 	WatchdogSec                time.Duration // 0: keep the packaged unit's value
 	LogLevel                   string
+	// Binaries: each managed unit runs its own executable,
+	// /usr/local/bin/<unit name without .service> (a copy of sleep), instead
+	// of /bin/sleep, so that the stray scan (and the exec watch) look for it.
+	Binaries bool
 }
 
 // e2eFast is the brief's fast profile: TTL 4 s, renew 0.5 s, S_max 1.5 s.
@@ -135,16 +139,24 @@ func (p e2eProfile) supervisorDropin() []byte {
 // managedUnit is a stand-in for a Kubernetes component: a process that
 // does nothing until it is stopped. Restart=on-failure like the real units,
 // and never enabled.
-func managedUnit(name string) []byte {
+func managedUnit(name string) []byte { return managedUnitExec(name, "/bin/sleep") }
+
+// managedUnitExec is managedUnit running exe (a copy of sleep) instead.
+func managedUnitExec(name, exe string) []byte {
 	return fmt.Appendf(nil, `# Written by the kha-supervisor end-to-end test: a stand-in for %s.
 [Unit]
 Description=e2e stand-in for %s
 
 [Service]
-ExecStart=/bin/sleep infinity
+ExecStart=%s infinity
 Restart=on-failure
 RestartSec=200ms
-`, name, name)
+`, name, name, exe)
+}
+
+// componentBinary is where a profile with Binaries puts unit's executable.
+func componentBinary(unit string) string {
+	return "/usr/local/bin/" + strings.TrimSuffix(unit, ".service")
 }
 
 // e2eCluster is the running setup.
@@ -320,11 +332,22 @@ func (n *e2eNode) install(p e2eProfile) {
 	for _, u := range e2eUnits {
 		files[e2eUnitDir+"/"+u] = managedUnit(u)
 		files[dropin.Path(e2eUnitDir, u)] = n.renderDropin(u, p)
+		if p.Binaries {
+			files[e2eUnitDir+"/"+u] = managedUnitExec(u, componentBinary(u))
+			sleep, err := os.ReadFile(n.c.Root() + "/bin/sleep")
+			if err != nil {
+				n.t.Fatal(err)
+			}
+			files[componentBinary(u)] = sleep
+		}
 	}
 	for path, body := range files {
 		mode := os.FileMode(0o644)
-		if path == e2eConfig {
+		switch {
+		case path == e2eConfig:
 			mode = 0o600
+		case strings.HasPrefix(path, "/usr/local/bin/"):
+			mode = 0o755
 		}
 		if err := n.c.WriteFile(path, body, mode); err != nil {
 			n.t.Fatal(err)
