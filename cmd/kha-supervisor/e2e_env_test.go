@@ -68,6 +68,8 @@ type e2eProfile struct {
 	// /usr/local/bin/<unit name without .service> (a copy of sleep), instead
 	// of /bin/sleep, so that the stray scan (and the exec watch) look for it.
 	Binaries bool
+	// NoExecWatch: units.exec_watch = false (the /proc poll alone).
+	NoExecWatch bool
 }
 
 // e2eFast is the brief's fast profile: TTL 4 s, renew 0.5 s, S_max 1.5 s.
@@ -116,13 +118,15 @@ stop_timeout = %q
 kill_grace = %q
 poll_interval = %q
 
+exec_watch = %v
+
 [guard]
 socket = %q
 
 [log]
 level = %q
 `, p.Name, node, q(endpoints), p.Request, p.TTL, p.Renew, p.Slack, q(e2eUnits), p.Stop, p.KillGrace, p.Poll,
-		e2eGuardSock, p.LogLevel)
+		!p.NoExecWatch, e2eGuardSock, p.LogLevel)
 }
 
 // supervisorDropin points the packaged unit at the binary in /lab and, for

@@ -67,6 +67,15 @@ func TestHandStartedCopyDiesAtExec(t *testing.T) {
 	if l, _, _ := c.waitStable(30 * time.Second); l != leader {
 		t.Errorf("leadership moved to %s", l.name)
 	}
+	for _, n := range []*e2eNode{standby, leader} {
+		j := n.journal(e2eSupervisor)
+		if strings.Contains(j, "cannot watch execs through the kernel") {
+			t.Errorf("%s: the packaged unit's supervisor could not watch execs:\n%s", n.name, j)
+		}
+		if !strings.Contains(j, "seen_by=exec") {
+			t.Errorf("%s: no copy was stopped at its exec (seen_by=exec) in the supervisor's journal", n.name)
+		}
+	}
 }
 
 // handCopies starts n copies of exe inside node, one after another, as a

@@ -347,7 +347,11 @@ func parse(b []byte) []event {
 // pidfd, which goes with the Exec.
 func (w *Watcher) resolve(ev event, now time.Time) (Exec, bool) {
 	e := Exec{PID: ev.pid, Seen: now, pidfd: ev.pidfd}
-	if ev.fd < 0 {
+	if ev.fd < 0 || ev.pid <= 0 {
+		// pid 0: a process outside this PID namespace, nothing to signal.
+		if ev.fd >= 0 {
+			_ = unix.Close(ev.fd)
+		}
 		e.Close()
 		return e, false
 	}
@@ -355,8 +359,7 @@ func (w *Watcher) resolve(ev event, now time.Time) (Exec, bool) {
 	err := unix.Fstat(ev.fd, &st)
 	p, lerr := os.Readlink("/proc/self/fd/" + strconv.Itoa(ev.fd))
 	_ = unix.Close(ev.fd)
-	if err != nil || lerr != nil || ev.pid <= 0 {
-		// pid 0: a process outside this PID namespace, nothing to signal.
+	if err != nil || lerr != nil {
 		e.Close()
 		return e, false
 	}
