@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing/execwatch"
+	"github.com/kha-supervisor/kha-supervisor/fencing/procscan"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -32,13 +33,26 @@ type ExecWatchStatus struct {
 	LastExecToKill time.Duration `json:"last_exec_to_kill_ns,omitempty"`
 }
 
-// execWatch feeds the stray scan with the kernel's exec events.
+// execWatch feeds the stray scan with the kernel's exec events. The kill
+// itself is decided on the watch's own goroutine (strayAtExec), so that a
+// scan pass or a slow D-Bus read on the scanner's goroutine never delays
+// it; the scanner only reports what was done.
 type execWatch struct {
 	w        *execwatch.Watcher
-	execs    chan execwatch.Exec
+	execs    chan execStray
 	overflow chan struct{}
 	failed   chan error
 	markedAt time.Time
+}
+
+// execStray is one exec of a managed executable outside the managed units,
+// and what was done about it at once.
+type execStray struct {
+	e      execwatch.Exec
+	p      procscan.Proc
+	killed bool
+	took   time.Duration // from the process's start to the SIGKILL
+	err    error
 }
 
 // openExecWatch starts the exec watch, or says loudly why the scan polls
@@ -53,14 +67,31 @@ func (s *Supervisor) openExecWatch(bg context.Context) *execWatch {
 		s.execWatchDown(err)
 		return nil
 	}
-	ew := &execWatch{w: w, execs: make(chan execwatch.Exec, 64), overflow: make(chan struct{}, 1), failed: make(chan error, 1)}
+	ew := &execWatch{w: w, execs: make(chan execStray, 64), overflow: make(chan struct{}, 1), failed: make(chan error, 1)}
+	raw := make(chan execwatch.Exec, 64)
 	go func() {
-		ew.failed <- w.Run(bg, ew.execs, func() {
+		ew.failed <- w.Run(bg, raw, func() {
 			select {
 			case ew.overflow <- struct{}{}:
 			default:
 			}
 		})
+	}()
+	go func() {
+		for {
+			select {
+			case e := <-raw:
+				if x, ok := s.strayAtExec(e); ok {
+					select {
+					case ew.execs <- x:
+					case <-bg.Done():
+						return
+					}
+				}
+			case <-bg.Done():
+				return
+			}
+		}
 	}()
 	s.setExecWatch(func(x *ExecWatchStatus) { x.Mode, x.Reason = "kernel", "" })
 	return ew
@@ -122,7 +153,7 @@ func (s *Supervisor) strayWait(bg context.Context, st *strayScan, ew **execWatch
 	t := time.NewTimer(s.cfg.Units.PollInterval)
 	defer t.Stop()
 	for {
-		var execs chan execwatch.Exec
+		var execs chan execStray
 		var overflow chan struct{}
 		var failed chan error
 		if *ew != nil {
@@ -150,38 +181,48 @@ func (s *Supervisor) strayWait(bg context.Context, st *strayScan, ew **execWatch
 	}
 }
 
-// strayExec handles one exec of a managed executable: outside the managed
-// units it is a stray, found at its exec, and under the kill policy it
-// gets SIGKILL at once (it has run nothing yet, there is nothing to shut
-// down gracefully; a scheduler needs hundreds of milliseconds to sync its
-// caches before it could bind a pod).
-func (s *Supervisor) strayExec(st *strayScan, e execwatch.Exec) {
+// strayAtExec decides on one exec of a managed executable, on the watch's
+// goroutine: outside the managed units it is a stray, found at its exec,
+// and under the kill policy it gets SIGKILL at once (it has run nothing
+// yet, there is nothing to shut down gracefully; a scheduler needs hundreds
+// of milliseconds to sync its caches before it could bind a pod). Only
+// the configuration is read here, never the scanner's state.
+func (s *Supervisor) strayAtExec(e execwatch.Exec) (execStray, bool) {
 	defer e.Close()
-	p, err := st.proc.Read(e.PID)
+	p, err := procscan.Scanner{}.Read(e.PID)
 	if err != nil || p.PID == selfPID || p.InUnit(s.cfg.Units.Managed) {
-		return // gone already, or a unit's own start
+		return execStray{}, false // gone already, or a unit's own start
 	}
 	// The event comes from inside execve: /proc may still show the
 	// previous program.
 	p.Exe, p.ExeFromCmdline = e.Path, false
+	x := execStray{e: e, p: p}
+	if s.cfg.Units.StrayPolicy == config.StrayKill {
+		x.err = e.Kill()
+		x.killed, x.took = true, sinceStart(p.StartTime)
+	}
+	return x, true
+}
+
+// strayExec reports one stray found at its exec, on the scanner's
+// goroutine: logged, counted, recorded, as the poll's strays are.
+func (s *Supervisor) strayExec(st *strayScan, x execStray) {
+	p, e := x.p, x.e
 	id := fmt.Sprintf("%d/%d", p.PID, p.StartTime)
 	if st.seen[id] {
 		return
 	}
 	st.seen[id] = true
-	sp := StrayProcess{Proc: p, Unit: st.unitOf[path.Base(e.Path)], Seen: e.Seen, Action: "reported"}
 	action := "reported at exec (units.stray_policy = report)"
-	if s.cfg.Units.StrayPolicy == config.StrayKill {
-		sp.Action = "killed"
-		if err := e.Kill(); err != nil {
-			s.log.Error("cannot kill stray process", "pid", p.PID, "err", err)
+	if x.killed {
+		if x.err != nil {
+			s.log.Error("cannot kill stray process", "pid", p.PID, "err", x.err)
 		}
-		took := sinceStart(p.StartTime)
-		action = fmt.Sprintf("SIGKILL at exec, %s after it started", took.Round(time.Millisecond))
-		s.setExecWatch(func(x *ExecWatchStatus) { x.Kills++; x.LastExecToKill = took })
+		action = fmt.Sprintf("SIGKILL at exec, %s after it started", x.took.Round(time.Millisecond))
+		s.setExecWatch(func(w *ExecWatchStatus) { w.Kills++; w.LastExecToKill = x.took })
 	}
 	s.log.Error("process of a managed component started outside its unit",
-		"pid", p.PID, "ppid", p.PPID, "exe", e.Path, "cmdline", strings.Join(p.Cmdline, " "),
+		"pid", p.PID, "ppid", p.PPID, "exe", e.Path, "unit", st.unitOf[path.Base(e.Path)], "cmdline", strings.Join(p.Cmdline, " "),
 		"cgroup", p.Cgroup, "loginuid", p.LoginUID, "session", p.SessionID, "policy", s.cfg.Units.StrayPolicy,
 		"action", action, "seen_by", "exec")
 	s.mu.Lock()
