@@ -189,18 +189,27 @@ func (s *Supervisor) strayWait(bg context.Context, st *strayScan, ew **execWatch
 // the configuration is read here, never the scanner's state.
 func (s *Supervisor) strayAtExec(e execwatch.Exec) (execStray, bool) {
 	defer e.Close()
-	p, err := procscan.Scanner{}.Read(e.PID)
-	if err != nil || p.PID == selfPID || p.InUnit(s.cfg.Units.Managed) {
+	// The control group alone decides: one read before the kill, the rest
+	// of the report after it.
+	cg, err := procscan.Scanner{}.Cgroup(e.PID)
+	if err != nil || e.PID == selfPID || (procscan.Proc{Cgroup: cg}).InUnit(s.cfg.Units.Managed) {
 		return execStray{}, false // gone already, or a unit's own start
+	}
+	x := execStray{e: e}
+	if s.cfg.Units.StrayPolicy == config.StrayKill {
+		x.err, x.killed = e.Kill(), true
+	}
+	p, err := procscan.Scanner{}.Read(e.PID) // a zombie still has its stat
+	if err != nil {
+		p = procscan.Proc{PID: e.PID, PPID: -1, LoginUID: -1, SessionID: -1}
+	}
+	if x.killed {
+		x.took = sinceStart(p.StartTime)
 	}
 	// The event comes from inside execve: /proc may still show the
 	// previous program.
-	p.Exe, p.ExeFromCmdline = e.Path, false
-	x := execStray{e: e, p: p}
-	if s.cfg.Units.StrayPolicy == config.StrayKill {
-		x.err = e.Kill()
-		x.killed, x.took = true, sinceStart(p.StartTime)
-	}
+	p.Exe, p.ExeFromCmdline, p.Cgroup = e.Path, false, cg
+	x.p = p
 	return x, true
 }
 

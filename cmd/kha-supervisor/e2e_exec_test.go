@@ -39,8 +39,8 @@ func TestHandStartedCopyDiesAtExec(t *testing.T) {
 
 	lives, codes := handCopies(t, standby, exe, execCopyStarts)
 	med, worst := percentile(lives, 50), slices.Max(lives)
-	t.Logf("standby: %d hand-started copies of %s: lifetime median %.1f ms, worst %.1f ms (exit codes %v)",
-		len(lives), exe, msf(med), msf(worst), codes)
+	t.Logf("standby: %d hand-started copies of %s: lifetime median %.1f ms, worst %.1f ms (exit codes %v; load average %s)",
+		len(lives), exe, msf(med), msf(worst), codes, loadavg(t))
 	for i, code := range codes {
 		if code == 0 {
 			t.Errorf("standby: copy %d ran to its end (5 s): never stopped", i+1)
