@@ -102,6 +102,10 @@ func benchIdle(b *testing.B, p e2eProfile) {
 			b.Fatalf("leadership moved while the standby was stopped: %s", l.name)
 		}
 		load := loadavg(b)
+		// The idle figures first: the guard's 300 execs below may time out
+		// on a loaded machine.
+		fmt.Printf("idle (profile %s, exec watch %v, window %s): leader RSS %.1f MiB CPU %.2f %%, standby RSS %.1f MiB CPU %.2f %%, load %s\n",
+			p.Name, !p.NoExecWatch, window, procs[0].rssMiB(), procs[0].cpuPct(), procs[1].rssMiB(), procs[1].cpuPct(), load)
 
 		// The guard, on the idle group.
 		sockAllow := guardSocket(b, leader, true)
