@@ -121,5 +121,8 @@ func (st Status) Warnings() []string {
 	for _, ep := range st.ForeignEndpoints {
 		out = append(out, "etcd endpoint of another etcd cluster, ignored (remove it from etcd.endpoints): "+ep)
 	}
+	if x := st.ExecWatch; x != nil && x.Mode == "poll" {
+		out = append(out, "exec watch unavailable, stray copies found by the /proc poll only: "+x.Reason)
+	}
 	return out
 }

@@ -40,6 +40,8 @@ type Status struct {
 	// units, as of the last scan; StrayProcesses counts every one found.
 	Strays         []StrayProcess `json:"strays,omitempty"`
 	StrayProcesses int64          `json:"stray_processes,omitempty"`
+	// ExecWatch: whether strays are found at their exec or by the poll only.
+	ExecWatch *ExecWatchStatus `json:"exec_watch,omitempty"`
 	// DropinProblems are managed units not bound to the supervisor as the
 	// packaged drop-in requires (this member does not campaign while any
 	// is listed); DropinMismatches counts the checks that found one.

@@ -37,6 +37,7 @@ var genericExecutables = map[string]bool{
 type strayScan struct {
 	proc    procscan.Scanner
 	names   []string              // executable base names looked for
+	paths   []string              // their full paths, for the exec watch's file identity
 	unitOf  map[string]string     // executable base name -> unit (from ExecStart)
 	pending map[int]procscan.Proc // SIGTERM sent, SIGKILL due at killAt
 	killAt  map[int]time.Time     //
@@ -55,9 +56,19 @@ const strayRescan = time.Minute
 // waits for it.
 func (s *Supervisor) scanStrays(bg context.Context) {
 	st := &strayScan{pending: map[int]procscan.Proc{}, killAt: map[int]time.Time{}, seen: map[string]bool{}, warned: map[string]bool{}}
+	// The kernel's exec events (execwatch.go) find a new copy at its exec;
+	// the poll finds what ran before, and anything the events missed.
+	ew := s.openExecWatch(bg)
+	defer func() {
+		if ew != nil {
+			_ = ew.w.Close()
+		}
+	}()
 	for {
-		s.strayPass(bg, st, s.now())
-		if sleep(bg, s.cfg.Units.PollInterval) != nil {
+		now := s.now()
+		s.strayPass(bg, st, now)
+		ew.update(s, st, now)
+		if s.strayWait(bg, st, &ew) != nil {
 			return
 		}
 	}
@@ -146,6 +157,7 @@ func (s *Supervisor) strayNames(bg context.Context, st *strayScan, now time.Time
 			for _, p := range s.cfg.Units.Processes {
 				st.names = append(st.names, path.Base(p))
 			}
+			st.paths = s.cfg.Units.Processes
 		}
 		return
 	}
@@ -161,7 +173,7 @@ func (s *Supervisor) strayNames(bg context.Context, st *strayScan, now time.Time
 		return
 	}
 	st.execAt = now
-	var names []string
+	var names, paths []string
 	st.unitOf = map[string]string{}
 	for unit, paths := range execs {
 		for _, p := range paths {
@@ -173,11 +185,12 @@ func (s *Supervisor) strayNames(bg context.Context, st *strayScan, now time.Time
 				s.log.Warn("not looking for stray copies of a generic executable; name the component in units.processes", "unit", unit, "exe", p)
 			} else {
 				names = append(names, b)
+				paths = append(paths, p)
 				st.unitOf[b] = unit
 			}
 		}
 	}
-	st.names = names
+	st.names, st.paths = names, paths
 }
 
 var selfPID = syscall.Getpid()

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
+	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -68,12 +69,16 @@ func rogueEvents(t *testing.T, admin *clientv3.Client, k group.Keys, node string
 
 // TestStrayCopyIsStopped (issue 13 item 4): a managed component started by
 // hand outside its unit, on the standby and beside the leader's unit, is
-// found within a poll, logged, recorded and stopped.
+// found within a poll, logged, recorded and stopped. The poll alone
+// (units.exec_watch off): TestStrayCopyIsKilledAtExec has the exec watch.
 func TestStrayCopyIsStopped(t *testing.T) {
 	w := newWorld(t)
 	name := strayName(t)
 	var exe string
-	tweak := func(c *config.Config) { c.Units.Processes = []string{"/usr/local/bin/" + name} }
+	tweak := func(c *config.Config) {
+		c.Units.Processes = []string{"/usr/local/bin/" + name}
+		c.Units.ExecWatch = false
+	}
 	a, b := w.Start("m1", tweak), w.Start("m2", tweak)
 	leader, others := leaderOf(t, a, b)
 	standby := others[0]
@@ -136,11 +141,14 @@ func TestStrayCopyIsReported(t *testing.T) {
 }
 
 // TestStrayCopyIgnoringTermIsKilled: a copy that ignores SIGTERM gets
-// SIGKILL after units.stop_timeout.
+// SIGKILL after units.stop_timeout (the poll's path: units.exec_watch off).
 func TestStrayCopyIgnoringTermIsKilled(t *testing.T) {
 	w := newWorld(t)
 	name := strayName(t)
-	a := w.Start("m1", func(c *config.Config) { c.Units.Processes = []string{"/opt/k8s/" + name} })
+	a := w.Start("m1", func(c *config.Config) {
+		c.Units.Processes = []string{"/opt/k8s/" + name}
+		c.Units.ExecWatch = false
+	})
 	leaderOf(t, a)
 	cmd, _, done := strayCopy(t, name, true)
 	started := time.Now()
@@ -153,5 +161,59 @@ func TestStrayCopyIgnoringTermIsKilled(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("SIGTERM-ignoring stray (PID %d) still runs 10 s later", cmd.Process.Pid)
+	}
+}
+
+// TestStrayCopyIsKilledAtExec (issue 19): with the exec watch (the
+// default), a copy started outside its unit is killed at its exec by the
+// kernel's event, not at the next poll: SIGKILL, a history event saying
+// so, and the status counting it with its time from start to kill.
+func TestStrayCopyIsKilledAtExec(t *testing.T) {
+	w := newWorld(t)
+	name := strayName(t)
+	tweak := func(c *config.Config) { c.Units.Processes = []string{"/usr/local/bin/" + name} }
+	a, b := w.Start("m1", tweak), w.Start("m2", tweak)
+	leader, others := leaderOf(t, a, b)
+	standby := others[0]
+	waitFor(t, "both exec watches on", 10*time.Second, func() bool {
+		for _, m := range []*supervisortest.Member{leader, standby} {
+			if x := m.Sup.Status().ExecWatch; x == nil || x.Mode != "kernel" || x.Filesystems == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cmd, _, done := strayCopy(t, name, false)
+	started := time.Now()
+	select {
+	case err := <-done:
+		done <- err
+		t.Logf("stray (PID %d) ended %s after Start: %v", cmd.Process.Pid, time.Since(started).Round(time.Millisecond), err)
+		if err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("stray ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("stray copy (PID %d) still runs 10 s later", cmd.Process.Pid)
+	}
+	var evs []group.Event
+	waitFor(t, "a rogue_process history event", 5*time.Second, func() bool {
+		evs = append(rogueEvents(t, w.Admin, leader.Sup.Keys(), standby.Name), rogueEvents(t, w.Admin, leader.Sup.Keys(), leader.Name)...)
+		return len(evs) > 0
+	})
+	if !strings.Contains(evs[0].Reason, "pid "+strconv.Itoa(cmd.Process.Pid)) || !strings.Contains(evs[0].Reason, "SIGKILL at exec") {
+		t.Fatalf("history event %+v does not name PID %d and the kill at exec", evs[0], cmd.Process.Pid)
+	}
+	t.Logf("history: %s (%s) %s", evs[0].Node, evs[0].To, evs[0].Reason)
+	var kills int64
+	for _, m := range []*supervisortest.Member{leader, standby} {
+		x := m.Sup.Status().ExecWatch
+		kills += x.Kills
+		t.Logf("%s: exec watch %+v", m.Name, *x)
+	}
+	if kills < 1 {
+		t.Fatal("neither member counts a kill at exec in its status")
+	}
+	if leader.State() != group.Active {
+		t.Fatalf("leader is %s after the stray was killed", leader.State())
 	}
 }

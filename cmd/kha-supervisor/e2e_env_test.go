@@ -67,6 +67,12 @@ type e2eProfile struct {
 	// ShortWindow sets lease.accept_short_window: a window under the
 	// stock etcd election gap, fine against etcdtest's fast etcd timing.
 	ShortWindow bool
+	// Binaries: each managed unit runs its own executable,
+	// /usr/local/bin/<unit name without .service> (a copy of sleep), instead
+	// of /bin/sleep, so that the stray scan (and the exec watch) look for it.
+	Binaries bool
+	// NoExecWatch: units.exec_watch = false (the /proc poll alone).
+	NoExecWatch bool
 }
 
 // e2eFast is the brief's fast profile: TTL 4 s, renew 0.5 s, S_max 1.5 s.
@@ -116,13 +122,15 @@ stop_timeout = %q
 kill_grace = %q
 poll_interval = %q
 
+exec_watch = %v
+
 [guard]
 socket = %q
 
 [log]
 level = %q
 `, p.Name, node, q(endpoints), p.Request, p.TTL, p.Renew, p.Slack, p.ShortWindow, q(e2eUnits), p.Stop, p.KillGrace, p.Poll,
-		e2eGuardSock, p.LogLevel)
+		!p.NoExecWatch, e2eGuardSock, p.LogLevel)
 }
 
 // supervisorDropin points the packaged unit at the binary in /lab and, for
@@ -139,16 +147,24 @@ func (p e2eProfile) supervisorDropin() []byte {
 // managedUnit is a stand-in for a Kubernetes component: a process that
 // does nothing until it is stopped. Restart=on-failure like the real units,
 // and never enabled.
-func managedUnit(name string) []byte {
+func managedUnit(name string) []byte { return managedUnitExec(name, "/bin/sleep") }
+
+// managedUnitExec is managedUnit running exe (a copy of sleep) instead.
+func managedUnitExec(name, exe string) []byte {
 	return fmt.Appendf(nil, `# Written by the kha-supervisor end-to-end test: a stand-in for %s.
 [Unit]
 Description=e2e stand-in for %s
 
 [Service]
-ExecStart=/bin/sleep infinity
+ExecStart=%s infinity
 Restart=on-failure
 RestartSec=200ms
-`, name, name)
+`, name, name, exe)
+}
+
+// componentBinary is where a profile with Binaries puts unit's executable.
+func componentBinary(unit string) string {
+	return "/usr/local/bin/" + strings.TrimSuffix(unit, ".service")
 }
 
 // e2eCluster is the running setup.
@@ -324,11 +340,22 @@ func (n *e2eNode) install(p e2eProfile) {
 	for _, u := range e2eUnits {
 		files[e2eUnitDir+"/"+u] = managedUnit(u)
 		files[dropin.Path(e2eUnitDir, u)] = n.renderDropin(u, p)
+		if p.Binaries {
+			files[e2eUnitDir+"/"+u] = managedUnitExec(u, componentBinary(u))
+			sleep, err := os.ReadFile(n.c.Root() + "/bin/sleep")
+			if err != nil {
+				n.t.Fatal(err)
+			}
+			files[componentBinary(u)] = sleep
+		}
 	}
 	for path, body := range files {
 		mode := os.FileMode(0o644)
-		if path == e2eConfig {
+		switch {
+		case path == e2eConfig:
 			mode = 0o600
+		case strings.HasPrefix(path, "/usr/local/bin/"):
+			mode = 0o755
 		}
 		if err := n.c.WriteFile(path, body, mode); err != nil {
 			n.t.Fatal(err)

@@ -40,8 +40,19 @@ import (
 //	go test -run '^$' -bench Idle -benchtime 1x -timeout 30m ./cmd/kha-supervisor
 //
 // KHA_IDLE_WINDOW (a Go duration, default 60s) sets the sampling window.
+// The managed units run their own executables (e2eProfile.Binaries), so
+// that the stray scan and the exec watch have something to look for;
+// KHA_IDLE_EXEC_WATCH=off measures the supervisor without the exec watch.
 func BenchmarkIdle(b *testing.B) {
 	for _, p := range []e2eProfile{e2eDefault, e2eFast} {
+		p.Binaries = true
+		switch v := os.Getenv("KHA_IDLE_EXEC_WATCH"); v {
+		case "", "on":
+		case "off":
+			p.NoExecWatch = true
+		default:
+			b.Fatalf("KHA_IDLE_EXEC_WATCH=%q: want on or off", v)
+		}
 		b.Run(p.Name, func(b *testing.B) { benchIdle(b, p) })
 	}
 }
@@ -91,6 +102,10 @@ func benchIdle(b *testing.B, p e2eProfile) {
 			b.Fatalf("leadership moved while the standby was stopped: %s", l.name)
 		}
 		load := loadavg(b)
+		// The idle figures first: the guard's 300 execs below may time out
+		// on a loaded machine.
+		fmt.Printf("idle (profile %s, exec watch %v, window %s): leader RSS %.1f MiB CPU %.2f %%, standby RSS %.1f MiB CPU %.2f %%, load %s\n",
+			p.Name, !p.NoExecWatch, window, procs[0].rssMiB(), procs[0].cpuPct(), procs[1].rssMiB(), procs[1].cpuPct(), load)
 
 		// The guard, on the idle group.
 		sockAllow := guardSocket(b, leader, true)
@@ -115,7 +130,7 @@ func benchIdle(b *testing.B, p e2eProfile) {
 		b.ReportMetric(msf(percentile(sockAllow, 99)), "guard_sock_p99_ms")
 
 		var t strings.Builder
-		fmt.Fprintf(&t, "profile %s (TTL %s, renew %s, poll %s), window %s\n", p.Name, p.TTL, p.Renew, p.Poll, window)
+		fmt.Fprintf(&t, "profile %s (TTL %s, renew %s, poll %s, exec watch %v), window %s\n", p.Name, p.TTL, p.Renew, p.Poll, !p.NoExecWatch, window)
 		fmt.Fprintf(&t, "%-26s %12s %12s\n", "", "leader", "standby")
 		fmt.Fprintf(&t, "%-26s %12.1f %12.1f\n", "RSS MiB (mean)", lp.rssMiB(), sp.rssMiB())
 		fmt.Fprintf(&t, "%-26s %12.1f %12.1f\n", "RSS MiB (max)", lp.rssMax/1024, sp.rssMax/1024)

@@ -339,6 +339,9 @@ func exportGauges(ctx context.Context, sup *supervisor.Supervisor, m *httpapi.Me
 			m.SetUnitActive(u.Name, u.Running())
 		}
 		exportProblems(m, cfgUnits, st)
+		if x := st.ExecWatch; x != nil {
+			m.SetExecWatch(x.Mode == "kernel", x.Kills, x.LastExecToKill)
+		}
 		select {
 		case <-ctx.Done():
 			return

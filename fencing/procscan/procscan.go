@@ -131,6 +131,16 @@ func (s Scanner) Read(pid int) (Proc, error) {
 	return p, nil
 }
 
+// Cgroup reads only pid's control group (systemd's view, as in Read): the
+// one file a decision on a process just exec'd needs before acting.
+func (s Scanner) Cgroup(pid int) (string, error) {
+	b, err := os.ReadFile(s.file(pid, "cgroup"))
+	if err != nil {
+		return "", fmt.Errorf("procscan: %w", err)
+	}
+	return systemdCgroup(string(b)), nil
+}
+
 // parseStat takes the parent PID (field 4) and start time (field 22) from
 // /proc/PID/stat; the command name (field 2) may hold spaces and ')'.
 func parseStat(b []byte) (ppid int, start uint64, err error) {

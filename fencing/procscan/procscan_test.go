@@ -142,3 +142,21 @@ func TestFindFallsBackToTheCommandLine(t *testing.T) {
 		t.Fatalf("found %+v, want PID 400 named by its command line", ps)
 	}
 }
+
+// TestCgroupAlone: Cgroup reads systemd's view of one process's control
+// group, as Read does, and fails for a process that is gone.
+func TestCgroupAlone(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 42, "/usr/bin/kube-scheduler", stat(42, 1, "kube-scheduler"), "kube-scheduler\x00", "0::/system.slice/kube-scheduler.service\n", "", "")
+	s := procscan.Scanner{Root: root}
+	cg, err := s.Cgroup(42)
+	if err != nil || cg != "/system.slice/kube-scheduler.service" {
+		t.Fatalf("Cgroup(42) = %q, %v", cg, err)
+	}
+	if p, _ := s.Read(42); p.Cgroup != cg {
+		t.Fatalf("Read's cgroup %q, Cgroup's %q", p.Cgroup, cg)
+	}
+	if _, err := s.Cgroup(43); err == nil {
+		t.Fatal("Cgroup of a missing process: no error")
+	}
+}

@@ -198,6 +198,9 @@ func (c *Container) start(opts Options) error {
 		"-D", c.rootDir(), "-M", c.name,
 		"--network-namespace-path=" + c.netns,
 		"--bind=" + lab + ":/lab",
+		// nspawn's own seccomp filter leaves fanotify out; the supervisor's
+		// exec watch needs it (a master keeps CAP_SYS_ADMIN, nspawn's default).
+		"--system-call-filter=fanotify_init fanotify_mark",
 	}
 	for _, b := range opts.Binds {
 		dst := b.Container

@@ -87,6 +87,11 @@ type Units struct {
 	// to look for outside their units; empty: each unit's ExecStart.
 	Processes   []string `toml:"processes"`
 	StrayPolicy string   `toml:"stray_policy"` // "kill" (SIGTERM, SIGKILL after stop_timeout) or "report"
+	// ExecWatch: learn of each exec of a managed executable from the
+	// kernel (fanotify) and act on a copy outside its unit at once, not at
+	// the next poll. Needs CAP_SYS_ADMIN; without it the poll alone runs,
+	// loudly.
+	ExecWatch bool `toml:"exec_watch"`
 }
 
 // Stray policies: what a member does with a managed component's process
@@ -157,6 +162,7 @@ func Default() Config {
 			FailureWindow:    5 * time.Minute,
 			Cooldown:         2 * time.Minute,
 			StrayPolicy:      StrayKill,
+			ExecWatch:        true,
 		},
 		Guard:   Guard{Socket: layout.GuardSocket},
 		Log:     Log{Level: "info", Format: "text"},

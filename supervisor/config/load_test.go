@@ -117,6 +117,8 @@ func refusals() []refusal {
 			key: "units.failure_threshold", value: "0", line: 2, msg: []string{"at least 1"}},
 		{name: "stray policy", toml: text("[units]\nstray_policy = \"ignore\"\n"),
 			key: "units.stray_policy", value: `"ignore"`, line: 2, msg: []string{`"kill" or "report"`}},
+		{name: "exec watch not a boolean", toml: text("[units]\nexec_watch = \"yes\"\n"),
+			key: "units.exec_watch", value: `"yes"`, line: 2, msg: []string{"wrong type", "want true or false"}},
 		{name: "relative process", toml: text("[units]\nprocesses = [\"kube-scheduler\"]\n"),
 			key: "units.processes", value: `"kube-scheduler"`, line: 2, msg: []string{"absolute path"}},
 		{name: "zero history", toml: text("[history]\nretain = 0\n"),

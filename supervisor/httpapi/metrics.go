@@ -66,12 +66,16 @@ type Metrics struct {
 	RenewFailures  *prometheus.CounterVec   // kha_renew_failures_total{lease}
 	DropinMismatch *prometheus.GaugeVec     // kha_dropin_mismatch{unit}
 	StrayProcesses *prometheus.GaugeVec     // kha_stray_processes{unit}
+	ExecWatch      prometheus.Gauge         // kha_exec_watch: 1 while strays are found at their exec
+	ExecKills      prometheus.Counter       // kha_stray_exec_kills_total
+	ExecToKill     prometheus.Gauge         // kha_stray_exec_to_kill_seconds: the last one's
 	BuildInfo      *prometheus.GaugeVec     // kha_build_info{version,goversion}
 
 	fenceSlack *optionalGauge // kha_fence_slack_seconds, only while holding the lease
 
-	mu    sync.Mutex
-	roles map[string]bool
+	mu        sync.Mutex
+	roles     map[string]bool
+	execKills int64 // kills already counted in ExecKills
 }
 
 // MetricsOption adjusts NewMetrics.
@@ -121,7 +125,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, err
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.Role, m.LeaseTimeLeft, m.fenceSlack, m.Transitions, m.Fences, m.LastFence, m.LastFenceInfo, m.UnitActive,
-		m.RenewDuration, m.RenewFailures, m.DropinMismatch, m.StrayProcesses, m.BuildInfo}
+		m.RenewDuration, m.RenewFailures, m.DropinMismatch, m.StrayProcesses, m.ExecWatch, m.ExecKills, m.ExecToKill, m.BuildInfo}
 	if setup.runtime {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewBuildInfoCollector(),
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -172,6 +176,15 @@ func newCollectors() *Metrics {
 		StrayProcesses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kha_stray_processes", Help: "Processes of a managed unit's program found running where this node may not run them (a standby, or outside the unit), by unit.",
 		}, []string{"unit"}),
+		ExecWatch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kha_exec_watch", Help: "1 while the kernel tells this member of every exec (fanotify), so that a stray copy is stopped at its exec; 0 while stray copies are found by the /proc poll only (units.exec_watch off or unavailable).",
+		}),
+		ExecKills: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kha_stray_exec_kills_total", Help: "Copies of a managed component killed at their exec by this process.",
+		}),
+		ExecToKill: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kha_stray_exec_to_kill_seconds", Help: "Time from the start of the last copy killed at its exec to its SIGKILL (10 ms resolution); 0 if none.",
+		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kha_build_info", Help: "Always 1; the labels say which kha-supervisor build runs.",
 		}, []string{"version", "goversion"}),
@@ -265,6 +278,19 @@ func (m *Metrics) SetDropinMismatch(unit string, mismatch bool) {
 // SetStrayProcesses records how many stray processes of unit were found.
 func (m *Metrics) SetStrayProcesses(unit string, n int) {
 	m.StrayProcesses.WithLabelValues(unit).Set(float64(n))
+}
+
+// SetExecWatch records whether the exec watch runs, how many copies it
+// has killed in all (kills only grows) and the last one's time to kill.
+func (m *Metrics) SetExecWatch(up bool, kills int64, lastToKill time.Duration) {
+	m.ExecWatch.Set(b2f(up))
+	m.mu.Lock()
+	if d := kills - m.execKills; d > 0 {
+		m.ExecKills.Add(float64(d))
+		m.execKills = kills
+	}
+	m.mu.Unlock()
+	m.ExecToKill.Set(lastToKill.Seconds())
 }
 
 // Renewed records one renewal attempt of lease ("member" or "election"):
