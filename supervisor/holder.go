@@ -23,19 +23,19 @@ func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
 		return
 	}
 	downBy := time.Time{}
-	if s.prevHolder.Token == li.Token {
-		downBy = s.prevHolder.DownBy
+	if s.term.prevHolder.Token == li.Token {
+		downBy = s.term.prevHolder.DownBy
 	}
-	s.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: s.now(), DownBy: downBy}
+	s.term.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: s.now(), DownBy: downBy}
 }
 
 // noteProof keeps the earliest proof that the holder's units are down.
 func (s *Supervisor) noteProof(li group.LeaderInfo, by time.Time) {
-	if by.IsZero() || s.prevHolder.Token != li.Token || li.Token == 0 {
+	if by.IsZero() || s.term.prevHolder.Token != li.Token || li.Token == 0 {
 		return
 	}
-	if s.prevHolder.DownBy.IsZero() || by.Before(s.prevHolder.DownBy) {
-		s.prevHolder.DownBy = by
+	if s.term.prevHolder.DownBy.IsZero() || by.Before(s.term.prevHolder.DownBy) {
+		s.term.prevHolder.DownBy = by
 	}
 }
 
@@ -63,8 +63,8 @@ func (s *Supervisor) checkOwnRecord(o leaderObs) {
 
 // barrierHolder is what the next promotion's barrier waits for.
 func (s *Supervisor) barrierHolder() holderMark {
-	if s.prevHolder.known() {
-		return s.prevHolder
+	if s.term.prevHolder.known() {
+		return s.term.prevHolder
 	}
 	return holderMark{Unknown: true, Seen: s.firstLook}
 }

@@ -127,7 +127,7 @@ func (s *Supervisor) publishPredecessorFence(ctx context.Context, p predecessor)
 // leaves a note of it in the run state: the successor publishes it if the
 // history lacks it, and leaves a drill's election lease to expire.
 func (s *Supervisor) fenceNoted(bg context.Context, kind, reason string) error {
-	at, token := s.now(), s.token
+	at, token := s.now(), s.term.token
 	err := s.fence(bg, kind, reason)
 	s.SaveFenced(runstate.Fenced{At: at, Kind: kind, Reason: reason, Token: token, KeepLease: kind == "drill"})
 	return err

@@ -47,7 +47,7 @@ func (s *Supervisor) step(bg context.Context) {
 		switch {
 		case s.shutting:
 			s.demote(bg, "shutdown", "shutdown requested", 0)
-		case s.ctl.Freeze == nil && s.ctl.Handoff != nil && s.ctl.Handoff.Token == s.token:
+		case s.ctl.Freeze == nil && s.ctl.Handoff != nil && s.ctl.Handoff.Token == s.term.token:
 			to := s.ctl.Handoff.To
 			if to == "" {
 				to = "any other member"
@@ -99,11 +99,11 @@ func (s *Supervisor) transition(to group.State, kind, reason string) {
 	if to != group.Active {
 		s.health.DisarmAll() // only the active leader probes its units (monitor.go)
 	}
-	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.token)
+	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.term.token)
 	s.notify("STATUS=" + s.statusLine())
-	s.recordHistory(group.Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token})
+	s.recordHistory(group.Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token})
 	if s.opts.Observer != nil {
-		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token, At: s.since})
+		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token, At: s.since})
 	}
 	s.updateSnapshot()
 	offer(s.pub, struct{}{})
@@ -112,7 +112,7 @@ func (s *Supervisor) transition(to group.State, kind, reason string) {
 func (s *Supervisor) statusLine() string {
 	switch s.state {
 	case group.Active, group.Promoting, group.Demoting:
-		return fmt.Sprintf("%s; token %d, lease valid %.1fs", s.state, s.token, s.deadline.LeaseLeft(deadlineNow()).Seconds())
+		return fmt.Sprintf("%s; token %d, lease valid %.1fs", s.state, s.term.token, s.term.deadline.LeaseLeft(deadlineNow()).Seconds())
 	case group.Standby:
 		if s.leader.Present() {
 			return fmt.Sprintf("standby; leader %s, token %d", s.leader.Node, s.leader.Token)
@@ -137,10 +137,10 @@ func (s *Supervisor) drainRenewals() {
 }
 
 func (s *Supervisor) resetFenceTimer() {
-	if !s.state.Holding() && s.elecLease == 0 {
+	if !s.state.Holding() && s.term.elecLease == 0 {
 		return
 	}
-	left := s.deadline.Left(deadlineNow())
+	left := s.term.deadline.Left(deadlineNow())
 	if left < 0 {
 		left = 0
 	}

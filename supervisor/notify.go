@@ -21,7 +21,7 @@ type statusNote struct {
 // when it changes (a new leader seen from a standby, a new token), STATUS=
 // must follow at once.
 func (s *Supervisor) statusKey() string {
-	return fmt.Sprint(s.state, "|", s.token, "|", s.leader.Node, "|", s.leader.Token, "|", s.reason)
+	return fmt.Sprint(s.state, "|", s.term.token, "|", s.leader.Node, "|", s.leader.Token, "|", s.reason)
 }
 
 // refreshStatus sends STATUS= when the facts behind it changed, and every

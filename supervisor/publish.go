@@ -15,7 +15,7 @@ import (
 func (s *Supervisor) record() group.Record {
 	st := s.Status()
 	r := group.Record{
-		Node: s.cfg.Node, Incarnation: s.inc, State: st.State, UnitsRunning: s.unitsMayRun.Load(),
+		Node: s.cfg.Node, Incarnation: s.inc, State: st.State, UnitsRunning: s.term.unitsMayRun.Load(),
 		Token: st.Token, Version: s.opts.Version, Since: st.Since, From: st.From, Reason: st.Reason,
 		Cooldown: st.CooldownUntil, Host: hostName, Published: s.now(), APIFence: apiFenceRecord(st.APIFence),
 	}

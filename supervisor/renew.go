@@ -21,10 +21,10 @@ const (
 // onRenewal folds one renewal answer into the fence clock.
 func (s *Supervisor) onRenewal(r renewal) {
 	switch {
-	case r.name == electionLease && r.lease != s.elecLease, r.name == memberLease && r.lease != s.memberLease:
+	case r.name == electionLease && r.lease != s.term.elecLease, r.name == memberLease && r.lease != s.memberLease:
 		return // answer for a lease we no longer track
 	case r.err == nil:
-		s.deadline.Renewed(r.name, r.sent, r.ttl)
+		s.term.deadline.Renewed(r.name, r.sent, r.ttl)
 		s.resetFenceTimer()
 		return
 	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.state == group.Demoting:
@@ -41,11 +41,11 @@ func (s *Supervisor) onRenewal(r renewal) {
 		if r.name == memberLease {
 			s.log.Warn("member lease lost while standby; re-registering", "lease", fmt.Sprintf("%x", r.lease))
 			s.stopRenewer(memberLease)
-			s.deadline.Forget(memberLease)
+			s.term.deadline.Forget(memberLease)
 			s.memberLease = 0
 		}
 	default:
-		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.deadline.Left(deadlineNow()).Round(time.Millisecond))
+		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.term.deadline.Left(deadlineNow()).Round(time.Millisecond))
 	}
 }
 

@@ -34,7 +34,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (registration, error) {
 			return registration{}, fmt.Errorf("start-up reconcile: %w", err)
 		}
 	}
-	s.unitsMayRun.Store(false)
+	s.term.unitsMayRun.Store(false)
 	return s.register(ctx, s.loadPredecessor())
 }
 

@@ -117,7 +117,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 			s.opts.Observer = func(tr Transition) { seen = append(seen, tr) }
 			s.state, s.memberLease = c.from, 7
 			if c.from.Holding() {
-				s.elecLease, s.token = 9, 42
+				s.term.elecLease, s.term.token = 9, 42
 			}
 			c.drive(t, s, bg)
 			if s.state != c.want {

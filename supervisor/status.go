@@ -55,29 +55,25 @@ type Status struct {
 	// Health: the units' health probes ([health]); armed on the leader
 	// while the unit runs, "off" otherwise.
 	Health []health.Report `json:"health,omitempty"`
-
-	fenceAt time.Time
 }
 
 // Active reports whether the member is active with a lease it can prove.
 func (st Status) Active() bool { return st.State == group.Active && st.LeaseLeft > 0 }
 
-// Status returns a snapshot; lease figures are computed at the call.
+// Status returns a snapshot. Its term figures (token, units allowed, lease
+// left, time to the fence instant) come from the published Term, read at
+// the call on the fence clock.
 func (s *Supervisor) Status() Status {
 	s.mu.Lock()
 	st := s.snap
 	s.mu.Unlock()
-	if st.State.Holding() && !st.fenceAt.IsZero() {
-		now := deadlineNow() // fenceAt is on the fence clock
-		st.FenceIn = st.fenceAt.Sub(now)
-		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Margin()).Sub(now)
-	}
+	t := s.term.view.load()
+	now := deadlineNow() // the Term measures on the fence clock
+	st.FenceIn, st.LeaseLeft = t.FenceIn(now), t.LeaseLeft(now)
 	// The guard may let a unit start only once the promotion itself would
 	// start them: record says units may run, barrier and takeover delay
-	// passed (startsAllowed), and never while fencing.
-	if st.State == group.Fencing || !s.startsAllowed.Load() {
-		st.UnitsAllowed = false
-	}
+	// passed, and never while fencing (Term.Open).
+	st.UnitsAllowed = t.Open
 	st.APIFence = s.apiFenceStatus()
 	st.ForeignEndpoints = s.pool.Foreign()
 	st.Health = s.health.Reports()
@@ -86,7 +82,7 @@ func (s *Supervisor) Status() Status {
 
 // updateSnapshot copies the loop's state for other goroutines.
 func (s *Supervisor) updateSnapshot() {
-	at, _ := s.deadline.At()
+	s.term.view.publish(s.describeTerm())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.snap.State, s.snap.From, s.snap.Reason, s.snap.Since = s.state, s.snap.State, s.reason, s.since
@@ -94,9 +90,7 @@ func (s *Supervisor) updateSnapshot() {
 		s.snap.From = s.prevState
 	}
 	s.snap.Leader, s.snap.LeaderToken = s.leader.Node, s.leader.Token
-	s.snap.Token = s.token
-	s.snap.UnitsAllowed = (s.state == group.Promoting || s.state == group.Active) && !s.gate.closed.Load() && s.token != 0
-	s.snap.fenceAt = at
+	s.snap.Token = s.term.token
 	if s.lastUnits != nil {
 		s.snap.Units = s.lastUnits
 	}

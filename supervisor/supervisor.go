@@ -39,6 +39,11 @@ type Options struct {
 	// on_fence). Nil means no hooks. An on_promote error aborts the
 	// promotion when the config says so.
 	Hook func(ctx context.Context, name string, env map[string]string) error
+	// FencingEnv is the file the units' drop-in reads the term's token
+	// from (hooks.FencingEnvPath in the daemon): written on promotion
+	// before on_promote runs and before any unit starts, removed once a
+	// demotion or a fence has the units down. Empty: none.
+	FencingEnv string
 	// Observer is told of every transition (metrics, history). May be nil.
 	Observer func(Transition)
 	// Pool, when set, carries every request that decides or observes
@@ -111,35 +116,28 @@ type Supervisor struct {
 	election electionKey // campaign, resign, read
 	clock    Clock       // the loop's time of day (not the fence clock)
 
+	term term // the current term (term.go): loop-owned, published as a fencing.Term
+
 	// Owned by the loop goroutine.
-	state       group.State
-	deadline    *fencing.Deadline
-	memberLease clientv3.LeaseID
-	elecLease   clientv3.LeaseID
-	token       int64
-	leader      group.LeaderInfo
-	job         *job
-	jobSeq      int64 // incremented when a job ends; stale observations are dropped
-	lastJobEnd  time.Time
-	failures    []time.Time
-	restarts    map[string]uint32
-	cooldown    time.Time
-	shutting    bool
-	fenceTimer  *time.Timer
-	stopRenew   map[string]context.CancelFunc
-	lastUnits   []fencing.UnitState
-	unitsSeen   time.Time // when lastUnits was read
-	fenceNow    string    // set by a handler that saw the lease lost: fence at once
-	fenceKind   string    // short label for fenceNow (metrics)
-	retryAt     time.Time // earliest next start-up attempt after a failure
-	reason      string
-	since       time.Time
-	unitsMayRun atomic.Bool // true from before the first start until every unit is confirmed stopped
-	// startsAllowed: this leadership's promotion has passed its barrier and
-	// takeover delay and published units_running; the guard answers yes
-	// only then (and only while the gate is open).
-	startsAllowed atomic.Bool
-	prevHolder    holderMark              // the last other holder of the election key seen (loop-owned)
+	state         group.State
+	memberLease   clientv3.LeaseID
+	leader        group.LeaderInfo
+	job           *job
+	jobSeq        int64 // incremented when a job ends; stale observations are dropped
+	lastJobEnd    time.Time
+	failures      []time.Time
+	restarts      map[string]uint32
+	cooldown      time.Time
+	shutting      bool
+	fenceTimer    *time.Timer
+	stopRenew     map[string]context.CancelFunc
+	lastUnits     []fencing.UnitState
+	unitsSeen     time.Time // when lastUnits was read
+	fenceNow      string    // set by a handler that saw the lease lost: fence at once
+	fenceKind     string    // short label for fenceNow (metrics)
+	retryAt       time.Time // earliest next start-up attempt after a failure
+	reason        string
+	since         time.Time
 	firstLook     time.Time               // when the election key was first read (loop-owned)
 	members       map[string]group.Record // every record as last read (loop-owned)
 	overriding    bool                    // the last campaign decision overrode our cooldown
@@ -172,8 +170,6 @@ type Supervisor struct {
 	leaders  chan leaderObs
 	unitObs  chan unitObs
 	jobDone  chan jobEnd
-
-	gate gate
 
 	runStore *runstate.Store // nil without Options.RunStateDir
 	rsMu     sync.Mutex      // guards rs and the file
@@ -215,7 +211,6 @@ func New(o Options) (*Supervisor, error) {
 		timeout:   c.Timeouts(),
 		inc:       group.NewID(),
 		state:     group.Starting,
-		deadline:  fencing.NewDeadline(w),
 		restarts:  map[string]uint32{},
 		startPre:  map[string]time.Time{},
 		stopRenew: map[string]context.CancelFunc{},
@@ -228,6 +223,7 @@ func New(o Options) (*Supervisor, error) {
 		notes:     make(chan string, 32),
 		since:     o.Clock.Now(),
 	}
+	s.term.deadline = fencing.NewDeadline(w)
 	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout, log: s.log}
 	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout}
 	hs, err := newHealthSet(c)
@@ -303,10 +299,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-s.fenceTimer.C:
 			// handled by the deadline check below
 		}
-		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
+		if s.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
 			s.drainRenewals()
 		}
-		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
+		if s.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
 			return s.fenceNoted(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
 		if s.fenceNow != "" {
