@@ -157,8 +157,7 @@ type Supervisor struct {
 	ctlProblems    string               // the unreadable control records last reported
 	keyProblem     string               // the election key's problem, if any (loop-owned)
 	history        chan group.Event
-	notes          chan string // sd_notify messages for the notifier goroutine
-	status         statusNote  // what STATUS= last said (notify.go)
+	notes          notifier // sd_notify (notify.go)
 	prevState      group.State
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
@@ -220,10 +219,10 @@ func New(o Options) (*Supervisor, error) {
 		jobDone:   make(chan jobEnd, 1),
 		pub:       make(chan struct{}, 1),
 		history:   make(chan group.Event, 64),
-		notes:     make(chan string, 32),
 		since:     o.Clock.Now(),
 	}
 	s.term.deadline = fencing.NewDeadline(w)
+	s.notes = newNotifier(o.Notify, s.log)
 	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout, log: s.log}
 	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout}
 	hs, err := newHealthSet(c)
@@ -268,7 +267,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.observeLeader(bg)
 	go s.observeUnits(bg)
 	go s.publisher(bg)
-	go s.notifier(bg)
+	go s.notes.run(bg)
 	go s.historian(bg)
 	go s.watchPeers(bg)
 	go s.scanStrays(bg)
