@@ -49,16 +49,16 @@ func (s *Supervisor) checkOwnRecord(o leaderObs) {
 	if _, ok := o.members[s.cfg.Node]; ok {
 		return
 	}
-	rev := s.recordRev.Load()
+	rev := s.rec.rev.Load()
 	if rev == 0 || o.info.Revision < rev {
 		return // not written yet, or read before our last write
 	}
-	if hold := s.holdRev.Load(); hold != 0 && o.info.Revision >= hold && s.state.Holding() {
+	if hold := s.rec.hold.Load(); hold != 0 && o.info.Revision >= hold && s.state.Holding() {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("our member record %s vanished while our units may run", s.keys.Member(s.cfg.Node)), "record_lost"
 		return
 	}
 	s.log.Warn("our member record vanished; writing it again", "key", s.keys.Member(s.cfg.Node))
-	offer(s.pub, struct{}{})
+	offer(s.rec.wake, struct{}{})
 }
 
 // barrierHolder is what the next promotion's barrier waits for.

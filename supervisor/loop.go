@@ -106,7 +106,7 @@ func (s *Supervisor) transition(to group.State, kind, reason string) {
 		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token, At: s.since})
 	}
 	s.updateSnapshot()
-	offer(s.pub, struct{}{})
+	offer(s.rec.wake, struct{}{})
 }
 
 func (s *Supervisor) statusLine() string {

@@ -138,7 +138,7 @@ func (s *Supervisor) noteUnits(o unitObs) {
 	if sig := unitsSignature(o.states, s.health); sig != s.publishedUnits {
 		s.publishedUnits = sig
 		s.updateSnapshot()
-		offer(s.pub, struct{}{})
+		offer(s.rec.wake, struct{}{})
 	}
 }
 

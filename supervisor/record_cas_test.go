@@ -75,7 +75,7 @@ func TestLateRecordWriteNeverLandsAfterANewerOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.memberLeaseID.Store(int64(g.ID))
+	s.rec.lease.Store(int64(g.ID))
 	s.wroteRevision(put.Header.Revision)
 
 	// "Units stopped" times out on the client and is applied later...

@@ -64,7 +64,7 @@ type renewal struct {
 func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv3.LeaseID) {
 	s.stopRenewer(name)
 	if name == memberLease {
-		s.memberLeaseID.Store(int64(lease))
+		s.rec.lease.Store(int64(lease))
 	}
 	ctx, cancel := context.WithCancel(bg)
 	s.stopRenew[name] = cancel
@@ -106,6 +106,6 @@ func (s *Supervisor) stopRenewer(name string) {
 		delete(s.stopRenew, name)
 	}
 	if name == memberLease {
-		s.memberLeaseID.Store(0)
+		s.rec.lease.Store(0)
 	}
 }

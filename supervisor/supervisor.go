@@ -142,14 +142,8 @@ type Supervisor struct {
 	members       map[string]group.Record // every record as last read (loop-owned)
 	overriding    bool                    // the last campaign decision overrode our cooldown
 	overrideNoted time.Time               // the cooldown whose override was reported
-	// recordRev is the ModRevision of our last successful record write (0:
-	// none, or the record must be created); holdRev is that of the first
-	// write that said units_running while it still says so. Set under pubMu.
-	recordRev atomic.Int64
-	holdRev   atomic.Int64
 
-	pubMu          sync.Mutex // serialises record writes, see writeRecord
-	pub            chan struct{}
+	rec            recordWriter // how our record reaches etcd (publish.go)
 	pending        pendingJob
 	ctl            group.Control        // operator requests, as last read
 	publishedUnits string               // unit states in the last published record
@@ -160,7 +154,6 @@ type Supervisor struct {
 	notes          notifier // sd_notify (notify.go)
 	prevState      group.State
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
-	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 	dropins        atomic.Pointer[dropinCheck]
 	health         *health.Set // the units' health probes, armed on the leader only (monitor.go); nil: none
 
@@ -217,7 +210,7 @@ func New(o Options) (*Supervisor, error) {
 		leaders:   make(chan leaderObs, 1),
 		unitObs:   make(chan unitObs, 1),
 		jobDone:   make(chan jobEnd, 1),
-		pub:       make(chan struct{}, 1),
+		rec:       recordWriter{wake: make(chan struct{}, 1)},
 		history:   make(chan group.Event, 64),
 		since:     o.Clock.Now(),
 	}
