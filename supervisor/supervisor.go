@@ -163,9 +163,7 @@ type Supervisor struct {
 	unitObs  chan unitObs
 	jobDone  chan jobEnd
 
-	runStore *runstate.Store // nil without Options.RunStateDir
-	rsMu     sync.Mutex      // guards rs and the file
-	rs       runstate.State
+	kept keptState // what a restarted successor reads (incarnation.go)
 
 	mu   sync.Mutex // guards snap
 	snap Status
@@ -224,7 +222,7 @@ func New(o Options) (*Supervisor, error) {
 	}
 	s.health = hs
 	if o.RunStateDir != "" {
-		s.runStore = &runstate.Store{Dir: o.RunStateDir}
+		s.kept.store = &runstate.Store{Dir: o.RunStateDir}
 	}
 	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: group.Starting, StopMax: s.timeout.StopMax()}
 	return s, nil
