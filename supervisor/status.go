@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"sync"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
@@ -64,9 +65,9 @@ func (st Status) Active() bool { return st.State == group.Active && st.LeaseLeft
 // left, time to the fence instant) come from the published Term, read at
 // the call on the fence clock.
 func (s *Supervisor) Status() Status {
-	s.mu.Lock()
-	st := s.snap
-	s.mu.Unlock()
+	s.snap.mu.Lock()
+	st := s.snap.st
+	s.snap.mu.Unlock()
 	t := s.term.view.load()
 	now := deadlineNow() // the Term measures on the fence clock
 	st.FenceIn, st.LeaseLeft = t.FenceIn(now), t.LeaseLeft(now)
@@ -80,27 +81,34 @@ func (s *Supervisor) Status() Status {
 	return st
 }
 
+// statusSnap is the loop's copy of its own state for other goroutines:
+// the loop writes it (updateSnapshot), Status reads it, both under mu.
+type statusSnap struct {
+	mu sync.Mutex
+	st Status
+}
+
 // updateSnapshot copies the loop's state for other goroutines.
 func (s *Supervisor) updateSnapshot() {
 	s.term.view.publish(s.describeTerm())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.snap.State, s.snap.From, s.snap.Reason, s.snap.Since = s.state, s.snap.State, s.reason, s.since
-	if s.snap.From == s.state {
-		s.snap.From = s.prevState
+	s.snap.mu.Lock()
+	defer s.snap.mu.Unlock()
+	s.snap.st.State, s.snap.st.From, s.snap.st.Reason, s.snap.st.Since = s.state, s.snap.st.State, s.reason, s.since
+	if s.snap.st.From == s.state {
+		s.snap.st.From = s.prevState
 	}
-	s.snap.Leader, s.snap.LeaderToken = s.leader.Node, s.leader.Token
-	s.snap.Token = s.term.token
+	s.snap.st.Leader, s.snap.st.LeaderToken = s.leader.Node, s.leader.Token
+	s.snap.st.Token = s.term.token
 	if s.lastUnits != nil {
-		s.snap.Units = s.lastUnits
+		s.snap.st.Units = s.lastUnits
 	}
-	s.snap.CooldownUntil = s.cooldown
-	s.snap.LastTick = s.now()
-	s.snap.Frozen, s.snap.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
-	s.snap.CooldownOverride = s.overriding && s.now().Before(s.cooldown)
-	s.snap.Eligible = s.eligible(s.now())
-	s.snap.Problems = append([]string(nil), s.ctl.Unreadable...)
+	s.snap.st.CooldownUntil = s.cooldown
+	s.snap.st.LastTick = s.now()
+	s.snap.st.Frozen, s.snap.st.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
+	s.snap.st.CooldownOverride = s.overriding && s.now().Before(s.cooldown)
+	s.snap.st.Eligible = s.eligible(s.now())
+	s.snap.st.Problems = append([]string(nil), s.ctl.Unreadable...)
 	if s.keyProblem != "" {
-		s.snap.Problems = append(s.snap.Problems, s.keyProblem)
+		s.snap.st.Problems = append(s.snap.st.Problems, s.keyProblem)
 	}
 }

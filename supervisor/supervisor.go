@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -165,8 +164,7 @@ type Supervisor struct {
 
 	kept keptState // what a restarted successor reads (incarnation.go)
 
-	mu   sync.Mutex // guards snap
-	snap Status
+	snap statusSnap // the loop's copy of itself for other goroutines (status.go)
 }
 
 // New checks the options and returns a Supervisor ready to Run.
@@ -224,7 +222,7 @@ func New(o Options) (*Supervisor, error) {
 	if o.RunStateDir != "" {
 		s.kept.store = &runstate.Store{Dir: o.RunStateDir}
 	}
-	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: group.Starting, StopMax: s.timeout.StopMax()}
+	s.snap.st = Status{Node: c.Node, Cluster: c.Cluster, State: group.Starting, StopMax: s.timeout.StopMax()}
 	return s, nil
 }
 
