@@ -196,7 +196,7 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 		t.Fatalf("step at the retry time started %v, want the start-up", s.job)
 	}
 	s.job.cancel()
-	<-s.jobDone
+	<-s.in.jobDone
 	s.job = nil
 
 	at := t0.Add(time.Hour)

@@ -67,7 +67,7 @@ func launch[T any](s *Supervisor, bg context.Context, w work[T]) {
 		v, err := w.run(ctx)
 		cancel()
 		units := s.readUnits(bg)
-		s.jobDone <- jobEnd{kind: w.kind, units: units, finish: func(bg context.Context) (error, bool) {
+		s.in.jobDone <- jobEnd{kind: w.kind, units: units, finish: func(bg context.Context) (error, bool) {
 			return w.done(bg, outcome[T]{val: v, err: err, units: units})
 		}}
 	}()

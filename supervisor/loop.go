@@ -128,7 +128,7 @@ func (s *Supervisor) statusLine() string {
 func (s *Supervisor) drainRenewals() {
 	for {
 		select {
-		case r := <-s.renewals:
+		case r := <-s.in.renewals:
 			s.onRenewal(r)
 		default:
 			return

@@ -151,7 +151,7 @@ type unitObs struct {
 // observeUnits polls the managed units' states.
 func (s *Supervisor) observeUnits(bg context.Context) {
 	for {
-		offer(s.unitObs, s.readUnits(bg))
+		offer(s.in.unitObs, s.readUnits(bg))
 		if sleep(bg, s.cfg.Units.PollInterval) != nil {
 			return
 		}

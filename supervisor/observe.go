@@ -89,7 +89,7 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 		rctx, cancel := s.reqCtx(bg)
 		o := s.readLeaderAndControl(rctx)
 		o.proof = s.proofFor(rctx, &lw, o.info)
-		offer(s.leaders, o)
+		offer(s.in.leaders, o)
 		cancel()
 	}
 }

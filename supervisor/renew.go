@@ -92,7 +92,7 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 				s.opts.RenewObserver(name, endpoint, r.took, err)
 			}
 			select {
-			case s.renewals <- r:
+			case s.in.renewals <- r:
 			case <-ctx.Done():
 				return
 			}

@@ -50,7 +50,7 @@ func TestLifecycleTable(t *testing.T) {
 func finishJob(t *testing.T, s *Supervisor, bg context.Context) (error, bool) {
 	t.Helper()
 	select {
-	case e := <-s.jobDone:
+	case e := <-s.in.jobDone:
 		return s.onJobDone(bg, e)
 	case <-time.After(20 * time.Second):
 		t.Fatalf("job %s did not end", s.job.kind.name)

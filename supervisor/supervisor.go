@@ -156,15 +156,25 @@ type Supervisor struct {
 	dropins        atomic.Pointer[dropinCheck]
 	health         *health.Set // the units' health probes, armed on the leader only (monitor.go); nil: none
 
-	// Channels into the loop.
-	renewals chan renewal
-	leaders  chan leaderObs
-	unitObs  chan unitObs
-	jobDone  chan jobEnd
+	in inbox // the channels into the loop
 
 	kept keptState // what a restarted successor reads (incarnation.go)
 
 	snap statusSnap // the loop's copy of itself for other goroutines (status.go)
+}
+
+// inbox is the channels into the loop: the observer goroutines and the
+// jobs send, only the loop receives.
+type inbox struct {
+	renewals chan renewal
+	leaders  chan leaderObs
+	unitObs  chan unitObs
+	jobDone  chan jobEnd
+}
+
+func newInbox() inbox {
+	return inbox{renewals: make(chan renewal, 4), leaders: make(chan leaderObs, 1),
+		unitObs: make(chan unitObs, 1), jobDone: make(chan jobEnd, 1)}
 }
 
 // New checks the options and returns a Supervisor ready to Run.
@@ -202,10 +212,7 @@ func New(o Options) (*Supervisor, error) {
 		restarts:  map[string]uint32{},
 		startPre:  map[string]time.Time{},
 		stopRenew: map[string]context.CancelFunc{},
-		renewals:  make(chan renewal, 4),
-		leaders:   make(chan leaderObs, 1),
-		unitObs:   make(chan unitObs, 1),
-		jobDone:   make(chan jobEnd, 1),
+		in:        newInbox(),
 		rec:       recordWriter{wake: make(chan struct{}, 1)},
 		history:   make(chan group.Event, 64),
 		since:     o.Clock.Now(),
@@ -274,13 +281,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				return err
 			}
 		case <-tick.C:
-		case r := <-s.renewals:
+		case r := <-s.in.renewals:
 			s.onRenewal(r)
-		case o := <-s.leaders:
+		case o := <-s.in.leaders:
 			s.onLeader(o)
-		case o := <-s.unitObs:
+		case o := <-s.in.unitObs:
 			s.onUnits(bg, o)
-		case r := <-s.jobDone:
+		case r := <-s.in.jobDone:
 			if err, exit := s.onJobDone(bg, r); exit {
 				return err
 			}
