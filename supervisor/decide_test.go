@@ -187,17 +187,17 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 	}
 	clk.set(t0.Add(time.Second - time.Millisecond))
 	s.step(bg)
-	if s.job != nil {
-		t.Fatalf("step started %s before the retry time", s.job.kind.name)
+	if s.jobs.cur != nil {
+		t.Fatalf("step started %s before the retry time", s.jobs.cur.kind.name)
 	}
 	clk.set(t0.Add(time.Second))
 	s.step(bg)
-	if s.job == nil || s.job.kind != jobStartup {
-		t.Fatalf("step at the retry time started %v, want the start-up", s.job)
+	if s.jobs.cur == nil || s.jobs.cur.kind != jobStartup {
+		t.Fatalf("step at the retry time started %v, want the start-up", s.jobs.cur)
 	}
-	s.job.cancel()
+	s.jobs.cur.cancel()
 	<-s.in.jobDone
-	s.job = nil
+	s.jobs.cur = nil
 
 	at := t0.Add(time.Hour)
 	clk.set(at)

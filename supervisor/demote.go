@@ -15,8 +15,8 @@ import (
 // says so, then the key and lease are released. cooldown > 0 keeps this
 // member out of the election for that long.
 func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown time.Duration) {
-	if s.job != nil {
-		s.job.cancel()
+	if s.jobs.cur != nil {
+		s.jobs.cur.cancel()
 		// The cancelled job reports back through jobDone; demote runs as
 		// soon as it has (step sees Promoting/Active with shutting, or the
 		// promote result arrives while state is Demoting).

@@ -28,8 +28,8 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	hard := start.Add(s.timeout.StopMax())
 	s.fenceNow, s.fenceKind = "", ""
 	s.cutAPI()
-	if s.job != nil {
-		s.job.cancel()
+	if s.jobs.cur != nil {
+		s.jobs.cur.cancel()
 	}
 	// Wait (briefly) for an in-flight start call to return so that our stop
 	// jobs are queued after it and replace it.

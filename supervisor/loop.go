@@ -12,7 +12,7 @@ import (
 // compares what was last observed with what the state wants and starts at
 // most one job to close the gap.
 func (s *Supervisor) step(bg context.Context) {
-	if s.job != nil {
+	if s.jobs.cur != nil {
 		return
 	}
 	now := s.now()
@@ -65,8 +65,8 @@ func (s *Supervisor) step(bg context.Context) {
 // after adopting the unit states the job read last. exit reports that Run
 // must return err.
 func (s *Supervisor) onJobDone(bg context.Context, e jobEnd) (err error, exit bool) {
-	s.job = nil
-	s.lastJobEnd = s.now()
+	s.jobs.cur = nil
+	s.jobs.lastEnd = s.now()
 	// What was observed before the job may no longer be true: decide only
 	// on the observation the job took after its last action (or wait for
 	// the next poll if it could not read the units).
@@ -81,8 +81,8 @@ func (s *Supervisor) onJobDone(bg context.Context, e jobEnd) (err error, exit bo
 // onShutdown handles SIGTERM: cancel what can be cancelled; step then
 // demotes or leaves once the running job ends.
 func (s *Supervisor) onShutdown(bg context.Context) (error, bool) {
-	if s.job != nil && s.job.kind.cancelOnShutdown {
-		s.job.cancel()
+	if s.jobs.cur != nil && s.jobs.cur.kind.cancelOnShutdown {
+		s.jobs.cur.cancel()
 	}
 	return nil, false
 }

@@ -16,7 +16,7 @@ import (
 // onUnits records the managed units' states and counts failures on the
 // leader.
 func (s *Supervisor) onUnits(bg context.Context, o unitObs) {
-	if s.job != nil || o.started.Before(s.lastJobEnd) {
+	if s.jobs.cur != nil || o.started.Before(s.jobs.lastEnd) {
 		return // in flux, or read before the last job changed things
 	}
 	if o.err != nil {

@@ -53,7 +53,7 @@ func finishJob(t *testing.T, s *Supervisor, bg context.Context) (error, bool) {
 	case e := <-s.in.jobDone:
 		return s.onJobDone(bg, e)
 	case <-time.After(20 * time.Second):
-		t.Fatalf("job %s did not end", s.job.kind.name)
+		t.Fatalf("job %s did not end", s.jobs.cur.kind.name)
 		return nil, false
 	}
 }

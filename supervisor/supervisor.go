@@ -115,15 +115,13 @@ type Supervisor struct {
 	election electionKey // campaign, resign, read
 	clock    Clock       // the loop's time of day (not the fence clock)
 
-	term term // the current term (term.go): loop-owned, published as a fencing.Term
+	jobs jobSlot // the one job at a time (jobs.go): loop-owned
+	term term    // the current term (term.go): loop-owned, published as a fencing.Term
 
 	// Owned by the loop goroutine.
 	state         group.State
 	memberLease   clientv3.LeaseID
 	leader        group.LeaderInfo
-	job           *job
-	jobSeq        int64 // incremented when a job ends; stale observations are dropped
-	lastJobEnd    time.Time
 	failures      []time.Time
 	restarts      map[string]uint32
 	cooldown      time.Time
@@ -142,8 +140,7 @@ type Supervisor struct {
 	overriding    bool                    // the last campaign decision overrode our cooldown
 	overrideNoted time.Time               // the cooldown whose override was reported
 
-	rec            recordWriter // how our record reaches etcd (publish.go)
-	pending        pendingJob
+	rec            recordWriter         // how our record reaches etcd (publish.go)
 	ctl            group.Control        // operator requests, as last read
 	publishedUnits string               // unit states in the last published record
 	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
