@@ -88,15 +88,15 @@ func TestFailureWindow(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s.failures = nil
+			s.watch.failures = nil
 			for _, d := range c.failures {
-				s.failures = append(s.failures, t0.Add(d))
+				s.watch.failures = append(s.watch.failures, t0.Add(d))
 			}
 			if got := s.recentFailures(t0.Add(c.now)); got != c.want {
 				t.Fatalf("recentFailures = %d, want %d", got, c.want)
 			}
-			if len(s.failures) != c.want {
-				t.Fatalf("%d failures kept, want %d (older ones dropped)", len(s.failures), c.want)
+			if len(s.watch.failures) != c.want {
+				t.Fatalf("%d failures kept, want %d (older ones dropped)", len(s.watch.failures), c.want)
 			}
 		})
 	}
@@ -128,7 +128,7 @@ func TestAssessUnitsCountsFailuresAndCoolsDown(t *testing.T) {
 	for i, st := range steps {
 		clk.set(t0.Add(st.at))
 		s.assessUnits(bg, unitObs{started: clk.Now(), states: st.units})
-		if got := len(s.failures); got != st.counts || s.state != st.state {
+		if got := len(s.watch.failures); got != st.counts || s.state != st.state {
 			t.Fatalf("step %d: %d failures, state %s; want %d, %s", i, got, s.state, st.counts, st.state)
 		}
 	}
@@ -166,7 +166,7 @@ func TestStartPreGrace(t *testing.T) {
 		{2*startPreGrace + 4*time.Second, running, []string{"b.service"}},
 	}
 	for i, st := range steps {
-		s.lastUnits = st.units
+		s.watch.last = st.units
 		got := s.enforceable(t0.Add(st.at))
 		if len(got) != len(st.want) || (len(got) == 1 && got[0] != st.want[0]) {
 			t.Fatalf("step %d (+%s): enforceable %v, want %v", i, st.at, got, st.want)
@@ -215,7 +215,7 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 	s, _, _ := newOffline(t, nil)
 	s.state = group.Standby
-	s.unitsSeen = t0
+	s.watch.lastAt = t0
 	s.dropins.Store(&dropinCheck{checked: true})
 	s.members = map[string]group.Record{"m1": {Node: "m1", State: group.Standby}, "m2": {Node: "m2", State: group.Stopped}}
 	s.cooldown = t0.Add(time.Minute)

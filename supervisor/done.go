@@ -67,7 +67,7 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	s.resetFenceTimer()
 	s.startRenewer(bg, electionLease, res.lease.id)
 	s.leader = group.LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
-	s.failures, s.restarts = nil, map[string]uint32{}
+	s.watch.failures, s.watch.restarts = nil, map[string]uint32{}
 	s.transition(group.Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
 	if s.shutting {
 		s.demote(bg, "shutdown", "shutdown requested", 0)

@@ -55,7 +55,7 @@ func (s *Supervisor) step(bg context.Context) {
 			s.demote(bg, "handoff", fmt.Sprintf("handoff %s requested to %s", s.ctl.Handoff.ID, to), 0)
 		case s.ctl.Banned(s.cfg.Node):
 			s.demote(bg, "banned", "this node was banned", 0)
-		case len(s.lastUnits) > 0 && len(runningUnits(s.lastUnits)) < len(s.lastUnits):
+		case len(s.watch.last) > 0 && len(runningUnits(s.watch.last)) < len(s.watch.last):
 			launch(s, bg, s.restartWork())
 		}
 	}
@@ -70,7 +70,7 @@ func (s *Supervisor) onJobDone(bg context.Context, e jobEnd) (err error, exit bo
 	// What was observed before the job may no longer be true: decide only
 	// on the observation the job took after its last action (or wait for
 	// the next poll if it could not read the units).
-	s.lastUnits, s.unitsSeen = nil, time.Time{}
+	s.watch.last, s.watch.lastAt = nil, time.Time{}
 	if e.units.err == nil {
 		s.noteUnits(e.units)
 	}

@@ -99,8 +99,8 @@ func (s *Supervisor) updateSnapshot() {
 	}
 	s.snap.st.Leader, s.snap.st.LeaderToken = s.leader.Node, s.leader.Token
 	s.snap.st.Token = s.term.token
-	if s.lastUnits != nil {
-		s.snap.st.Units = s.lastUnits
+	if s.watch.last != nil {
+		s.snap.st.Units = s.watch.last
 	}
 	s.snap.st.CooldownUntil = s.cooldown
 	s.snap.st.LastTick = s.now()

@@ -115,21 +115,18 @@ type Supervisor struct {
 	election electionKey // campaign, resign, read
 	clock    Clock       // the loop's time of day (not the fence clock)
 
-	jobs jobSlot // the one job at a time (jobs.go): loop-owned
-	term term    // the current term (term.go): loop-owned, published as a fencing.Term
+	watch unitWatch // the managed units as last read (monitor.go): loop-owned
+	jobs  jobSlot   // the one job at a time (jobs.go): loop-owned
+	term  term      // the current term (term.go): loop-owned, published as a fencing.Term
 
 	// Owned by the loop goroutine.
 	state         group.State
 	memberLease   clientv3.LeaseID
 	leader        group.LeaderInfo
-	failures      []time.Time
-	restarts      map[string]uint32
 	cooldown      time.Time
 	shutting      bool
 	fenceTimer    *time.Timer
 	stopRenew     map[string]context.CancelFunc
-	lastUnits     []fencing.UnitState
-	unitsSeen     time.Time // when lastUnits was read
 	fenceNow      string    // set by a handler that saw the lease lost: fence at once
 	fenceKind     string    // short label for fenceNow (metrics)
 	retryAt       time.Time // earliest next start-up attempt after a failure
@@ -140,12 +137,10 @@ type Supervisor struct {
 	overriding    bool                    // the last campaign decision overrode our cooldown
 	overrideNoted time.Time               // the cooldown whose override was reported
 
-	rec            recordWriter         // how our record reaches etcd (publish.go)
-	ctl            group.Control        // operator requests, as last read
-	publishedUnits string               // unit states in the last published record
-	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
-	ctlProblems    string               // the unreadable control records last reported
-	keyProblem     string               // the election key's problem, if any (loop-owned)
+	rec            recordWriter  // how our record reaches etcd (publish.go)
+	ctl            group.Control // operator requests, as last read
+	ctlProblems    string        // the unreadable control records last reported
+	keyProblem     string        // the election key's problem, if any (loop-owned)
 	history        chan group.Event
 	notes          notifier // sd_notify (notify.go)
 	prevState      group.State
@@ -206,10 +201,9 @@ func New(o Options) (*Supervisor, error) {
 		timeout:   c.Timeouts(),
 		inc:       group.NewID(),
 		state:     group.Starting,
-		restarts:  map[string]uint32{},
-		startPre:  map[string]time.Time{},
 		stopRenew: map[string]context.CancelFunc{},
 		in:        newInbox(),
+		watch:     unitWatch{restarts: map[string]uint32{}, startPre: map[string]time.Time{}},
 		rec:       recordWriter{wake: make(chan struct{}, 1)},
 		history:   make(chan group.Event, 64),
 		since:     o.Clock.Now(),
