@@ -217,7 +217,7 @@ func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 	s.state = group.Standby
 	s.watch.lastAt = t0
 	s.dropins.Store(&dropinCheck{checked: true})
-	s.members = map[string]group.Record{"m1": {Node: "m1", State: group.Standby}, "m2": {Node: "m2", State: group.Stopped}}
+	s.seen.members = map[string]group.Record{"m1": {Node: "m1", State: group.Standby}, "m2": {Node: "m2", State: group.Stopped}}
 	s.cooldown = t0.Add(time.Minute)
 	for i := 0; i < 3; i++ {
 		if !s.mayCampaign(t0.Add(time.Duration(i) * time.Second)) {
@@ -231,7 +231,7 @@ func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 		t.Fatalf("event %+v", e)
 	}
 	// Another member eligible: the cooldown holds.
-	s.members["m2"] = group.Record{Node: "m2", State: group.Standby}
+	s.seen.members["m2"] = group.Record{Node: "m2", State: group.Standby}
 	if s.mayCampaign(t0.Add(5 * time.Second)) {
 		t.Fatal("campaigned in cooldown while another member is eligible")
 	}

@@ -95,7 +95,7 @@ func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error
 		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown)
 	default:
 		s.transition(group.Active, "units_started", "units started")
-		if h := s.ctl.Handoff; h != nil && h.Token != s.term.token {
+		if h := s.seen.ctl.Handoff; h != nil && h.Token != s.term.token {
 			go s.clearHandoff(bg, h.ID)
 		}
 	}

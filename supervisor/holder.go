@@ -11,11 +11,22 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
+// groupSeen is the group as the loop last read it (loop-owned): operator
+// control and its unreadable records, the election key's problem, every
+// member record, and when the key was first read.
+type groupSeen struct {
+	ctl         group.Control           // operator requests, as last read
+	ctlProblems string                  // the unreadable control records last reported
+	keyProblem  string                  // the election key's problem, if any
+	members     map[string]group.Record // every record as last read
+	firstLook   time.Time               // when the election key was first read
+}
+
 // notePrevHolder remembers the last other holder of the election key seen,
 // for the next promotion's barrier (see decideBarrier).
 func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
-	if s.firstLook.IsZero() {
-		s.firstLook = s.now()
+	if s.seen.firstLook.IsZero() {
+		s.seen.firstLook = s.now()
 	}
 	// Our own key (a read that raced our win, or an earlier incarnation
 	// of ours, whose units start-up stopped) is nobody to wait for.
@@ -66,15 +77,15 @@ func (s *Supervisor) barrierHolder() holderMark {
 	if s.term.prevHolder.known() {
 		return s.term.prevHolder
 	}
-	return holderMark{Unknown: true, Seen: s.firstLook}
+	return holderMark{Unknown: true, Seen: s.seen.firstLook}
 }
 
 // noteControl adopts the operator's requests as read, and reports
 // unreadable ones as an ERROR once per change (they are ignored).
 func (s *Supervisor) noteControl(c group.Control) {
-	s.ctl = c
-	if p := strings.Join(c.Unreadable, "; "); p != s.ctlProblems {
-		s.ctlProblems = p
+	s.seen.ctl = c
+	if p := strings.Join(c.Unreadable, "; "); p != s.seen.ctlProblems {
+		s.seen.ctlProblems = p
 		if p != "" {
 			s.log.Error("unreadable control records are ignored", "records", c.Unreadable)
 		}
@@ -90,10 +101,10 @@ func (s *Supervisor) noteLeaselessKey(li group.LeaderInfo) {
 		p = fmt.Sprintf("election key %s (value %q, token %d) is on no lease, so it never expires; deleting it (by hand: etcdctl del %s)",
 			s.keys.Leader(), li.Node, li.Token, s.keys.Leader())
 	}
-	if p != s.keyProblem && p != "" {
+	if p != s.seen.keyProblem && p != "" {
 		s.log.Error("election key put without a lease", "problem", p)
 	}
-	s.keyProblem = p
+	s.seen.keyProblem = p
 }
 
 // clearLeaselessKey deletes the election key read as li if it is still that

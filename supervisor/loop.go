@@ -47,13 +47,13 @@ func (s *Supervisor) step(bg context.Context) {
 		switch {
 		case s.shutting:
 			s.demote(bg, "shutdown", "shutdown requested", 0)
-		case s.ctl.Freeze == nil && s.ctl.Handoff != nil && s.ctl.Handoff.Token == s.term.token:
-			to := s.ctl.Handoff.To
+		case s.seen.ctl.Freeze == nil && s.seen.ctl.Handoff != nil && s.seen.ctl.Handoff.Token == s.term.token:
+			to := s.seen.ctl.Handoff.To
 			if to == "" {
 				to = "any other member"
 			}
-			s.demote(bg, "handoff", fmt.Sprintf("handoff %s requested to %s", s.ctl.Handoff.ID, to), 0)
-		case s.ctl.Banned(s.cfg.Node):
+			s.demote(bg, "handoff", fmt.Sprintf("handoff %s requested to %s", s.seen.ctl.Handoff.ID, to), 0)
+		case s.seen.ctl.Banned(s.cfg.Node):
 			s.demote(bg, "banned", "this node was banned", 0)
 		case len(s.watch.last) > 0 && len(runningUnits(s.watch.last)) < len(s.watch.last):
 			launch(s, bg, s.restartWork())

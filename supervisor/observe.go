@@ -23,7 +23,7 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	s.notePrevHolder(o.info)
 	s.noteProof(o.info, o.proof)
 	s.checkOwnRecord(o)
-	s.members = o.members
+	s.seen.members = o.members
 	s.noteControl(o.ctl)
 	if d := o.ctl.Drill; d != nil && d.Token == s.term.token && s.term.token != 0 && s.state == group.Active && o.ctl.Freeze == nil {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"

@@ -89,7 +89,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 		}, group.Demoting},
 		{"fenced while promoting", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "deadline", "test") }, group.Fencing},
 		{"banned", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) {
-			s.ctl.Bans = map[string]group.Ban{"m1": {}}
+			s.seen.ctl.Bans = map[string]group.Ban{"m1": {}}
 			s.step(bg)
 		}, group.Demoting},
 		{"fenced while active", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "key_lost", "test") }, group.Fencing},

@@ -104,11 +104,11 @@ func (s *Supervisor) updateSnapshot() {
 	}
 	s.snap.st.CooldownUntil = s.cooldown
 	s.snap.st.LastTick = s.now()
-	s.snap.st.Frozen, s.snap.st.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
+	s.snap.st.Frozen, s.snap.st.Banned = s.seen.ctl.Freeze != nil, s.seen.ctl.Banned(s.cfg.Node)
 	s.snap.st.CooldownOverride = s.overriding && s.now().Before(s.cooldown)
 	s.snap.st.Eligible = s.eligible(s.now())
-	s.snap.st.Problems = append([]string(nil), s.ctl.Unreadable...)
-	if s.keyProblem != "" {
-		s.snap.st.Problems = append(s.snap.st.Problems, s.keyProblem)
+	s.snap.st.Problems = append([]string(nil), s.seen.ctl.Unreadable...)
+	if s.seen.keyProblem != "" {
+		s.snap.st.Problems = append(s.snap.st.Problems, s.seen.keyProblem)
 	}
 }

@@ -115,6 +115,7 @@ type Supervisor struct {
 	election electionKey // campaign, resign, read
 	clock    Clock       // the loop's time of day (not the fence clock)
 
+	seen  groupSeen // the group as last read (holder.go): loop-owned
 	watch unitWatch // the managed units as last read (monitor.go): loop-owned
 	jobs  jobSlot   // the one job at a time (jobs.go): loop-owned
 	term  term      // the current term (term.go): loop-owned, published as a fencing.Term
@@ -132,15 +133,10 @@ type Supervisor struct {
 	retryAt       time.Time // earliest next start-up attempt after a failure
 	reason        string
 	since         time.Time
-	firstLook     time.Time               // when the election key was first read (loop-owned)
-	members       map[string]group.Record // every record as last read (loop-owned)
-	overriding    bool                    // the last campaign decision overrode our cooldown
-	overrideNoted time.Time               // the cooldown whose override was reported
+	overriding    bool      // the last campaign decision overrode our cooldown
+	overrideNoted time.Time // the cooldown whose override was reported
 
-	rec            recordWriter  // how our record reaches etcd (publish.go)
-	ctl            group.Control // operator requests, as last read
-	ctlProblems    string        // the unreadable control records last reported
-	keyProblem     string        // the election key's problem, if any (loop-owned)
+	rec            recordWriter // how our record reaches etcd (publish.go)
 	history        chan group.Event
 	notes          notifier // sd_notify (notify.go)
 	prevState      group.State
