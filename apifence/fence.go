@@ -15,6 +15,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/apifence/failover"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
@@ -127,8 +128,22 @@ func newWebhook(ca *localca.CA, o Options) (*Webhook, error) {
 	return ListenWebhook(o.Webhook, serving, src, o.Log)
 }
 
-// SetTerm gives the gates the supervisor's view.
-func (f *Fence) SetTerm(fn gate.TermFunc) { f.term.Store(&fn) }
+// SetTerm gives the gates the supervisor's term: a request may leave only
+// while the term may act (fencing.Term.MayAct, asked at its arrival and
+// again at its departure), with the term's token.
+func (f *Fence) SetTerm(fn func() fencing.Term) {
+	g := gate.TermFunc(func() gate.Term { return gateTerm(fn(), time.Now()) })
+	f.term.Store(&g)
+}
+
+// gateTerm is the gates' view of the term at now: open with the token
+// while the term may act, closed with the reason otherwise.
+func gateTerm(t fencing.Term, now time.Time) gate.Term {
+	if why := t.Closed(now); why != "" {
+		return gate.Term{Reason: why}
+	}
+	return gate.Term{Open: true, Token: t.Token}
+}
 
 // gateTerm is the supervisor's term, closed until this term's token is
 // published (in gate mode: until the promotion got past the barrier).

@@ -13,8 +13,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
 )
 
@@ -39,7 +39,7 @@ func TestFenceGateModeOpensOnlyAfterPublishAndCutCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	f.SetTerm(func() gate.Term { return gate.Term{Open: true, Token: 5} })
+	f.SetTerm(func() fencing.Term { return openTerm(5) })
 	f.Serve()
 	local, err := localca.Open(state)
 	if err != nil {
@@ -88,4 +88,42 @@ func TestFenceGateModeOpensOnlyAfterPublishAndCutCloses(t *testing.T) {
 	if st := f.Status(); st.Mode != ModeGate {
 		t.Errorf("status %+v", st)
 	}
+}
+
+// openTerm is a term that may act for the next hour with token, measured
+// on Go's clock.
+func openTerm(token int64) fencing.Term {
+	return termAt(time.Now(), time.Hour, fencing.Term{State: "active", Token: token, Open: true})
+}
+
+// TestGateTerm: the gates forward only for a term that may act: open
+// (promoting past the barrier, or active), with a token, and time before
+// fence_at. (Fencing and demoting members publish closed terms: the
+// supervisor's TestTermOpen.)
+func TestGateTerm(t *testing.T) {
+	now := time.Now()
+	open := termAt(now, time.Second, fencing.Term{State: "active", Open: true, Token: 9})
+	if tm := gateTerm(open, now); !tm.Open || tm.Token != 9 {
+		t.Errorf("active: %+v, want open with token 9", tm)
+	}
+	for name, tm := range map[string]fencing.Term{
+		"standby":         {State: "standby", Leader: "m2", LeaderToken: 11},
+		"before barrier":  termAt(now, time.Second, fencing.Term{State: "promoting", Token: 9}),
+		"fence at passed": termAt(now, -time.Millisecond, fencing.Term{State: "active", Open: true, Token: 9}),
+		"fence at now":    termAt(now, 0, fencing.Term{State: "active", Open: true, Token: 9}),
+		"no token":        termAt(now, time.Second, fencing.Term{State: "active", Open: true}),
+		"no fence":        {State: "active", Open: true, Token: 9},
+	} {
+		if g := gateTerm(tm, now); g.Open || g.Reason == "" {
+			t.Errorf("%s: %+v, want closed with a reason", name, g)
+		}
+	}
+}
+
+// termAt is tm with its fence instant in after now, on Go's clock.
+func termAt(now time.Time, in time.Duration, tm fencing.Term) fencing.Term {
+	w := fencing.Window{TTL: time.Hour, StopMax: time.Second}
+	d := fencing.NewDeadlineClock(w, fencing.IdentityClock{})
+	d.Renewed("election", now.Add(in-w.Span(w.TTL)), w.TTL)
+	return d.Term(tm)
 }

@@ -9,13 +9,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
-	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
 
 // testFenceTokenMode: the composition the daemon runs (apifence.Fence in
@@ -34,7 +35,11 @@ func testFenceTokenMode(t *testing.T, p *plane, sup []*rest.Config) {
 	defer f.Close()
 	var token atomic.Int64
 	token.Store(102)
-	f.SetTerm(func() gate.Term { return gate.Term{Open: true, Token: token.Load()} })
+	f.SetTerm(func() fencing.Term {
+		d := fencing.NewDeadlineClock(fencing.Window{TTL: time.Hour, StopMax: time.Second}, fencing.IdentityClock{})
+		d.Renewed("election", time.Now(), time.Hour)
+		return d.Term(fencing.Term{State: "active", Token: token.Load(), Open: true})
+	})
 	f.Serve()
 	local, err := localca.Open(state)
 	if err != nil {

@@ -144,7 +144,7 @@ func (d *Deadline) Left(now time.Time) time.Duration {
 	if !ok {
 		return 0
 	}
-	return at.Sub(d.clock.Present(now))
+	return left(at, 0, d.clock, now)
 }
 
 // Expired reports whether the node must fence at now.
@@ -154,12 +154,8 @@ func (d *Deadline) Expired(now time.Time) bool {
 }
 
 // LeaseLeft is how long the lease itself (not the fence instant) is still
-// guaranteed valid on our clock: fence instant + StopMax + Slack - now. The
-// guard uses it to refuse a start that could not be stopped in time.
+// guaranteed valid on our clock: fence instant + StopMax + max(Slack,
+// Watchdog) - now (Term.LeaseLeft, for the loop's own logs).
 func (d *Deadline) LeaseLeft(now time.Time) time.Duration {
-	at, ok := d.at()
-	if !ok {
-		return 0
-	}
-	return at.Add(d.w.StopMax + d.w.Margin()).Sub(d.clock.Present(now))
+	return d.Term(Term{}).LeaseLeft(now)
 }

@@ -64,9 +64,9 @@ func (s *Supervisor) apiFenceStatus() *APIFenceStatus {
 		return nil
 	}
 	st := r.APIFenceStatus()
-	s.mu.Lock()
-	st.Term = s.snap.LeaderToken
-	s.mu.Unlock()
+	s.snap.mu.Lock()
+	st.Term = s.snap.st.LeaderToken
+	s.snap.mu.Unlock()
 	st.Matches = st.Term != 0 && st.Token == st.Term
 	return &st
 }

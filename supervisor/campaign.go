@@ -78,8 +78,8 @@ func eligibleOthers(now time.Time, v campaignView) []string {
 
 // campaignView gathers the loop's latest observations.
 func (s *Supervisor) campaignView() campaignView {
-	return campaignView{Self: s.cfg.Node, CooldownUntil: s.cooldown, Ctl: s.ctl, UnitsSeen: !s.unitsSeen.IsZero(),
-		UnitsRunning: runningUnits(s.lastUnits), Members: s.members, DropinsOK: s.dropinsAllowCampaign()}
+	return campaignView{Self: s.cfg.Node, CooldownUntil: s.cooldown, Ctl: s.seen.ctl, UnitsSeen: !s.watch.lastAt.IsZero(),
+		UnitsRunning: runningUnits(s.watch.last), Members: s.seen.members, DropinsOK: s.dropinsAllowCampaign()}
 }
 
 // eligible lists who could campaign now as this member sees it (status).

@@ -88,15 +88,15 @@ func TestFailureWindow(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s.failures = nil
+			s.watch.failures = nil
 			for _, d := range c.failures {
-				s.failures = append(s.failures, t0.Add(d))
+				s.watch.failures = append(s.watch.failures, t0.Add(d))
 			}
 			if got := s.recentFailures(t0.Add(c.now)); got != c.want {
 				t.Fatalf("recentFailures = %d, want %d", got, c.want)
 			}
-			if len(s.failures) != c.want {
-				t.Fatalf("%d failures kept, want %d (older ones dropped)", len(s.failures), c.want)
+			if len(s.watch.failures) != c.want {
+				t.Fatalf("%d failures kept, want %d (older ones dropped)", len(s.watch.failures), c.want)
 			}
 		})
 	}
@@ -128,7 +128,7 @@ func TestAssessUnitsCountsFailuresAndCoolsDown(t *testing.T) {
 	for i, st := range steps {
 		clk.set(t0.Add(st.at))
 		s.assessUnits(bg, unitObs{started: clk.Now(), states: st.units})
-		if got := len(s.failures); got != st.counts || s.state != st.state {
+		if got := len(s.watch.failures); got != st.counts || s.state != st.state {
 			t.Fatalf("step %d: %d failures, state %s; want %d, %s", i, got, s.state, st.counts, st.state)
 		}
 	}
@@ -166,7 +166,7 @@ func TestStartPreGrace(t *testing.T) {
 		{2*startPreGrace + 4*time.Second, running, []string{"b.service"}},
 	}
 	for i, st := range steps {
-		s.lastUnits = st.units
+		s.watch.last = st.units
 		got := s.enforceable(t0.Add(st.at))
 		if len(got) != len(st.want) || (len(got) == 1 && got[0] != st.want[0]) {
 			t.Fatalf("step %d (+%s): enforceable %v, want %v", i, st.at, got, st.want)
@@ -187,17 +187,17 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 	}
 	clk.set(t0.Add(time.Second - time.Millisecond))
 	s.step(bg)
-	if s.job != nil {
-		t.Fatalf("step started %s before the retry time", s.job.kind.name)
+	if s.jobs.cur != nil {
+		t.Fatalf("step started %s before the retry time", s.jobs.cur.kind.name)
 	}
 	clk.set(t0.Add(time.Second))
 	s.step(bg)
-	if s.job == nil || s.job.kind != jobStartup {
-		t.Fatalf("step at the retry time started %v, want the start-up", s.job)
+	if s.jobs.cur == nil || s.jobs.cur.kind != jobStartup {
+		t.Fatalf("step at the retry time started %v, want the start-up", s.jobs.cur)
 	}
-	s.job.cancel()
-	<-s.jobDone
-	s.job = nil
+	s.jobs.cur.cancel()
+	<-s.in.jobDone
+	s.jobs.cur = nil
 
 	at := t0.Add(time.Hour)
 	clk.set(at)
@@ -215,9 +215,9 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 	s, _, _ := newOffline(t, nil)
 	s.state = group.Standby
-	s.unitsSeen = t0
+	s.watch.lastAt = t0
 	s.dropins.Store(&dropinCheck{checked: true})
-	s.members = map[string]group.Record{"m1": {Node: "m1", State: group.Standby}, "m2": {Node: "m2", State: group.Stopped}}
+	s.seen.members = map[string]group.Record{"m1": {Node: "m1", State: group.Standby}, "m2": {Node: "m2", State: group.Stopped}}
 	s.cooldown = t0.Add(time.Minute)
 	for i := 0; i < 3; i++ {
 		if !s.mayCampaign(t0.Add(time.Duration(i) * time.Second)) {
@@ -231,7 +231,7 @@ func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 		t.Fatalf("event %+v", e)
 	}
 	// Another member eligible: the cooldown holds.
-	s.members["m2"] = group.Record{Node: "m2", State: group.Standby}
+	s.seen.members["m2"] = group.Record{Node: "m2", State: group.Standby}
 	if s.mayCampaign(t0.Add(5 * time.Second)) {
 		t.Fatal("campaigned in cooldown while another member is eligible")
 	}

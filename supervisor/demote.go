@@ -15,20 +15,20 @@ import (
 // says so, then the key and lease are released. cooldown > 0 keeps this
 // member out of the election for that long.
 func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown time.Duration) {
-	if s.job != nil {
-		s.job.cancel()
+	if s.jobs.cur != nil {
+		s.jobs.cur.cancel()
 		// The cancelled job reports back through jobDone; demote runs as
 		// soon as it has (step sees Promoting/Active with shutting, or the
 		// promote result arrives while state is Demoting).
 	}
-	s.gate.closeWait(500 * time.Millisecond)
+	s.term.gate.closeWait(500 * time.Millisecond)
 	s.cutAPI()
 	if cooldown > 0 {
 		s.cooldown = s.now().Add(cooldown)
 	}
 	s.transition(group.Demoting, kind, reason)
 	s.reason = "demoted: " + reason
-	launchAfter(s, bg, s.demoteWork(s.token, s.elecLease))
+	launchAfter(s, bg, s.demoteWork(s.term.token, s.term.elecLease))
 }
 
 // demoteJob stops the units, says so, and gives the key and its lease back.
@@ -37,10 +37,11 @@ func (s *Supervisor) demoteJob(token int64, lease clientv3.LeaseID) func(context
 		if err := fencing.StopAll(ctx, s.units, s.cfg.Units.Managed, s.timeout); err != nil {
 			return err
 		}
-		s.unitsMayRun.Store(false)
+		s.term.unitsMayRun.Store(false)
 		// Dated before the release, so that a drill can check that the old
 		// units were down before anyone else could win.
 		s.recordHistory(group.Event{At: s.now(), Node: s.cfg.Node, From: group.Demoting, To: group.UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
+		s.withdrawToken()
 		s.runHook(ctx, "on_demote", token)
 		if err := s.writeRecord(ctx, true); err != nil {
 			s.log.Warn("could not publish units stopped before release", "err", err)

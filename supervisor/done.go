@@ -31,7 +31,7 @@ func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (e
 	}
 	res := o.val
 	s.memberLease = res.lease.id
-	s.deadline.Renewed(memberLease, res.lease.sent, res.lease.ttl)
+	s.term.deadline.Renewed(memberLease, res.lease.sent, res.lease.ttl)
 	s.startRenewer(bg, memberLease, res.lease.id)
 	if res.crashed {
 		// Our previous incarnation died holding its records; they lapse
@@ -62,20 +62,20 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 		s.notePrevHolder(res.leader)
 		return nil, false
 	}
-	s.elecLease, s.token = res.lease.id, res.token
-	s.deadline.Renewed(electionLease, res.lease.sent, res.lease.ttl)
+	s.term.elecLease, s.term.token = res.lease.id, res.token
+	s.term.deadline.Renewed(electionLease, res.lease.sent, res.lease.ttl)
 	s.resetFenceTimer()
 	s.startRenewer(bg, electionLease, res.lease.id)
 	s.leader = group.LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
-	s.failures, s.restarts = nil, map[string]uint32{}
+	s.watch.failures, s.watch.restarts = nil, map[string]uint32{}
 	s.transition(group.Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
 	if s.shutting {
 		s.demote(bg, "shutdown", "shutdown requested", 0)
 		return nil, false
 	}
-	s.startsAllowed.Store(false)
-	s.gate.open()
-	launch(s, bg, s.promoteWork(s.token, s.barrierHolder()))
+	s.term.view.allowStarts(false)
+	s.term.gate.open()
+	launch(s, bg, s.promoteWork(s.term.token, s.barrierHolder()))
 	return nil, false
 }
 
@@ -95,7 +95,7 @@ func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error
 		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown)
 	default:
 		s.transition(group.Active, "units_started", "units started")
-		if h := s.ctl.Handoff; h != nil && h.Token != s.token {
+		if h := s.seen.ctl.Handoff; h != nil && h.Token != s.term.token {
 			go s.clearHandoff(bg, h.ID)
 		}
 	}
@@ -104,7 +104,7 @@ func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error
 
 func (s *Supervisor) restartWork() work[struct{}] {
 	run := func(ctx context.Context) error {
-		return s.gate.do(func() error { return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout) })
+		return s.term.gate.do(func() error { return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout) })
 	}
 	return work[struct{}]{kind: jobRestart, run: noResult(run), done: s.restartDone}
 }
@@ -163,8 +163,8 @@ func (s *Supervisor) demoteDone(bg context.Context, o outcome[struct{}]) (error,
 		return s.fenceNoted(bg, "demote_failed", "demotion could not confirm units stopped: "+o.err.Error()), true
 	}
 	s.stopRenewer(electionLease)
-	s.deadline.Forget(electionLease)
-	s.elecLease, s.token = 0, 0
+	s.term.deadline.Forget(electionLease)
+	s.term.elecLease, s.term.token = 0, 0
 	s.leader = group.LeaderInfo{}
 	if s.shutting {
 		// Leave too, so that a restarted supervisor (an upgrade) finds no

@@ -69,12 +69,12 @@ func (s *Supervisor) noteDropins(probs, last []string) []string {
 		}
 	}
 	s.dropins.Store(&dropinCheck{checked: true, problems: probs})
-	s.mu.Lock()
-	s.snap.DropinProblems = probs
+	s.snap.mu.Lock()
+	s.snap.st.DropinProblems = probs
 	if len(probs) > 0 {
-		s.snap.DropinMismatches++
+		s.snap.st.DropinMismatches++
 	}
-	s.mu.Unlock()
+	s.snap.mu.Unlock()
 	return probs
 }
 

@@ -28,15 +28,15 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	hard := start.Add(s.timeout.StopMax())
 	s.fenceNow, s.fenceKind = "", ""
 	s.cutAPI()
-	if s.job != nil {
-		s.job.cancel()
+	if s.jobs.cur != nil {
+		s.jobs.cur.cancel()
 	}
 	// Wait (briefly) for an in-flight start call to return so that our stop
 	// jobs are queued after it and replace it.
-	s.gate.closeWait(200 * time.Millisecond)
+	s.term.gate.closeWait(200 * time.Millisecond)
 	s.transition(group.Fencing, kind, reason)
 	s.updateSnapshot()
-	s.log.Error("FENCING", "reason", reason, "token", s.token, "lease_left", s.deadline.LeaseLeft(start).Round(time.Millisecond))
+	s.log.Error("FENCING", "reason", reason, "token", s.term.token, "lease_left", s.term.deadline.LeaseLeft(start).Round(time.Millisecond))
 
 	err := s.fenceUnits(bg, hard)
 	took := deadlineNow().Sub(start)
@@ -48,7 +48,7 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 		s.dropHistory()
 		return &FenceError{Reason: reason, Incomplete: err}
 	}
-	s.unitsMayRun.Store(false)
+	s.term.unitsMayRun.Store(false)
 	s.log.Error("fenced: units stopped", "reason", reason, "took", took.Round(time.Millisecond), "stop_budget", s.timeout.StopMax())
 	// The units are down: a watchdog kill can no longer do harm, so keep
 	// pinging through the bounded epilogue rather than lose its work.
@@ -89,19 +89,20 @@ func (s *Supervisor) fenceEpilogue(bg context.Context, kind string, took time.Du
 		s.log.Warn("fenced: could not publish units stopped", "err", err)
 	}
 	pcancel()
-	if kind != "drill" && s.elecLease != 0 {
+	if kind != "drill" && s.term.elecLease != 0 {
 		rctx, rcancel := s.reqCtx(bg)
-		if _, err := s.cli.Revoke(rctx, s.elecLease); err != nil {
-			s.log.Warn("fenced: could not revoke the election lease; the others wait for it to expire", "lease", fmt.Sprintf("%x", s.elecLease), "err", err)
+		if _, err := s.cli.Revoke(rctx, s.term.elecLease); err != nil {
+			s.log.Warn("fenced: could not revoke the election lease; the others wait for it to expire", "lease", fmt.Sprintf("%x", s.term.elecLease), "err", err)
 		} else {
-			s.log.Info("fenced: election lease revoked after the units stopped", "lease", fmt.Sprintf("%x", s.elecLease))
+			s.log.Info("fenced: election lease revoked after the units stopped", "lease", fmt.Sprintf("%x", s.term.elecLease))
 		}
 		rcancel()
 	}
 	hctx, hcancel := s.reqCtx(bg)
-	_ = group.AppendHistory(hctx, s.cli, s.keys, group.Event{At: s.now(), Node: s.cfg.Node, From: group.Fencing, To: group.Fenced, Kind: kind, Reason: fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond)), Token: s.token}, s.cfg.History.Retain)
+	_ = group.AppendHistory(hctx, s.cli, s.keys, group.Event{At: s.now(), Node: s.cfg.Node, From: group.Fencing, To: group.Fenced, Kind: kind, Reason: fmt.Sprintf("units stopped in %s", took.Round(time.Millisecond)), Token: s.term.token}, s.cfg.History.Retain)
 	hcancel()
-	s.runHook(bg, "on_fence", s.token)
+	s.withdrawToken()
+	s.runHook(bg, "on_fence", s.term.token)
 }
 
 // pingUntil feeds the watchdog every tick until ctx ends or, when until is

@@ -11,15 +11,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
-
-// guardStatus maps a member's status to the guard's view, as the daemon
-// does for its socket.
-func guardStatus(st supervisor.Status) guard.Status {
-	return guard.Status{Node: st.Node, Cluster: st.Cluster, State: string(st.State), Leader: st.Leader, Token: st.LeaderToken,
-		UnitsAllowed: st.UnitsAllowed, LeaseLeft: st.LeaseLeft, StopMax: st.StopMax}
-}
 
 // A node that holds the key but waits at the promotion barrier must not let
 // an operator's `systemctl start` through: the guard says yes only once the
@@ -47,7 +39,7 @@ func TestGuardRefusesWhileHeldAtTheBarrier(t *testing.T) {
 		if st.State != group.Promoting {
 			t.Fatalf("m1 left the barrier (%s) while a record says units run", st.State)
 		}
-		if a := guard.Decide(units[1], guardStatus(st)); a.Allowed || st.UnitsAllowed {
+		if a := guard.Decide(units[1], guard.StatusOf(m.Sup.Term(), time.Now())); a.Allowed || st.UnitsAllowed {
 			t.Fatalf("guard allowed a start at the barrier: %s (status %+v)", a.Message, st)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -56,7 +48,7 @@ func TestGuardRefusesWhileHeldAtTheBarrier(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "m1 to become active", 20*time.Second, func() bool { return m.State() == group.Active })
-	if a := guard.Decide(units[1], guardStatus(m.Sup.Status())); !a.Allowed {
+	if a := guard.Decide(units[1], guard.StatusOf(m.Sup.Term(), time.Now())); !a.Allowed {
 		t.Fatalf("guard refused on the active leader: %s", a.Message)
 	}
 }

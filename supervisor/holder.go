@@ -11,11 +11,22 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
+// groupSeen is the group as the loop last read it (loop-owned): operator
+// control and its unreadable records, the election key's problem, every
+// member record, and when the key was first read.
+type groupSeen struct {
+	ctl         group.Control           // operator requests, as last read
+	ctlProblems string                  // the unreadable control records last reported
+	keyProblem  string                  // the election key's problem, if any
+	members     map[string]group.Record // every record as last read
+	firstLook   time.Time               // when the election key was first read
+}
+
 // notePrevHolder remembers the last other holder of the election key seen,
 // for the next promotion's barrier (see decideBarrier).
 func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
-	if s.firstLook.IsZero() {
-		s.firstLook = s.now()
+	if s.seen.firstLook.IsZero() {
+		s.seen.firstLook = s.now()
 	}
 	// Our own key (a read that raced our win, or an earlier incarnation
 	// of ours, whose units start-up stopped) is nobody to wait for.
@@ -23,19 +34,19 @@ func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
 		return
 	}
 	downBy := time.Time{}
-	if s.prevHolder.Token == li.Token {
-		downBy = s.prevHolder.DownBy
+	if s.term.prevHolder.Token == li.Token {
+		downBy = s.term.prevHolder.DownBy
 	}
-	s.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: s.now(), DownBy: downBy}
+	s.term.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: s.now(), DownBy: downBy}
 }
 
 // noteProof keeps the earliest proof that the holder's units are down.
 func (s *Supervisor) noteProof(li group.LeaderInfo, by time.Time) {
-	if by.IsZero() || s.prevHolder.Token != li.Token || li.Token == 0 {
+	if by.IsZero() || s.term.prevHolder.Token != li.Token || li.Token == 0 {
 		return
 	}
-	if s.prevHolder.DownBy.IsZero() || by.Before(s.prevHolder.DownBy) {
-		s.prevHolder.DownBy = by
+	if s.term.prevHolder.DownBy.IsZero() || by.Before(s.term.prevHolder.DownBy) {
+		s.term.prevHolder.DownBy = by
 	}
 }
 
@@ -49,32 +60,32 @@ func (s *Supervisor) checkOwnRecord(o leaderObs) {
 	if _, ok := o.members[s.cfg.Node]; ok {
 		return
 	}
-	rev := s.recordRev.Load()
+	rev := s.rec.rev.Load()
 	if rev == 0 || o.info.Revision < rev {
 		return // not written yet, or read before our last write
 	}
-	if hold := s.holdRev.Load(); hold != 0 && o.info.Revision >= hold && s.state.Holding() {
+	if hold := s.rec.hold.Load(); hold != 0 && o.info.Revision >= hold && s.state.Holding() {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("our member record %s vanished while our units may run", s.keys.Member(s.cfg.Node)), "record_lost"
 		return
 	}
 	s.log.Warn("our member record vanished; writing it again", "key", s.keys.Member(s.cfg.Node))
-	offer(s.pub, struct{}{})
+	offer(s.rec.wake, struct{}{})
 }
 
 // barrierHolder is what the next promotion's barrier waits for.
 func (s *Supervisor) barrierHolder() holderMark {
-	if s.prevHolder.known() {
-		return s.prevHolder
+	if s.term.prevHolder.known() {
+		return s.term.prevHolder
 	}
-	return holderMark{Unknown: true, Seen: s.firstLook}
+	return holderMark{Unknown: true, Seen: s.seen.firstLook}
 }
 
 // noteControl adopts the operator's requests as read, and reports
 // unreadable ones as an ERROR once per change (they are ignored).
 func (s *Supervisor) noteControl(c group.Control) {
-	s.ctl = c
-	if p := strings.Join(c.Unreadable, "; "); p != s.ctlProblems {
-		s.ctlProblems = p
+	s.seen.ctl = c
+	if p := strings.Join(c.Unreadable, "; "); p != s.seen.ctlProblems {
+		s.seen.ctlProblems = p
 		if p != "" {
 			s.log.Error("unreadable control records are ignored", "records", c.Unreadable)
 		}
@@ -90,10 +101,10 @@ func (s *Supervisor) noteLeaselessKey(li group.LeaderInfo) {
 		p = fmt.Sprintf("election key %s (value %q, token %d) is on no lease, so it never expires; deleting it (by hand: etcdctl del %s)",
 			s.keys.Leader(), li.Node, li.Token, s.keys.Leader())
 	}
-	if p != s.keyProblem && p != "" {
+	if p != s.seen.keyProblem && p != "" {
 		s.log.Error("election key put without a lease", "problem", p)
 	}
-	s.keyProblem = p
+	s.seen.keyProblem = p
 }
 
 // clearLeaselessKey deletes the election key read as li if it is still that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -16,14 +17,14 @@ import (
 // them back at once. Called from jobs; a failure is logged, not fatal: the
 // successor then waits out the leases as it always could.
 func (s *Supervisor) saveRunState(update func(*runstate.State)) {
-	if s.runStore == nil {
+	if s.kept.store == nil {
 		return
 	}
-	s.rsMu.Lock()
-	defer s.rsMu.Unlock()
-	update(&s.rs)
-	s.rs.Node, s.rs.Cluster, s.rs.Incarnation, s.rs.SavedAt = s.cfg.Node, s.cfg.Cluster, s.inc, s.now()
-	if err := s.runStore.Save(s.rs); err != nil {
+	s.kept.mu.Lock()
+	defer s.kept.mu.Unlock()
+	update(&s.kept.state)
+	s.kept.state.Node, s.kept.state.Cluster, s.kept.state.Incarnation, s.kept.state.SavedAt = s.cfg.Node, s.cfg.Cluster, s.inc, s.now()
+	if err := s.kept.store.Save(s.kept.state); err != nil {
 		s.log.Warn("could not save run state; a restart will wait out our leases", "err", err)
 	}
 }
@@ -42,10 +43,10 @@ type predecessor struct {
 }
 
 func (s *Supervisor) loadPredecessor() predecessor {
-	if s.runStore == nil {
+	if s.kept.store == nil {
 		return predecessor{}
 	}
-	st, ok, err := s.runStore.Load()
+	st, ok, err := s.kept.store.Load()
 	if err != nil {
 		s.log.Warn("cannot read the previous incarnation's run state; ignoring it", "err", err)
 		return predecessor{}
@@ -127,8 +128,16 @@ func (s *Supervisor) publishPredecessorFence(ctx context.Context, p predecessor)
 // leaves a note of it in the run state: the successor publishes it if the
 // history lacks it, and leaves a drill's election lease to expire.
 func (s *Supervisor) fenceNoted(bg context.Context, kind, reason string) error {
-	at, token := s.now(), s.token
+	at, token := s.now(), s.term.token
 	err := s.fence(bg, kind, reason)
 	s.SaveFenced(runstate.Fenced{At: at, Kind: kind, Reason: reason, Token: token, KeepLease: kind == "drill"})
 	return err
+}
+
+// keptState is what this process leaves on /run for a restarted successor:
+// any goroutine may update it (saveRunState), one at a time.
+type keptState struct {
+	store *runstate.Store // nil without Options.RunStateDir
+	mu    sync.Mutex      // guards state and the file
+	state runstate.State
 }

@@ -59,18 +59,26 @@ type jobEnd struct {
 	finish func(bg context.Context) (err error, exit bool)
 }
 
-// launch starts w now; the loop must be idle (s.job == nil).
+// launch starts w now; the loop must be idle (s.jobs.cur == nil).
 func launch[T any](s *Supervisor, bg context.Context, w work[T]) {
 	ctx, cancel := context.WithCancel(bg)
-	s.job = &job{kind: w.kind, cancel: cancel}
+	s.jobs.cur = &job{kind: w.kind, cancel: cancel}
 	go func() {
 		v, err := w.run(ctx)
 		cancel()
 		units := s.readUnits(bg)
-		s.jobDone <- jobEnd{kind: w.kind, units: units, finish: func(bg context.Context) (error, bool) {
+		s.in.jobDone <- jobEnd{kind: w.kind, units: units, finish: func(bg context.Context) (error, bool) {
 			return w.done(bg, outcome[T]{val: v, err: err, units: units})
 		}}
 	}()
+}
+
+// jobSlot is the loop's one job at a time: the running job, the one queued
+// behind it, and when the last one ended (loop-owned).
+type jobSlot struct {
+	cur     *job       // nil: the loop is idle
+	pending pendingJob // queued by launchAfter
+	lastEnd time.Time  // unit observations started before it are stale
 }
 
 // pendingJob is a job queued by launchAfter: it launches it.
@@ -78,18 +86,18 @@ type pendingJob func(bg context.Context)
 
 // launchAfter starts w now, or as soon as the running job has ended.
 func launchAfter[T any](s *Supervisor, bg context.Context, w work[T]) {
-	if s.job == nil {
+	if s.jobs.cur == nil {
 		launch(s, bg, w)
 		return
 	}
-	s.pending = func(bg context.Context) { launch(s, bg, w) }
+	s.jobs.pending = func(bg context.Context) { launch(s, bg, w) }
 }
 
 // runPending starts a job queued by launchAfter once the loop is idle.
 func (s *Supervisor) runPending(bg context.Context) {
-	if s.job == nil && s.pending != nil {
-		p := s.pending
-		s.pending = nil
+	if s.jobs.cur == nil && s.jobs.pending != nil {
+		p := s.jobs.pending
+		s.jobs.pending = nil
 		p(bg)
 	}
 }

@@ -279,7 +279,7 @@ func TestRegisterWaitsForALiveRecordOfItsName(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != r1.lease.id {
 		t.Fatalf("record after registration: %+v, %v", resp, err)
 	}
-	if got := first.recordRev.Load(); got != resp.Kvs[0].ModRevision {
+	if got := first.rec.rev.Load(); got != resp.Kvs[0].ModRevision {
 		t.Fatalf("record revision noted %d, want %d", got, resp.Kvs[0].ModRevision)
 	}
 	// While the record lives, the second waits (and holds no lease).

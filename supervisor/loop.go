@@ -12,7 +12,7 @@ import (
 // compares what was last observed with what the state wants and starts at
 // most one job to close the gap.
 func (s *Supervisor) step(bg context.Context) {
-	if s.job != nil {
+	if s.jobs.cur != nil {
 		return
 	}
 	now := s.now()
@@ -47,15 +47,15 @@ func (s *Supervisor) step(bg context.Context) {
 		switch {
 		case s.shutting:
 			s.demote(bg, "shutdown", "shutdown requested", 0)
-		case s.ctl.Freeze == nil && s.ctl.Handoff != nil && s.ctl.Handoff.Token == s.token:
-			to := s.ctl.Handoff.To
+		case s.seen.ctl.Freeze == nil && s.seen.ctl.Handoff != nil && s.seen.ctl.Handoff.Token == s.term.token:
+			to := s.seen.ctl.Handoff.To
 			if to == "" {
 				to = "any other member"
 			}
-			s.demote(bg, "handoff", fmt.Sprintf("handoff %s requested to %s", s.ctl.Handoff.ID, to), 0)
-		case s.ctl.Banned(s.cfg.Node):
+			s.demote(bg, "handoff", fmt.Sprintf("handoff %s requested to %s", s.seen.ctl.Handoff.ID, to), 0)
+		case s.seen.ctl.Banned(s.cfg.Node):
 			s.demote(bg, "banned", "this node was banned", 0)
-		case len(s.lastUnits) > 0 && len(runningUnits(s.lastUnits)) < len(s.lastUnits):
+		case len(s.watch.last) > 0 && len(runningUnits(s.watch.last)) < len(s.watch.last):
 			launch(s, bg, s.restartWork())
 		}
 	}
@@ -65,12 +65,12 @@ func (s *Supervisor) step(bg context.Context) {
 // after adopting the unit states the job read last. exit reports that Run
 // must return err.
 func (s *Supervisor) onJobDone(bg context.Context, e jobEnd) (err error, exit bool) {
-	s.job = nil
-	s.lastJobEnd = s.now()
+	s.jobs.cur = nil
+	s.jobs.lastEnd = s.now()
 	// What was observed before the job may no longer be true: decide only
 	// on the observation the job took after its last action (or wait for
 	// the next poll if it could not read the units).
-	s.lastUnits, s.unitsSeen = nil, time.Time{}
+	s.watch.last, s.watch.lastAt = nil, time.Time{}
 	if e.units.err == nil {
 		s.noteUnits(e.units)
 	}
@@ -81,8 +81,8 @@ func (s *Supervisor) onJobDone(bg context.Context, e jobEnd) (err error, exit bo
 // onShutdown handles SIGTERM: cancel what can be cancelled; step then
 // demotes or leaves once the running job ends.
 func (s *Supervisor) onShutdown(bg context.Context) (error, bool) {
-	if s.job != nil && s.job.kind.cancelOnShutdown {
-		s.job.cancel()
+	if s.jobs.cur != nil && s.jobs.cur.kind.cancelOnShutdown {
+		s.jobs.cur.cancel()
 	}
 	return nil, false
 }
@@ -99,20 +99,20 @@ func (s *Supervisor) transition(to group.State, kind, reason string) {
 	if to != group.Active {
 		s.health.DisarmAll() // only the active leader probes its units (monitor.go)
 	}
-	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.token)
+	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.term.token)
 	s.notify("STATUS=" + s.statusLine())
-	s.recordHistory(group.Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token})
+	s.recordHistory(group.Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token})
 	if s.opts.Observer != nil {
-		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.token, At: s.since})
+		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token, At: s.since})
 	}
 	s.updateSnapshot()
-	offer(s.pub, struct{}{})
+	offer(s.rec.wake, struct{}{})
 }
 
 func (s *Supervisor) statusLine() string {
 	switch s.state {
 	case group.Active, group.Promoting, group.Demoting:
-		return fmt.Sprintf("%s; token %d, lease valid %.1fs", s.state, s.token, s.deadline.LeaseLeft(deadlineNow()).Seconds())
+		return fmt.Sprintf("%s; token %d, lease valid %.1fs", s.state, s.term.token, s.term.deadline.LeaseLeft(deadlineNow()).Seconds())
 	case group.Standby:
 		if s.leader.Present() {
 			return fmt.Sprintf("standby; leader %s, token %d", s.leader.Node, s.leader.Token)
@@ -128,7 +128,7 @@ func (s *Supervisor) statusLine() string {
 func (s *Supervisor) drainRenewals() {
 	for {
 		select {
-		case r := <-s.renewals:
+		case r := <-s.in.renewals:
 			s.onRenewal(r)
 		default:
 			return
@@ -137,10 +137,10 @@ func (s *Supervisor) drainRenewals() {
 }
 
 func (s *Supervisor) resetFenceTimer() {
-	if !s.state.Holding() && s.elecLease == 0 {
+	if !s.state.Holding() && s.term.elecLease == 0 {
 		return
 	}
-	left := s.deadline.Left(deadlineNow())
+	left := s.term.deadline.Left(deadlineNow())
 	if left < 0 {
 		left = 0
 	}

@@ -13,10 +13,22 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
+// unitWatch is what the loop knows of the managed units (loop-owned): the
+// last reading and its time, the failures counted, systemd's restart
+// counters, the start-pre grace on a standby and what the last record said.
+type unitWatch struct {
+	last      []fencing.UnitState
+	lastAt    time.Time            // when last was read
+	failures  []time.Time          // within the failure window
+	restarts  map[string]uint32    // NRestarts as last seen
+	startPre  map[string]time.Time // standby: when a unit was first seen in start-pre
+	published string               // unit states in the last published record
+}
+
 // onUnits records the managed units' states and counts failures on the
 // leader.
 func (s *Supervisor) onUnits(bg context.Context, o unitObs) {
-	if s.job != nil || o.started.Before(s.lastJobEnd) {
+	if s.jobs.cur != nil || o.started.Before(s.jobs.lastEnd) {
 		return // in flux, or read before the last job changed things
 	}
 	if o.err != nil {
@@ -37,8 +49,8 @@ func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
 	}
 	now := s.now()
 	for _, u := range o.states {
-		base, seen := s.restarts[u.Name]
-		s.restarts[u.Name] = u.NRestarts
+		base, seen := s.watch.restarts[u.Name]
+		s.watch.restarts[u.Name] = u.NRestarts
 		switch {
 		case !u.Running():
 			s.health.Disarm(u.Name)
@@ -100,7 +112,7 @@ func newHealthSet(c config.Config) (*health.Set, error) {
 }
 
 func (s *Supervisor) failed(now time.Time, what string) {
-	s.failures = append(s.failures, now)
+	s.watch.failures = append(s.watch.failures, now)
 	s.log.Warn("managed unit failure", "what", what, "failures", s.recentFailures(now), "threshold", s.cfg.Units.FailureThreshold)
 }
 
@@ -109,11 +121,11 @@ func (s *Supervisor) failed(now time.Time, what string) {
 func (s *Supervisor) recentFailures(now time.Time) int {
 	cut := now.Add(-s.cfg.Units.FailureWindow)
 	i := 0
-	for i < len(s.failures) && s.failures[i].Before(cut) {
+	for i < len(s.watch.failures) && s.watch.failures[i].Before(cut) {
 		i++
 	}
-	s.failures = s.failures[i:]
-	return len(s.failures)
+	s.watch.failures = s.watch.failures[i:]
+	return len(s.watch.failures)
 }
 
 // unitsSignature is what the record says of the units: their states and
@@ -134,11 +146,11 @@ func unitsSignature(states []fencing.UnitState, probes *health.Set) string {
 // noteUnits adopts a unit observation and republishes the record when the
 // states changed, so status and the other members see them.
 func (s *Supervisor) noteUnits(o unitObs) {
-	s.lastUnits, s.unitsSeen = o.states, o.started
-	if sig := unitsSignature(o.states, s.health); sig != s.publishedUnits {
-		s.publishedUnits = sig
+	s.watch.last, s.watch.lastAt = o.states, o.started
+	if sig := unitsSignature(o.states, s.health); sig != s.watch.published {
+		s.watch.published = sig
 		s.updateSnapshot()
-		offer(s.pub, struct{}{})
+		offer(s.rec.wake, struct{}{})
 	}
 }
 
@@ -151,7 +163,7 @@ type unitObs struct {
 // observeUnits polls the managed units' states.
 func (s *Supervisor) observeUnits(bg context.Context) {
 	for {
-		offer(s.unitObs, s.readUnits(bg))
+		offer(s.in.unitObs, s.readUnits(bg))
 		if sleep(bg, s.cfg.Units.PollInterval) != nil {
 			return
 		}

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -21,52 +22,73 @@ type statusNote struct {
 // when it changes (a new leader seen from a standby, a new token), STATUS=
 // must follow at once.
 func (s *Supervisor) statusKey() string {
-	return fmt.Sprint(s.state, "|", s.token, "|", s.leader.Node, "|", s.leader.Token, "|", s.reason)
+	return fmt.Sprint(s.state, "|", s.term.token, "|", s.leader.Node, "|", s.leader.Token, "|", s.reason)
 }
 
 // refreshStatus sends STATUS= when the facts behind it changed, and every
 // statusEvery anyway (the lease time left moves). Called by the loop on
 // every pass.
 func (s *Supervisor) refreshStatus(now time.Time) {
-	if s.statusKey() == s.status.key && now.Sub(s.status.at) < statusEvery {
+	if last := s.notes.last; s.statusKey() == last.key && now.Sub(last.at) < statusEvery {
 		return
 	}
 	s.notify("STATUS=" + s.statusLine())
 }
 
-// notify queues an sd_notify message for the notifier goroutine. It never
-// blocks: while systemd does not read its notify socket (daemon-reexec under
-// load) a datagram write blocks once the socket's queue is full, and the
-// loop must keep its fence clock running meanwhile. Watchdog pings are the
-// ones dropped when the queue backs up; a reexec that long is covered by
-// systemd re-arming the watchdog when it comes back.
+// notify queues an sd_notify message for the notifier goroutine (loop
+// goroutine).
 func (s *Supervisor) notify(msg string) {
-	if s.opts.Notify == nil {
-		return
-	}
-	if msg == "WATCHDOG=1" && len(s.notes) > cap(s.notes)/2 {
+	if !s.notes.on() {
 		return
 	}
 	if strings.HasPrefix(msg, "STATUS=") {
 		// Whoever sent it (a transition or the refresh), the next refresh
 		// counts from now.
-		s.status = statusNote{key: s.statusKey(), at: s.now()}
+		s.notes.last = statusNote{key: s.statusKey(), at: s.now()}
+	}
+	s.notes.queue(msg)
+}
+
+// notifier owns the sd_notify queue: the loop queues, its own goroutine
+// (run) delivers in order, so that a notify socket nobody reads never
+// blocks the loop.
+type notifier struct {
+	send  func(string) // Options.Notify; nil: no notifications
+	log   *slog.Logger
+	notes chan string
+	last  statusNote // what STATUS= last said (loop-owned)
+}
+
+func newNotifier(send func(string), log *slog.Logger) notifier {
+	return notifier{send: send, log: log, notes: make(chan string, 32)}
+}
+
+func (n *notifier) on() bool { return n.send != nil }
+
+// queue never blocks: while systemd does not read its notify socket
+// (daemon-reexec under load) a datagram write blocks once the socket's
+// queue is full, and the loop must keep its fence clock running meanwhile.
+// Watchdog pings are the ones dropped when the queue backs up; a reexec
+// that long is covered by systemd re-arming the watchdog when it comes back.
+func (n *notifier) queue(msg string) {
+	if msg == "WATCHDOG=1" && len(n.notes) > cap(n.notes)/2 {
+		return
 	}
 	select {
-	case s.notes <- msg:
+	case n.notes <- msg:
 	default:
-		s.log.Warn("sd_notify queue full; message dropped", "msg", msg)
+		n.log.Warn("sd_notify queue full; message dropped", "msg", msg)
 	}
 }
 
-// notifier delivers queued sd_notify messages in order.
-func (s *Supervisor) notifier(bg context.Context) {
+// run delivers queued sd_notify messages in order until bg ends.
+func (n *notifier) run(bg context.Context) {
 	for {
 		select {
 		case <-bg.Done():
 			return
-		case msg := <-s.notes:
-			s.opts.Notify(msg)
+		case msg := <-n.notes:
+			n.send(msg)
 		}
 	}
 }

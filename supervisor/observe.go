@@ -16,27 +16,27 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	if o.err != nil {
 		return
 	}
-	if s.token != 0 && o.info.Revision < s.token {
+	if s.term.token != 0 && o.info.Revision < s.term.token {
 		return // read before we won: stale
 	}
 	s.leader = o.info
 	s.notePrevHolder(o.info)
 	s.noteProof(o.info, o.proof)
 	s.checkOwnRecord(o)
-	s.members = o.members
+	s.seen.members = o.members
 	s.noteControl(o.ctl)
-	if d := o.ctl.Drill; d != nil && d.Token == s.token && s.token != 0 && s.state == group.Active && o.ctl.Freeze == nil {
+	if d := o.ctl.Drill; d != nil && d.Token == s.term.token && s.term.token != 0 && s.state == group.Active && o.ctl.Freeze == nil {
 		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
 	}
 	s.noteLeaselessKey(o.info)
-	if s.state.Holding() && o.info.Token == s.token && o.info.Lease != s.elecLease && s.state != group.Demoting {
-		s.fenceNow, s.fenceKind = fmt.Sprintf("election key (token %d) is no longer on our lease %x but on %x: it was rewritten by hand", s.token, s.elecLease, o.info.Lease), "key_lost"
+	if s.state.Holding() && o.info.Token == s.term.token && o.info.Lease != s.term.elecLease && s.state != group.Demoting {
+		s.fenceNow, s.fenceKind = fmt.Sprintf("election key (token %d) is no longer on our lease %x but on %x: it was rewritten by hand", s.term.token, s.term.elecLease, o.info.Lease), "key_lost"
 	}
-	if (s.state == group.Promoting || s.state == group.Active) && o.info.Token != s.token {
+	if (s.state == group.Promoting || s.state == group.Active) && o.info.Token != s.term.token {
 		if o.info.Present() {
-			s.fenceNow, s.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.token), "key_lost"
+			s.fenceNow, s.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.term.token), "key_lost"
 		} else {
-			s.fenceNow, s.fenceKind = fmt.Sprintf("election key deleted (our token %d)", s.token), "key_lost"
+			s.fenceNow, s.fenceKind = fmt.Sprintf("election key deleted (our token %d)", s.term.token), "key_lost"
 		}
 	}
 }
@@ -89,7 +89,7 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 		rctx, cancel := s.reqCtx(bg)
 		o := s.readLeaderAndControl(rctx)
 		o.proof = s.proofFor(rctx, &lw, o.info)
-		offer(s.leaders, o)
+		offer(s.in.leaders, o)
 		cancel()
 	}
 }

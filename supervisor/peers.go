@@ -104,9 +104,9 @@ func (s *Supervisor) checkPeers(pc *peerCheck, recs map[string]group.Record, now
 		}
 	}
 	sort.Strings(mismatched)
-	s.mu.Lock()
-	s.snap.ConfigMismatch, s.snap.MissingPeers = mismatched, missing
-	s.mu.Unlock()
+	s.snap.mu.Lock()
+	s.snap.st.ConfigMismatch, s.snap.st.MissingPeers = mismatched, missing
+	s.snap.mu.Unlock()
 }
 
 // Warnings are the group problems this member sees, for /healthz.

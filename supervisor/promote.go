@@ -44,26 +44,18 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 		}
 		// Say that units may run BEFORE the first one starts, and make sure
 		// etcd has it: that is what the next leader's barrier reads.
-		s.unitsMayRun.Store(true)
+		s.term.unitsMayRun.Store(true)
 		if err := s.writeRecord(ctx, false); err != nil {
 			return fmt.Errorf("publish record before starting units: %w", err)
 		}
-		if s.opts.Hook != nil {
-			if err := s.opts.Hook(ctx, "on_promote", s.hookEnv(token)); err != nil {
-				if s.cfg.Hooks.AbortOnPromoteErr {
-					return fmt.Errorf("on_promote hook: %w", err)
-				}
-				s.log.Warn("on_promote hook failed; promoting anyway (abort_on_promote_failure = false)", "err", err)
-			}
+		// The token's destinations, in order (tokens.go): fencing.env and
+		// on_promote, the API fence, the published term. Only once the
+		// last has it would the promotion itself start the units, and from
+		// then on the guard may let one start too.
+		if err := s.handToken(ctx, token); err != nil {
+			return err
 		}
-		if err := s.publishAPIFence(ctx, token); err != nil {
-			return fmt.Errorf("api fence: %w", err)
-		}
-		// Only now would the promotion itself start the units (fencing.env
-		// written by the on_promote step, the token handed to the
-		// apiservers): from here the guard may let one start too.
-		s.startsAllowed.Store(true)
-		return s.gate.do(func() error {
+		return s.term.gate.do(func() error {
 			return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 		})
 	}

@@ -5,17 +5,34 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
+// recordWriter is how our member record reaches etcd: every write holds mu
+// and is a compare-and-swap on rev (putRecord); the publisher goroutine
+// writes when woken. Any goroutine may write.
+type recordWriter struct {
+	mu   sync.Mutex    // serialises record writes, see writeRecord
+	wake chan struct{} // asks the publisher goroutine for a write
+	// rev is the ModRevision of our last successful record write (0: none,
+	// or the record must be created); hold is that of the first write that
+	// said units_running while it still says so. Set under mu.
+	rev  atomic.Int64
+	hold atomic.Int64
+	// lease is the member lease (0: none): no record without it.
+	lease atomic.Int64
+}
+
 // record builds this member's record from the latest snapshot.
 func (s *Supervisor) record() group.Record {
 	st := s.Status()
 	r := group.Record{
-		Node: s.cfg.Node, Incarnation: s.inc, State: st.State, UnitsRunning: s.unitsMayRun.Load(),
+		Node: s.cfg.Node, Incarnation: s.inc, State: st.State, UnitsRunning: s.term.unitsMayRun.Load(),
 		Token: st.Token, Version: s.opts.Version, Since: st.Since, From: st.From, Reason: st.Reason,
 		Cooldown: st.CooldownUntil, Host: hostName, Published: s.now(), APIFence: apiFenceRecord(st.APIFence),
 	}
@@ -45,9 +62,9 @@ func (s *Supervisor) writeRecord(ctx context.Context, released bool) error {
 // putRecord writes our record as built now, adjusted by edit (see
 // writeRecord).
 func (s *Supervisor) putRecord(ctx context.Context, edit func(*group.Record)) error {
-	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	lease := clientv3.LeaseID(s.memberLeaseID.Load())
+	s.rec.mu.Lock()
+	defer s.rec.mu.Unlock()
+	lease := clientv3.LeaseID(s.rec.lease.Load())
 	if lease == 0 {
 		return errors.New("no member lease")
 	}
@@ -58,7 +75,7 @@ func (s *Supervisor) putRecord(ctx context.Context, edit func(*group.Record)) er
 		b, _ := json.Marshal(r)
 		rctx, cancel := s.reqCtx(ctx)
 		resp, err := s.pool.Serial().Txn(rctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", s.recordRev.Load())).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", s.rec.rev.Load())).
 			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lease))).
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
@@ -71,15 +88,15 @@ func (s *Supervisor) putRecord(ctx context.Context, edit func(*group.Record)) er
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		switch {
-		case len(kvs) == 0 && r.UnitsRunning && s.holdRev.Load() != 0:
+		case len(kvs) == 0 && r.UnitsRunning && s.rec.hold.Load() != 0:
 			// Our record vanished while our units may run: the others'
 			// barrier relied on it. The loop fences (checkOwnRecord); the
 			// fence's own write, units stopped, may create it again.
 			return fmt.Errorf("write member record: %s vanished while our units may run", key)
 		case len(kvs) == 0:
-			s.recordRev.Store(0) // vanished: create it again
+			s.rec.rev.Store(0) // vanished: create it again
 		case clientv3.LeaseID(kvs[0].Lease) == lease:
-			s.recordRev.Store(kvs[0].ModRevision) // a late write of ours: overwrite it
+			s.rec.rev.Store(kvs[0].ModRevision) // a late write of ours: overwrite it
 		default:
 			return fmt.Errorf("write member record: key %s is on lease %x, not our lease %x", key, kvs[0].Lease, lease)
 		}
@@ -89,12 +106,12 @@ func (s *Supervisor) putRecord(ctx context.Context, edit func(*group.Record)) er
 
 // wrote notes a successful record write at rev.
 func (s *Supervisor) wrote(rev int64, unitsRunning bool) {
-	s.recordRev.Store(rev)
+	s.rec.rev.Store(rev)
 	switch {
 	case !unitsRunning:
-		s.holdRev.Store(0)
-	case s.holdRev.Load() == 0:
-		s.holdRev.Store(rev)
+		s.rec.hold.Store(0)
+	case s.rec.hold.Load() == 0:
+		s.rec.hold.Store(rev)
 	}
 }
 
@@ -104,8 +121,8 @@ func (s *Supervisor) publisher(bg context.Context) {
 		select {
 		case <-bg.Done():
 			return
-		case <-s.pub:
-			if s.memberLeaseID.Load() == 0 {
+		case <-s.rec.wake:
+			if s.rec.lease.Load() == 0 {
 				continue
 			}
 			if err := s.writeRecord(bg, false); err != nil {
@@ -117,7 +134,7 @@ func (s *Supervisor) publisher(bg context.Context) {
 
 // wroteRevision adopts rev as the revision of our last record write.
 func (s *Supervisor) wroteRevision(rev int64) {
-	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	s.recordRev.Store(rev)
+	s.rec.mu.Lock()
+	defer s.rec.mu.Unlock()
+	s.rec.rev.Store(rev)
 }

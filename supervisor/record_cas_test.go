@@ -75,7 +75,7 @@ func TestLateRecordWriteNeverLandsAfterANewerOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.memberLeaseID.Store(int64(g.ID))
+	s.rec.lease.Store(int64(g.ID))
 	s.wroteRevision(put.Header.Revision)
 
 	// "Units stopped" times out on the client and is applied later...
@@ -86,7 +86,7 @@ func TestLateRecordWriteNeverLandsAfterANewerOne(t *testing.T) {
 		t.Fatal("the held write reported success")
 	}
 	// ... after the promotion's "units may run" went through.
-	s.unitsMayRun.Store(true)
+	s.term.unitsMayRun.Store(true)
 	if err := s.writeRecord(ctx, false); err != nil {
 		t.Fatalf("write units running: %v", err)
 	}

@@ -21,10 +21,10 @@ const (
 // onRenewal folds one renewal answer into the fence clock.
 func (s *Supervisor) onRenewal(r renewal) {
 	switch {
-	case r.name == electionLease && r.lease != s.elecLease, r.name == memberLease && r.lease != s.memberLease:
+	case r.name == electionLease && r.lease != s.term.elecLease, r.name == memberLease && r.lease != s.memberLease:
 		return // answer for a lease we no longer track
 	case r.err == nil:
-		s.deadline.Renewed(r.name, r.sent, r.ttl)
+		s.term.deadline.Renewed(r.name, r.sent, r.ttl)
 		s.resetFenceTimer()
 		return
 	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.state == group.Demoting:
@@ -41,11 +41,11 @@ func (s *Supervisor) onRenewal(r renewal) {
 		if r.name == memberLease {
 			s.log.Warn("member lease lost while standby; re-registering", "lease", fmt.Sprintf("%x", r.lease))
 			s.stopRenewer(memberLease)
-			s.deadline.Forget(memberLease)
+			s.term.deadline.Forget(memberLease)
 			s.memberLease = 0
 		}
 	default:
-		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.deadline.Left(deadlineNow()).Round(time.Millisecond))
+		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.term.deadline.Left(deadlineNow()).Round(time.Millisecond))
 	}
 }
 
@@ -64,7 +64,7 @@ type renewal struct {
 func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv3.LeaseID) {
 	s.stopRenewer(name)
 	if name == memberLease {
-		s.memberLeaseID.Store(int64(lease))
+		s.rec.lease.Store(int64(lease))
 	}
 	ctx, cancel := context.WithCancel(bg)
 	s.stopRenew[name] = cancel
@@ -92,7 +92,7 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 				s.opts.RenewObserver(name, endpoint, r.took, err)
 			}
 			select {
-			case s.renewals <- r:
+			case s.in.renewals <- r:
 			case <-ctx.Done():
 				return
 			}
@@ -106,6 +106,6 @@ func (s *Supervisor) stopRenewer(name string) {
 		delete(s.stopRenew, name)
 	}
 	if name == memberLease {
-		s.memberLeaseID.Store(0)
+		s.rec.lease.Store(0)
 	}
 }

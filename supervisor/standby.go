@@ -33,15 +33,15 @@ const startPreGrace = 5 * time.Second
 // enforceable lists the managed units a standby must stop now.
 func (s *Supervisor) enforceable(now time.Time) []string {
 	var out []string
-	for _, u := range s.lastUnits {
+	for _, u := range s.watch.last {
 		if !u.Running() {
-			delete(s.startPre, u.Name)
+			delete(s.watch.startPre, u.Name)
 			continue
 		}
 		if u.SubState == "start-pre" || u.SubState == "condition" {
-			first, ok := s.startPre[u.Name]
+			first, ok := s.watch.startPre[u.Name]
 			if !ok {
-				s.startPre[u.Name] = now
+				s.watch.startPre[u.Name] = now
 				continue
 			}
 			if now.Sub(first) < startPreGrace {

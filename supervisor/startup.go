@@ -34,7 +34,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (registration, error) {
 			return registration{}, fmt.Errorf("start-up reconcile: %w", err)
 		}
 	}
-	s.unitsMayRun.Store(false)
+	s.term.unitsMayRun.Store(false)
 	return s.register(ctx, s.loadPredecessor())
 }
 
@@ -94,9 +94,9 @@ func (s *Supervisor) registerOnce(ctx context.Context, prev predecessor) (regist
 // registered finishes a registration at rev: our predecessor's leases go
 // back (our units are confirmed stopped), and the run state is ours.
 func (s *Supervisor) registered(l lease, rev int64, crashed bool, prev predecessor) registration {
-	s.pubMu.Lock()
+	s.rec.mu.Lock()
 	s.wrote(rev, false)
-	s.pubMu.Unlock()
+	s.rec.mu.Unlock()
 	s.givePredecessorLeasesBack(prev)
 	s.publishPredecessorFence(context.Background(), prev)
 	s.saveRunState(func(st *runstate.State) {

@@ -50,10 +50,10 @@ func TestLifecycleTable(t *testing.T) {
 func finishJob(t *testing.T, s *Supervisor, bg context.Context) (error, bool) {
 	t.Helper()
 	select {
-	case e := <-s.jobDone:
+	case e := <-s.in.jobDone:
 		return s.onJobDone(bg, e)
 	case <-time.After(20 * time.Second):
-		t.Fatalf("job %s did not end", s.job.kind.name)
+		t.Fatalf("job %s did not end", s.jobs.cur.kind.name)
 		return nil, false
 	}
 }
@@ -89,7 +89,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 		}, group.Demoting},
 		{"fenced while promoting", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "deadline", "test") }, group.Fencing},
 		{"banned", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) {
-			s.ctl.Bans = map[string]group.Ban{"m1": {}}
+			s.seen.ctl.Bans = map[string]group.Ban{"m1": {}}
 			s.step(bg)
 		}, group.Demoting},
 		{"fenced while active", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "key_lost", "test") }, group.Fencing},
@@ -117,7 +117,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 			s.opts.Observer = func(tr Transition) { seen = append(seen, tr) }
 			s.state, s.memberLease = c.from, 7
 			if c.from.Holding() {
-				s.elecLease, s.token = 9, 42
+				s.term.elecLease, s.term.token = 9, 42
 			}
 			c.drive(t, s, bg)
 			if s.state != c.want {

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"sync"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
@@ -57,58 +58,59 @@ type Status struct {
 	// Health: the units' health probes ([health]); armed on the leader
 	// while the unit runs, "off" otherwise.
 	Health []health.Report `json:"health,omitempty"`
-
-	fenceAt time.Time
 }
 
 // Active reports whether the member is active with a lease it can prove.
 func (st Status) Active() bool { return st.State == group.Active && st.LeaseLeft > 0 }
 
-// Status returns a snapshot; lease figures are computed at the call.
+// Status returns a snapshot. Its term figures (token, units allowed, lease
+// left, time to the fence instant) come from the published Term, read at
+// the call on the fence clock.
 func (s *Supervisor) Status() Status {
-	s.mu.Lock()
-	st := s.snap
-	s.mu.Unlock()
-	if st.State.Holding() && !st.fenceAt.IsZero() {
-		now := deadlineNow() // fenceAt is on the fence clock
-		st.FenceIn = st.fenceAt.Sub(now)
-		st.LeaseLeft = st.fenceAt.Add(s.window.StopMax + s.window.Margin()).Sub(now)
-	}
+	s.snap.mu.Lock()
+	st := s.snap.st
+	s.snap.mu.Unlock()
+	t := s.term.view.load()
+	now := deadlineNow() // the Term measures on the fence clock
+	st.FenceIn, st.LeaseLeft = t.FenceIn(now), t.LeaseLeft(now)
 	// The guard may let a unit start only once the promotion itself would
 	// start them: record says units may run, barrier and takeover delay
-	// passed (startsAllowed), and never while fencing.
-	if st.State == group.Fencing || !s.startsAllowed.Load() {
-		st.UnitsAllowed = false
-	}
+	// passed, and never while fencing (Term.Open).
+	st.UnitsAllowed = t.Open
 	st.APIFence = s.apiFenceStatus()
 	st.ForeignEndpoints = s.pool.Foreign()
 	st.Health = s.health.Reports()
 	return st
 }
 
+// statusSnap is the loop's copy of its own state for other goroutines:
+// the loop writes it (updateSnapshot), Status reads it, both under mu.
+type statusSnap struct {
+	mu sync.Mutex
+	st Status
+}
+
 // updateSnapshot copies the loop's state for other goroutines.
 func (s *Supervisor) updateSnapshot() {
-	at, _ := s.deadline.At()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.snap.State, s.snap.From, s.snap.Reason, s.snap.Since = s.state, s.snap.State, s.reason, s.since
-	if s.snap.From == s.state {
-		s.snap.From = s.prevState
+	s.term.view.publish(s.describeTerm())
+	s.snap.mu.Lock()
+	defer s.snap.mu.Unlock()
+	s.snap.st.State, s.snap.st.From, s.snap.st.Reason, s.snap.st.Since = s.state, s.snap.st.State, s.reason, s.since
+	if s.snap.st.From == s.state {
+		s.snap.st.From = s.prevState
 	}
-	s.snap.Leader, s.snap.LeaderToken = s.leader.Node, s.leader.Token
-	s.snap.Token = s.token
-	s.snap.UnitsAllowed = (s.state == group.Promoting || s.state == group.Active) && !s.gate.closed.Load() && s.token != 0
-	s.snap.fenceAt = at
-	if s.lastUnits != nil {
-		s.snap.Units = s.lastUnits
+	s.snap.st.Leader, s.snap.st.LeaderToken = s.leader.Node, s.leader.Token
+	s.snap.st.Token = s.term.token
+	if s.watch.last != nil {
+		s.snap.st.Units = s.watch.last
 	}
-	s.snap.CooldownUntil = s.cooldown
-	s.snap.LastTick = s.now()
-	s.snap.Frozen, s.snap.Banned = s.ctl.Freeze != nil, s.ctl.Banned(s.cfg.Node)
-	s.snap.CooldownOverride = s.overriding && s.now().Before(s.cooldown)
-	s.snap.Eligible = s.eligible(s.now())
-	s.snap.Problems = append([]string(nil), s.ctl.Unreadable...)
-	if s.keyProblem != "" {
-		s.snap.Problems = append(s.snap.Problems, s.keyProblem)
+	s.snap.st.CooldownUntil = s.cooldown
+	s.snap.st.LastTick = s.now()
+	s.snap.st.Frozen, s.snap.st.Banned = s.seen.ctl.Freeze != nil, s.seen.ctl.Banned(s.cfg.Node)
+	s.snap.st.CooldownOverride = s.overriding && s.now().Before(s.cooldown)
+	s.snap.st.Eligible = s.eligible(s.now())
+	s.snap.st.Problems = append([]string(nil), s.seen.ctl.Unreadable...)
+	if s.seen.keyProblem != "" {
+		s.snap.st.Problems = append(s.snap.st.Problems, s.seen.keyProblem)
 	}
 }

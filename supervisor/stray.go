@@ -119,9 +119,9 @@ func (s *Supervisor) strayPass(bg context.Context, st *strayScan, now time.Time)
 			delete(st.seen, id)
 		}
 	}
-	s.mu.Lock()
-	s.snap.Strays = current
-	s.mu.Unlock()
+	s.snap.mu.Lock()
+	s.snap.st.Strays = current
+	s.snap.mu.Unlock()
 }
 
 // strayFound reports one newly found process and, under the kill policy,
@@ -132,10 +132,10 @@ func (s *Supervisor) strayFound(st *strayScan, sp StrayProcess, now time.Time) {
 		"pid", p.PID, "ppid", p.PPID, "exe", p.Exe, "cmdline", strings.Join(p.Cmdline, " "),
 		"cgroup", p.Cgroup, "loginuid", p.LoginUID, "session", p.SessionID, "policy", s.cfg.Units.StrayPolicy,
 		"exe_from_cmdline", p.ExeFromCmdline)
-	s.mu.Lock()
-	s.snap.StrayProcesses++
-	state := s.snap.State
-	s.mu.Unlock()
+	s.snap.mu.Lock()
+	s.snap.st.StrayProcesses++
+	state := s.snap.st.State
+	s.snap.mu.Unlock()
 	action := "reported (units.stray_policy = report)"
 	if s.cfg.Units.StrayPolicy == config.StrayKill {
 		if err := st.proc.Signal(p, syscall.SIGTERM); err != nil {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +38,11 @@ type Options struct {
 	// on_fence). Nil means no hooks. An on_promote error aborts the
 	// promotion when the config says so.
 	Hook func(ctx context.Context, name string, env map[string]string) error
+	// FencingEnv is the file the units' drop-in reads the term's token
+	// from (hooks.FencingEnvPath in the daemon): written on promotion
+	// before on_promote runs and before any unit starts, removed once a
+	// demotion or a fence has the units down. Empty: none.
+	FencingEnv string
 	// Observer is told of every transition (metrics, history). May be nil.
 	Observer func(Transition)
 	// Pool, when set, carries every request that decides or observes
@@ -111,76 +115,54 @@ type Supervisor struct {
 	election electionKey // campaign, resign, read
 	clock    Clock       // the loop's time of day (not the fence clock)
 
-	// Owned by the loop goroutine.
-	state       group.State
-	deadline    *fencing.Deadline
-	memberLease clientv3.LeaseID
-	elecLease   clientv3.LeaseID
-	token       int64
-	leader      group.LeaderInfo
-	job         *job
-	jobSeq      int64 // incremented when a job ends; stale observations are dropped
-	lastJobEnd  time.Time
-	failures    []time.Time
-	restarts    map[string]uint32
-	cooldown    time.Time
-	shutting    bool
-	fenceTimer  *time.Timer
-	stopRenew   map[string]context.CancelFunc
-	lastUnits   []fencing.UnitState
-	unitsSeen   time.Time // when lastUnits was read
-	fenceNow    string    // set by a handler that saw the lease lost: fence at once
-	fenceKind   string    // short label for fenceNow (metrics)
-	retryAt     time.Time // earliest next start-up attempt after a failure
-	reason      string
-	since       time.Time
-	unitsMayRun atomic.Bool // true from before the first start until every unit is confirmed stopped
-	// startsAllowed: this leadership's promotion has passed its barrier and
-	// takeover delay and published units_running; the guard answers yes
-	// only then (and only while the gate is open).
-	startsAllowed atomic.Bool
-	prevHolder    holderMark              // the last other holder of the election key seen (loop-owned)
-	firstLook     time.Time               // when the election key was first read (loop-owned)
-	members       map[string]group.Record // every record as last read (loop-owned)
-	overriding    bool                    // the last campaign decision overrode our cooldown
-	overrideNoted time.Time               // the cooldown whose override was reported
-	// recordRev is the ModRevision of our last successful record write (0:
-	// none, or the record must be created); holdRev is that of the first
-	// write that said units_running while it still says so. Set under pubMu.
-	recordRev atomic.Int64
-	holdRev   atomic.Int64
+	seen  groupSeen // the group as last read (holder.go): loop-owned
+	watch unitWatch // the managed units as last read (monitor.go): loop-owned
+	jobs  jobSlot   // the one job at a time (jobs.go): loop-owned
+	term  term      // the current term (term.go): loop-owned, published as a fencing.Term
 
-	pubMu          sync.Mutex // serialises record writes, see writeRecord
-	pub            chan struct{}
-	pending        pendingJob
-	ctl            group.Control        // operator requests, as last read
-	publishedUnits string               // unit states in the last published record
-	startPre       map[string]time.Time // standby: when a unit was first seen in start-pre
-	ctlProblems    string               // the unreadable control records last reported
-	keyProblem     string               // the election key's problem, if any (loop-owned)
+	// Owned by the loop goroutine.
+	state         group.State
+	memberLease   clientv3.LeaseID
+	leader        group.LeaderInfo
+	cooldown      time.Time
+	shutting      bool
+	fenceTimer    *time.Timer
+	stopRenew     map[string]context.CancelFunc
+	fenceNow      string    // set by a handler that saw the lease lost: fence at once
+	fenceKind     string    // short label for fenceNow (metrics)
+	retryAt       time.Time // earliest next start-up attempt after a failure
+	reason        string
+	since         time.Time
+	overriding    bool      // the last campaign decision overrode our cooldown
+	overrideNoted time.Time // the cooldown whose override was reported
+
+	rec            recordWriter // how our record reaches etcd (publish.go)
 	history        chan group.Event
-	notes          chan string // sd_notify messages for the notifier goroutine
-	status         statusNote  // what STATUS= last said (notify.go)
+	notes          notifier // sd_notify (notify.go)
 	prevState      group.State
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
-	memberLeaseID  atomic.Int64 // the member lease, for the publisher goroutine
 	dropins        atomic.Pointer[dropinCheck]
 	health         *health.Set // the units' health probes, armed on the leader only (monitor.go); nil: none
 
-	// Channels into the loop.
+	in inbox // the channels into the loop
+
+	kept keptState // what a restarted successor reads (incarnation.go)
+
+	snap statusSnap // the loop's copy of itself for other goroutines (status.go)
+}
+
+// inbox is the channels into the loop: the observer goroutines and the
+// jobs send, only the loop receives.
+type inbox struct {
 	renewals chan renewal
 	leaders  chan leaderObs
 	unitObs  chan unitObs
 	jobDone  chan jobEnd
+}
 
-	gate gate
-
-	runStore *runstate.Store // nil without Options.RunStateDir
-	rsMu     sync.Mutex      // guards rs and the file
-	rs       runstate.State
-
-	mu   sync.Mutex // guards snap
-	snap Status
+func newInbox() inbox {
+	return inbox{renewals: make(chan renewal, 4), leaders: make(chan leaderObs, 1),
+		unitObs: make(chan unitObs, 1), jobDone: make(chan jobEnd, 1)}
 }
 
 // New checks the options and returns a Supervisor ready to Run.
@@ -215,19 +197,15 @@ func New(o Options) (*Supervisor, error) {
 		timeout:   c.Timeouts(),
 		inc:       group.NewID(),
 		state:     group.Starting,
-		deadline:  fencing.NewDeadline(w),
-		restarts:  map[string]uint32{},
-		startPre:  map[string]time.Time{},
 		stopRenew: map[string]context.CancelFunc{},
-		renewals:  make(chan renewal, 4),
-		leaders:   make(chan leaderObs, 1),
-		unitObs:   make(chan unitObs, 1),
-		jobDone:   make(chan jobEnd, 1),
-		pub:       make(chan struct{}, 1),
+		in:        newInbox(),
+		watch:     unitWatch{restarts: map[string]uint32{}, startPre: map[string]time.Time{}},
+		rec:       recordWriter{wake: make(chan struct{}, 1)},
 		history:   make(chan group.Event, 64),
-		notes:     make(chan string, 32),
 		since:     o.Clock.Now(),
 	}
+	s.term.deadline = fencing.NewDeadline(w)
+	s.notes = newNotifier(o.Notify, s.log)
 	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout, log: s.log}
 	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout}
 	hs, err := newHealthSet(c)
@@ -236,9 +214,9 @@ func New(o Options) (*Supervisor, error) {
 	}
 	s.health = hs
 	if o.RunStateDir != "" {
-		s.runStore = &runstate.Store{Dir: o.RunStateDir}
+		s.kept.store = &runstate.Store{Dir: o.RunStateDir}
 	}
-	s.snap = Status{Node: c.Node, Cluster: c.Cluster, State: group.Starting, StopMax: s.timeout.StopMax()}
+	s.snap.st = Status{Node: c.Node, Cluster: c.Cluster, State: group.Starting, StopMax: s.timeout.StopMax()}
 	return s, nil
 }
 
@@ -272,7 +250,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.observeLeader(bg)
 	go s.observeUnits(bg)
 	go s.publisher(bg)
-	go s.notifier(bg)
+	go s.notes.run(bg)
 	go s.historian(bg)
 	go s.watchPeers(bg)
 	go s.scanStrays(bg)
@@ -290,23 +268,23 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				return err
 			}
 		case <-tick.C:
-		case r := <-s.renewals:
+		case r := <-s.in.renewals:
 			s.onRenewal(r)
-		case o := <-s.leaders:
+		case o := <-s.in.leaders:
 			s.onLeader(o)
-		case o := <-s.unitObs:
+		case o := <-s.in.unitObs:
 			s.onUnits(bg, o)
-		case r := <-s.jobDone:
+		case r := <-s.in.jobDone:
 			if err, exit := s.onJobDone(bg, r); exit {
 				return err
 			}
 		case <-s.fenceTimer.C:
 			// handled by the deadline check below
 		}
-		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
+		if s.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
 			s.drainRenewals()
 		}
-		if s.state.Holding() && s.deadline.Expired(deadlineNow()) {
+		if s.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
 			return s.fenceNoted(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
 		if s.fenceNow != "" {

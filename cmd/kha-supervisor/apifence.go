@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
-	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
@@ -276,7 +275,7 @@ func (f *apiFence) start(sup *supervisor.Supervisor, reg prometheus.Registerer, 
 	if f == nil {
 		return
 	}
-	f.SetTerm(func() gate.Term { return termOf(sup.Status()) })
+	f.SetTerm(sup.Term)
 	f.Serve()
 }
 
@@ -284,21 +283,6 @@ func (f *apiFence) close() {
 	if f != nil {
 		f.Close()
 	}
-}
-
-// termOf is the gates' question to the supervisor: this node holds the
-// lease, is past the barrier (units allowed), and its fence deadline has
-// not passed. The Fence adds "and this term's token is published".
-func termOf(st supervisor.Status) gate.Term {
-	switch {
-	case st.State != group.Active && st.State != group.Promoting:
-		return gate.Term{Reason: fmt.Sprintf("this node is %s; leader is %s (token %d)", st.State, orNone(st.Leader), st.LeaderToken)}
-	case !st.UnitsAllowed || st.Token == 0:
-		return gate.Term{Reason: fmt.Sprintf("this node is %s and units may not run now", st.State)}
-	case st.FenceIn <= 0:
-		return gate.Term{Reason: "the fence deadline has passed"}
-	}
-	return gate.Term{Open: true, Token: st.Token}
 }
 
 func orNone(s string) string {

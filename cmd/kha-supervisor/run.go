@@ -162,7 +162,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	sup, err := supervisor.New(supervisor.Options{
 		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
 		Pool: pool, APIFence: fence.iface(), RunStateDir: runstate.DefaultDir,
-		Hook: hooks.Steps{Hooks: hooksNow, FencingEnv: hooks.FencingEnvPath}.Hook,
+		Hook: hooks.Steps{Hooks: hooksNow}.Hook, FencingEnv: hooks.FencingEnvPath,
 		Observer: func(t supervisor.Transition) {
 			metrics.Transition(string(t.From), string(t.To), t.Kind)
 			if t.To == group.Fencing {
@@ -188,7 +188,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		return exitFailure
 	}
 	gsrv.Logger = log
-	gsrv.SetStatus(func() guard.Status { return guardStatus(sup.Status()) })
+	gsrv.SetTerm(sup.Term)
 	// Off the start-up path: the counters are for people, the history read
 	// may take a request timeout.
 	note := predecessorFence() // read before Run: its start-up publishes and clears the note
@@ -237,18 +237,6 @@ func stopManaged(cfg config.Config, units fencing.Units, log *slog.Logger) {
 	if err := fencing.StopAll(sctx, units, cfg.Units.Managed, cfg.Timeouts()); err != nil {
 		log.Error("stopping managed units", "err", err)
 	}
-}
-
-func guardStatus(st supervisor.Status) guard.Status {
-	g := guard.Status{
-		Node: st.Node, Cluster: st.Cluster, State: string(st.State),
-		Leader: st.Leader, Token: st.LeaderToken,
-		UnitsAllowed: st.UnitsAllowed, LeaseLeft: st.LeaseLeft, StopMax: st.StopMax,
-	}
-	if st.Token != 0 {
-		g.Leader, g.Token = st.Node, st.Token
-	}
-	return g
 }
 
 // systemdWatchdog is WatchdogSec as systemd passes it (WATCHDOG_USEC, for

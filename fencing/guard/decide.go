@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
 
 // Status is the supervisor's view that a guard decision is taken from. The
@@ -28,8 +30,9 @@ type Status struct {
 	// UnitsAllowed is set by the core only where its promotion itself would
 	// start the units: it holds a verified lease, passed the promotion
 	// barrier and takeover_delay, and published units_running (promoting
-	// from then on, or active). Everything else refuses, a node held at the
-	// barrier included.
+	// from then on, or active), and its fence instant has not come (the
+	// term's one predicate, see StatusOf). Everything else refuses, a node
+	// held at the barrier included.
 	UnitsAllowed bool `json:"units_allowed"`
 
 	// LeaseLeft is how long the lease is still guaranteed valid on this
@@ -37,6 +40,21 @@ type Status struct {
 	// may only start when it could still be stopped before the lease lapses.
 	LeaseLeft time.Duration `json:"lease_left_ns"`
 	StopMax   time.Duration `json:"stop_max_ns"`
+}
+
+// StatusOf is the guard's view of a term at now: UnitsAllowed is the term's
+// one predicate (fencing.Term.MayAct: open, a token, the fence instant not
+// come), LeaseLeft the term's on the fence clock. While the term may act the
+// lease has more than StopMax + max(delta, W) left, so Decide's lease
+// check, kept for a status from any other source, never refuses what
+// MayAct allows.
+func StatusOf(t fencing.Term, now time.Time) Status {
+	g := Status{Node: t.Node, Cluster: t.Cluster, State: t.State, Leader: t.Leader, Token: t.LeaderToken,
+		UnitsAllowed: t.MayAct(now), LeaseLeft: t.LeaseLeft(now), StopMax: t.StopMax}
+	if t.Token != 0 {
+		g.Leader, g.Token = t.Node, t.Token
+	}
+	return g
 }
 
 // Answer is the result of the "guard" op.

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
 
 func TestDecide(t *testing.T) {
@@ -72,5 +74,38 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("refusal does not start with the standard prefix: %q", a.Message)
 			}
 		})
+	}
+}
+
+// TestStatusOf: the guard decides from the term's one predicate. A term
+// past its fence instant is refused even while its lease still has S_max
+// left (the old threshold admitted starts until max(delta, W) after it).
+func TestStatusOf(t *testing.T) {
+	const unit = "kube-scheduler.service"
+	t0 := time.Unix(1000, 0)
+	w := fencing.Window{TTL: 10 * time.Second, StopMax: 3 * time.Second, Slack: 500 * time.Millisecond, Watchdog: 2 * time.Second}
+	d := fencing.NewDeadlineClock(w, fencing.IdentityClock{})
+	d.Renewed("election", t0, w.TTL)
+	fenceAt := t0.Add(w.Span(w.TTL))
+	leader := d.Term(fencing.Term{Node: "m1", State: "active", Leader: "m1", LeaderToken: 1234, Token: 1234, Open: true, StopMax: w.StopMax})
+
+	a := Decide(unit, StatusOf(leader, fenceAt.Add(-time.Millisecond)))
+	if !a.Allowed || a.Status.Token != 1234 || a.Status.LeaseLeft != w.StopMax+w.Margin()+time.Millisecond {
+		t.Fatalf("before the fence instant: %+v", a)
+	}
+	late := StatusOf(leader, fenceAt.Add(w.Margin()/2))
+	if late.LeaseLeft < late.StopMax {
+		t.Fatalf("lease left %v under S_max %v: the case does not test the margin", late.LeaseLeft, late.StopMax)
+	}
+	if a := Decide(unit, late); a.Allowed || !strings.Contains(a.Message, "may not run units now") {
+		t.Fatalf("after the fence instant: %+v", a)
+	}
+	standby := fencing.Term{Node: "m2", State: "standby", Leader: "m1", LeaderToken: 1234, StopMax: w.StopMax}
+	s := StatusOf(standby, t0)
+	if s.Leader != "m1" || s.Token != 1234 || s.UnitsAllowed || s.LeaseLeft != 0 {
+		t.Fatalf("standby: %+v", s)
+	}
+	if a := Decide(unit, s); a.Allowed || !strings.Contains(a.Message, "this node is standby; leader is m1 (token 1234)") {
+		t.Fatalf("standby: %+v", a)
 	}
 }

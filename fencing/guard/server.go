@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/layout"
 )
 
@@ -175,6 +176,12 @@ func (s *Server) SetStatus(fn func() Status) {
 	s.mu.Lock()
 	s.status = fn
 	s.mu.Unlock()
+}
+
+// SetTerm makes the supervisor's published term the status source: every
+// request decides from the term as it is then (StatusOf).
+func (s *Server) SetTerm(fn func() fencing.Term) {
+	s.SetStatus(func() Status { return StatusOf(fn(), time.Now()) })
 }
 
 // Handle adds (or replaces) the handler for op. It may be called while

@@ -11,21 +11,16 @@ import (
 )
 
 // Steps is the supervisor's hook callback (supervisor.Options.Hook): it
-// keeps fencing.env in step with the term and runs the configured hook.
-//
-// fencing.env exists exactly while this node may run the units: it is
-// written on promotion, before on_promote runs and before any unit starts,
-// and removed on demotion and on fencing, which call their hooks only once
-// the units are confirmed stopped. A standby therefore never has one (the
-// daemon also removes a leftover at start-up, RemoveFencingEnv).
+// runs the configured hook for the step by name, with the settings in force.
+// fencing.env is not a step: the supervisor's promotion writes it as the
+// first of the token's destinations and removes it once the units are down
+// (supervisor.Options.FencingEnv).
 type Steps struct {
 	// Hooks gives the hook settings in force (they change on SIGHUP).
 	Hooks func() config.Hooks
-	// FencingEnv is the file's path; FencingEnvPath in the daemon.
-	FencingEnv string
 }
 
-// Hook runs the step for name (on_promote, on_demote or on_fence) with env
+// Hook runs the hook for name (on_promote, on_demote or on_fence) with env
 // (KHA_NODE, KHA_CLUSTER, KHA_ROLE, KHA_FENCING_TOKEN).
 func (r Steps) Hook(ctx context.Context, name string, env map[string]string) error {
 	cfg := r.Hooks()
@@ -33,21 +28,10 @@ func (r Steps) Hook(ctx context.Context, name string, env map[string]string) err
 	switch name {
 	case "on_promote":
 		argv = cfg.OnPromote
-		// The units' drop-in reads the token from here.
-		if err := WriteFencingEnv(r.FencingEnv, map[string]string{
-			"KHA_NODE": env["KHA_NODE"], "KHA_CLUSTER": env["KHA_CLUSTER"], "KHA_FENCING_TOKEN": env["KHA_FENCING_TOKEN"],
-		}); err != nil {
-			return fmt.Errorf("write %s: %w", r.FencingEnv, err)
-		}
-	case "on_demote", "on_fence":
-		if name == "on_demote" {
-			argv = cfg.OnDemote
-		} else {
-			argv = cfg.OnFence
-		}
-		// Not fatal: the units are down already, and the next promotion
-		// replaces the file before anything starts.
-		_ = RemoveFencingEnv(r.FencingEnv)
+	case "on_demote":
+		argv = cfg.OnDemote
+	case "on_fence":
+		argv = cfg.OnFence
 	default:
 		return fmt.Errorf("hooks: unknown hook %q", name)
 	}
