@@ -106,14 +106,14 @@ func (s *Supervisor) execWatchDown(err error) {
 }
 
 func (s *Supervisor) setExecWatch(f func(*ExecWatchStatus)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.snap.mu.Lock()
+	defer s.snap.mu.Unlock()
 	x := ExecWatchStatus{}
-	if s.snap.ExecWatch != nil {
-		x = *s.snap.ExecWatch
+	if s.snap.st.ExecWatch != nil {
+		x = *s.snap.st.ExecWatch
 	}
 	f(&x)
-	s.snap.ExecWatch = &x
+	s.snap.st.ExecWatch = &x
 }
 
 // update points the watch at what the scan looks for: the base names, and
@@ -234,10 +234,10 @@ func (s *Supervisor) strayExec(st *strayScan, x execStray) {
 		"pid", p.PID, "ppid", p.PPID, "exe", e.Path, "unit", st.unitOf[path.Base(e.Path)], "cmdline", strings.Join(p.Cmdline, " "),
 		"cgroup", p.Cgroup, "loginuid", p.LoginUID, "session", p.SessionID, "policy", s.cfg.Units.StrayPolicy,
 		"action", action, "seen_by", "exec")
-	s.mu.Lock()
-	s.snap.StrayProcesses++
-	state := s.snap.State
-	s.mu.Unlock()
+	s.snap.mu.Lock()
+	s.snap.st.StrayProcesses++
+	state := s.snap.st.State
+	s.snap.mu.Unlock()
 	s.recordHistory(group.Event{At: e.Seen, Node: s.cfg.Node, From: state, To: state, Kind: "rogue_process",
 		Reason: fmt.Sprintf("pid %d (exec of %s, parent %d, loginuid %d, session %d) outside its unit: %s", p.PID, e.Path, p.PPID, p.LoginUID, p.SessionID, action)})
 }
