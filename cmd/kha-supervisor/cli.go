@@ -77,7 +77,7 @@ func flagError(c *cobra.Command, err error) error {
 		if f.Hidden {
 			return
 		}
-		if d := distance(m[1], f.Name); d <= 2 || strings.HasPrefix(f.Name, m[1]) {
+		if d := config.EditDistance(m[1], f.Name); d <= 2 || strings.HasPrefix(f.Name, m[1]) {
 			best = append(best, "--"+f.Name)
 		}
 	})
@@ -85,27 +85,6 @@ func flagError(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w; did you mean %s?", err, strings.Join(best, " or "))
 	}
 	return err
-}
-
-// distance is the Levenshtein distance of two short strings.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // durationValue is a pflag duration with the configuration's rules: a Go

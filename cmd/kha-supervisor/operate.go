@@ -310,7 +310,7 @@ func didYouMean(cs group.ClusterStatus, node string) string {
 	var near []string
 	seen := map[string]bool{}
 	consider := func(n string) {
-		if !seen[n] && (distance(node, n) <= 2 || strings.HasPrefix(n, node)) {
+		if !seen[n] && (config.EditDistance(node, n) <= 2 || strings.HasPrefix(n, node)) {
 			near = append(near, n)
 		}
 		seen[n] = true

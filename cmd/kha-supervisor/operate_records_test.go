@@ -52,7 +52,9 @@ func operatorEvent(evs []map[string]any, kind string) map[string]any {
 // Issue 18 item 4 and 5: nonsensical bans and freezes are refused with
 // exit 2; bans and freezes show in the status table with who, why and
 // until; the JSON has no zero times and one duration unit; every action is
-// in the history with who, what, why, when and outcome.
+// in the history with who, what, why, when and outcome. With the only
+// standby banned, or the group frozen, status exits 10: nobody could take
+// over from the leader.
 func TestBansAndFreezesRefusedShownAndRecorded(t *testing.T) {
 	w := supervisortest.NewWorld(t, 1)
 	a, b := w.Start("m1", nil), w.Start("m2", nil)
@@ -72,7 +74,7 @@ func TestBansAndFreezesRefusedShownAndRecorded(t *testing.T) {
 	code, out = cli(t, w, "freeze", "--reason", "kernel patch")
 	want(t, "second freeze", code, out, exitConfig, "already frozen", "etcd upgrade", me)
 	code, out = cli(t, w, "status")
-	want(t, "status while frozen", code, out, exitOK, "FROZEN", "etcd upgrade", me, "until `kha-supervisor unfreeze`")
+	want(t, "status while frozen", code, out, exitNoStandby, "FROZEN", "etcd upgrade", me, "until `kha-supervisor unfreeze`")
 	code, out = cli(t, w, "unfreeze")
 	want(t, "unfreeze", code, out, exitOK, "unfrozen", "etcd upgrade")
 
@@ -83,9 +85,9 @@ func TestBansAndFreezesRefusedShownAndRecorded(t *testing.T) {
 	code, out = cli(t, w, "ban", standby.Name, "--reason", "other")
 	want(t, "second ban", code, out, exitConfig, "already banned", "disk swap")
 	code, out = cli(t, w, "status")
-	want(t, "status with a timed ban", code, out, exitOK, "BANNED", standby.Name, "disk swap", me, "until "+time.Now().Add(time.Hour).Local().Format("2006-01-02 15:"))
+	want(t, "status with a timed ban", code, out, exitNoStandby, "BANNED", standby.Name, "disk swap", me, "until "+time.Now().Add(time.Hour).Local().Format("2006-01-02 15:"))
 	code, out = cli(t, w, "status", "--json")
-	if code != exitOK || strings.Contains(out, "0001-01-01") || strings.Contains(out, "_ns\"") || !strings.Contains(out, `"lease_left_ms"`) {
+	if code != exitNoStandby || strings.Contains(out, "0001-01-01") || strings.Contains(out, "_ns\"") || !strings.Contains(out, `"lease_left_ms"`) {
 		t.Fatalf("status --json: zero times or mixed units: %q", out)
 	}
 	code, out = cli(t, w, "unban", standby.Name)
@@ -97,11 +99,11 @@ func TestBansAndFreezesRefusedShownAndRecorded(t *testing.T) {
 	code, out = cli(t, w, "ban", standby.Name, "--reason", "bad disk")
 	want(t, "ban", code, out, exitOK)
 	code, out = cli(t, w, "status", "--json")
-	if code != exitOK || strings.Contains(out, "0001-01-01") || !strings.Contains(out, "bad disk") {
+	if code != exitNoStandby || strings.Contains(out, "0001-01-01") || !strings.Contains(out, "bad disk") {
 		t.Fatalf("status --json with an open-ended ban: %q", out)
 	}
 	code, out = cli(t, w, "status")
-	want(t, "status with an open-ended ban", code, out, exitOK, "BANNED", "bad disk", "until `kha-supervisor unban "+standby.Name+"`")
+	want(t, "status with an open-ended ban", code, out, exitNoStandby, "BANNED", "bad disk", "until `kha-supervisor unban "+standby.Name+"`")
 	code, out = cli(t, w, "unban", standby.Name)
 	want(t, "unban", code, out, exitOK)
 

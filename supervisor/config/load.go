@@ -253,7 +253,7 @@ func unknownKeyMsg(table *node, name string) string {
 			return fmt.Sprintf("unknown key; did you mean %q? (keys are case-sensitive)", c.name)
 		}
 		names = append(names, c.name)
-		if d := distance(name, c.name); d <= 2 && 2*d < len(name) {
+		if d := EditDistance(name, c.name); d <= 2 && 2*d < len(name) {
 			near = append(near, quote(c.name))
 		}
 	}
@@ -267,9 +267,10 @@ func unknownKeyMsg(table *node, name string) string {
 	return fmt.Sprintf("unknown key; valid keys %s: %s", where, strings.Join(names, ", "))
 }
 
-// distance is the Levenshtein distance of two short strings, for the
-// nearest-key suggestion.
-func distance(a, b string) int {
+// EditDistance is the Levenshtein distance of two short strings: the
+// nearest-key suggestion here, and the command line's suggestions of flags
+// and node names.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	for j := range prev {
 		prev[j] = j
