@@ -106,6 +106,7 @@ func TestKubeSmoke(t *testing.T) {
 	var table bytes.Buffer
 	plane.WriteTable(&table, []plane.Result{res})
 	t.Logf("figures:\n%s\nwrites %s, notes %v", table.String(), res.Writes, res.Notes)
+	t.Logf("at etcd: %s\nlate commits: %q\nghost writes: %q", res.Etcd, res.LateList, res.GhostList)
 	for _, p := range res.Problems {
 		t.Errorf("problem: %s", p)
 	}
