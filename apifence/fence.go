@@ -42,6 +42,7 @@ type Options struct {
 	ClientCAs      *x509.CertPool // the cluster CA, for the components' client certificates
 	ConfirmTimeout time.Duration  // bounds Publish
 	Group          string         // the election group (config cluster): Publisher.Group
+	Etcd           EtcdFunc       // kha's etcd cluster ID and revision: Publisher.Etcd
 	// Webhook, if set, is the loopback host:port of the token webhook
 	// (clusters older than 1.30; gate or token mode), served on every node whatever
 	// its state: it judges by the parameter, not by this node's term.
@@ -88,7 +89,7 @@ func New(o Options) (*Fence, error) {
 	}
 	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log}
 	if o.Mode == ModeToken {
-		f.pub = &Publisher{Endpoints: o.Upstreams, Group: o.Group}
+		f.pub = &Publisher{Endpoints: o.Upstreams, Group: o.Group, Etcd: o.Etcd}
 	}
 	closed := gate.TermFunc(func() gate.Term { return gate.Term{Reason: "the supervisor is starting"} })
 	f.term.Store(&closed)

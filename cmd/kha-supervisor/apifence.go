@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -216,7 +218,7 @@ func upstreams(a config.APIFence) ([]*rest.Config, error) {
 }
 
 // newAPIFence builds the fence the configuration asks for; nil when off.
-func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
+func newAPIFence(cfg config.Config, etcd apifence.EtcdFunc, log *slog.Logger) (*apiFence, error) {
 	a := cfg.APIFence
 	if !a.Enabled() {
 		return nil, nil
@@ -242,11 +244,24 @@ func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
 		specs = append(specs, apifence.GateSpec{Unit: g.Unit, Addr: g.Addr})
 	}
 	f, err := apifence.New(apifence.Options{Mode: a.Mode, Upstreams: ups, Gates: specs, StateDir: a.StateDir,
-		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Webhook: a.Webhook, Log: log})
+		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Etcd: etcd, Webhook: a.Webhook, Log: log})
 	if err != nil {
 		return nil, err
 	}
 	return &apiFence{Fence: f, upstreamHost: ups[0].Host}, nil
+}
+
+// etcdState names kha's etcd cluster and its current revision for the
+// parameter's record (apifence/lineage.go): the header of a linearizable
+// count-only Get.
+func etcdState(cli *clientv3.Client) apifence.EtcdFunc {
+	return func(ctx context.Context) (apifence.EtcdState, error) {
+		resp, err := cli.Get(ctx, "kha-supervisor/api-fence/etcd-state", clientv3.WithCountOnly())
+		if err != nil {
+			return apifence.EtcdState{}, err
+		}
+		return apifence.EtcdState{ClusterID: resp.Header.ClusterId, Revision: resp.Header.Revision}, nil
+	}
 }
 
 // iface is the supervisor's APIFence: a nil *apiFence must become a nil
