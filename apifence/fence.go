@@ -47,7 +47,10 @@ type Options struct {
 	// (clusters older than 1.30; gate or token mode), served on every node whatever
 	// its state: it judges by the parameter, not by this node's term.
 	Webhook string
-	Log     *slog.Logger
+	// SelfCheckEvery is the leader's self-check period (selfcheck.go);
+	// DefaultSelfCheckEvery if zero.
+	SelfCheckEvery time.Duration
+	Log            *slog.Logger
 }
 
 // Fence is the supervisor's side of the fence at the API server: the
@@ -66,6 +69,8 @@ type Fence struct {
 	cut       atomic.Int64 // the largest token a Cut ended: never published again
 	held      atomic.Int64 // the token the apiservers hold, as last written or read
 	handover  atomic.Pointer[Handover]
+	selfEvery time.Duration
+	watch     watch
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -87,7 +92,7 @@ func New(o Options) (*Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log}
+	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log, selfEvery: o.SelfCheckEvery}
 	if o.Mode == ModeToken {
 		f.pub = &Publisher{Endpoints: o.Upstreams, Group: o.Group, Etcd: o.Etcd}
 	}
@@ -162,6 +167,7 @@ func (f *Fence) Serve() {
 	}
 	if f.pub != nil {
 		go f.refreshHeld(ctx)
+		go f.selfCheck(ctx)
 	}
 }
 
@@ -171,6 +177,7 @@ func (f *Fence) refreshHeld(ctx context.Context) {
 		if tok, err := f.pub.Read(rctx); err == nil {
 			f.held.Store(tok)
 		}
+		f.checkSet(rctx)
 		cancel()
 		if sleep(ctx, 10*time.Second) != nil {
 			return
@@ -265,6 +272,10 @@ type Status struct {
 	Down     []string          // apiservers some gate skips after a failed connection
 	// Webhook is the token webhook's address and decisions, when it runs.
 	Webhook *WebhookStatus
+	// Unfenced are the apiservers that admitted a stale token at the
+	// leader's last self-check; Unlisted those the cluster knows and
+	// api_fence.apiservers lacks (selfcheck.go).
+	Unfenced, Unlisted []string
 }
 
 // WebhookStatus is the webhook part of Status.
@@ -288,6 +299,7 @@ func (f *Fence) Status() Status {
 		}
 	}
 	st.Handover = f.handover.Load()
+	st.Unfenced, st.Unlisted = f.watch.get()
 	if f.webhook != nil {
 		st.Webhook = &WebhookStatus{Addr: f.webhook.Addr(), WebhookCounts: f.webhook.Counts()}
 	}

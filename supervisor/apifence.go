@@ -36,6 +36,11 @@ type APIFenceStatus struct {
 	// apiservers the gates skip after a failed connection.
 	Webhook string   `json:"webhook,omitempty"`
 	Down    []string `json:"apiservers_down,omitempty"`
+	// Unfenced: apiservers that admitted a stale token at the leader's
+	// last self-check; Unlisted: apiservers the cluster knows and
+	// api_fence.apiservers lacks.
+	Unfenced []string `json:"apiservers_unfenced,omitempty"`
+	Unlisted []string `json:"apiservers_unlisted,omitempty"`
 }
 
 // APIFenceReporter is optional: an APIFence that reports its state.
@@ -76,5 +81,6 @@ func apiFenceRecord(st *APIFenceStatus) *group.APIFence {
 	if st == nil {
 		return nil
 	}
-	return &group.APIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS}
+	return &group.APIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS,
+		Unfenced: st.Unfenced, Unlisted: st.Unlisted}
 }

@@ -186,7 +186,7 @@ type apiFence struct {
 
 func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	st := f.Status()
-	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down}
+	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down, Unfenced: st.Unfenced, Unlisted: st.Unlisted}
 	if h := st.Handover; h != nil {
 		out.Published, out.PublishedAt, out.TookMS = h.Token, h.At, h.Took.Milliseconds()
 	}
@@ -338,7 +338,20 @@ func apiFenceLine(st *supervisor.APIFenceStatus) string {
 	if len(st.Down) > 0 {
 		line += "; apiservers down (gates skip them): " + strings.Join(st.Down, ", ")
 	}
-	return line
+	return line + apiFenceAlarms(st.Unfenced, st.Unlisted)
+}
+
+// apiFenceAlarms is what /healthz and status add when the fence is off
+// somewhere or the apiserver list is incomplete.
+func apiFenceAlarms(unfenced, unlisted []string) string {
+	var s string
+	if len(unfenced) > 0 {
+		s += "; FENCE OFF: a stale token was admitted by " + strings.Join(unfenced, ", ") + " (re-apply `kha-supervisor api-fence manifests`)"
+	}
+	if len(unlisted) > 0 {
+		s += "; apiservers not in api_fence.apiservers (promotions fail): " + strings.Join(unlisted, ", ")
+	}
+	return s
 }
 
 // apiFenceClusterLine is the cluster status's line about the fence at the
@@ -378,6 +391,9 @@ func apiFenceClusterLine(cs group.ClusterStatus) string {
 	}
 	if lead != nil && lead.Published == cs.Token && !lead.PublishedAt.IsZero() {
 		fmt.Fprintf(&b, " (handed over at %s in %d ms)", stamp(lead.PublishedAt), lead.TookMS)
+	}
+	if lead != nil {
+		b.WriteString(apiFenceAlarms(lead.Unfenced, lead.Unlisted))
 	}
 	if len(modes) > 1 {
 		var parts []string
