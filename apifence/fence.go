@@ -47,6 +47,9 @@ type Options struct {
 	// (clusters older than 1.30; gate or token mode), served on every node whatever
 	// its state: it judges by the parameter, not by this node's term.
 	Webhook string
+	// Peers, if set, admits to each gate only the processes of its unit
+	// (gate/peer.go): the daemon sets gate.ProcPeers; nil checks nothing.
+	Peers gate.Peers
 	// SelfCheckEvery is the leader's self-check period (selfcheck.go);
 	// DefaultSelfCheckEvery if zero.
 	SelfCheckEvery time.Duration
@@ -103,7 +106,7 @@ func New(o Options) (*Fence, error) {
 		if err == nil {
 			var g *gate.Gate
 			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
-				Upstreams: o.Upstreams, Term: f.gateTerm, Log: o.Log})
+				Upstreams: o.Upstreams, Term: f.gateTerm, Peers: o.Peers, Log: o.Log})
 			f.gates = append(f.gates, g)
 		}
 		if err != nil {
@@ -272,6 +275,9 @@ type Status struct {
 	Down     []string          // apiservers some gate skips after a failed connection
 	// Webhook is the token webhook's address and decisions, when it runs.
 	Webhook *WebhookStatus
+	// Refused counts, per unit, the connections its gate refused because
+	// the process was not the unit's.
+	Refused map[string]int64
 	// Unfenced are the apiservers that admitted a stale token at the
 	// leader's last self-check; Unlisted those the cluster knows and
 	// api_fence.apiservers lacks (selfcheck.go).
@@ -286,10 +292,11 @@ type WebhookStatus struct {
 
 // Status reports the mode, the held token and the gates.
 func (f *Fence) Status() Status {
-	st := Status{Mode: f.mode, Token: f.held.Load(), Gates: map[string]string{}}
+	st := Status{Mode: f.mode, Token: f.held.Load(), Gates: map[string]string{}, Refused: map[string]int64{}}
 	down := map[string]bool{}
 	for _, g := range f.gates {
 		st.Gates[g.Unit()] = g.Addr()
+		st.Refused[g.Unit()] = g.Refused()
 		_, d := g.Upstreams()
 		for _, h := range d {
 			if !down[h] {
