@@ -50,7 +50,7 @@ func checkLineage(cm *kubeapi.ConfigMap, prev, token int64, st *EtcdState) error
 	if prev > token && prev > st.Revision {
 		return fmt.Errorf("api fence: %w (%d > ours %d): %w: etcd cluster %s is at revision %d, so no term of it issued %d; "+
 			"kha's etcd was restored from a snapshot without --bump-revision: stop every supervisor and restore again with "+
-			"`etcdutl snapshot restore --bump-revision %d --mark-compacted` (docs/operations.md, \"Restoring kha's etcd\"); not starting units",
+			"`etcdutl snapshot restore --bump-revision %d --mark-compacted` or more (docs/operations.md, \"Restoring kha's etcd\"); not starting units",
 			ErrNewerToken, prev, token, ErrRestored, ours, st.Revision, prev, bumpFor(prev, st.Revision))
 	}
 	return nil
