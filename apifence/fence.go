@@ -74,6 +74,7 @@ type Fence struct {
 	handover  atomic.Pointer[Handover]
 	selfEvery time.Duration
 	watch     watch
+	stranger  atomic.Pointer[func(unit string, p gate.Peer)]
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -106,7 +107,8 @@ func New(o Options) (*Fence, error) {
 		if err == nil {
 			var g *gate.Gate
 			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
-				Upstreams: o.Upstreams, Term: f.gateTerm, Peers: o.Peers, Log: o.Log})
+				Upstreams: o.Upstreams, Term: f.gateTerm, Peers: o.Peers, Log: o.Log,
+				OnStranger: func(p gate.Peer, _ error) { f.tellStranger(spec.Unit, p) }})
 			f.gates = append(f.gates, g)
 		}
 		if err != nil {
@@ -134,6 +136,16 @@ func newWebhook(ca *localca.CA, o Options) (*Webhook, error) {
 	}
 	src := ParamSource{API: kubeapi.FromHTTP(set.Client(), set.First().String())}
 	return ListenWebhook(o.Webhook, serving, src, o.Log)
+}
+
+// OnStranger sets who hears of a process a gate refused (the supervisor's
+// stray-process record).
+func (f *Fence) OnStranger(fn func(unit string, p gate.Peer)) { f.stranger.Store(&fn) }
+
+func (f *Fence) tellStranger(unit string, p gate.Peer) {
+	if fn := f.stranger.Load(); fn != nil {
+		(*fn)(unit, p)
+	}
 }
 
 // SetTerm gives the gates the supervisor's view.

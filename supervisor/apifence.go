@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
@@ -74,6 +75,19 @@ func (s *Supervisor) apiFenceStatus() *APIFenceStatus {
 	s.mu.Unlock()
 	st.Matches = st.Term != 0 && st.Token == st.Term
 	return &st
+}
+
+// ReportGateStranger records a process that an API gate refused because it
+// does not run in the gated unit (apifence/gate/peer.go): counted with the
+// stray processes and recorded in the history as a rogue process, like the
+// stray scan's finds. Safe from any goroutine.
+func (s *Supervisor) ReportGateStranger(unit string, pid int, cmdline, cgroup string) {
+	s.mu.Lock()
+	s.snap.StrayProcesses++
+	state := s.snap.State
+	s.mu.Unlock()
+	s.recordHistory(group.Event{At: s.now(), Node: s.cfg.Node, From: state, To: state, Kind: "rogue_process",
+		Reason: fmt.Sprintf("pid %d (%s, cgroup %s) used the API gate of %s from outside the unit: refused (403)", pid, cmdline, cgroup, unit)})
 }
 
 // apiFenceRecord is the record's part, nil when the fence is off.

@@ -287,6 +287,7 @@ func (f *apiFence) start(sup *supervisor.Supervisor, reg prometheus.Registerer, 
 		return
 	}
 	f.SetTerm(func() gate.Term { return termOf(sup.Status()) })
+	f.OnStranger(func(unit string, p gate.Peer) { sup.ReportGateStranger(unit, p.PID, p.Cmdline, p.Cgroup) })
 	f.Serve()
 }
 
