@@ -137,6 +137,12 @@ func TestProcPeersTellsProcessesInAndOutsideTheUnit(t *testing.T) {
 		t.Fatalf("the unit's shell: %v, %v; want PID %d admitted", p, err, sh.Process.Pid)
 	}
 	t.Logf("admitted %s in %s (a full /proc walk)", p, took)
+	fast := ProcPeers{UnitPIDs: func(string) []int { return []int{sh.Process.Pid} }}
+	start = time.Now()
+	if _, err := fast.Check(unit, in.RemoteAddr(), in.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted again in %s (the unit's cgroup.procs first)", time.Since(start))
 
 	out, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
