@@ -75,6 +75,7 @@ type Fence struct {
 	selfEvery time.Duration
 	watch     watch
 	stranger  atomic.Pointer[func(unit string, p gate.Peer)]
+	strangers sync.Map // "unit/pid" already told: a client retrying every second is one event
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -143,9 +144,14 @@ func newWebhook(ca *localca.CA, o Options) (*Webhook, error) {
 func (f *Fence) OnStranger(fn func(unit string, p gate.Peer)) { f.stranger.Store(&fn) }
 
 func (f *Fence) tellStranger(unit string, p gate.Peer) {
-	if fn := f.stranger.Load(); fn != nil {
-		(*fn)(unit, p)
+	fn := f.stranger.Load()
+	if fn == nil {
+		return
 	}
+	if _, told := f.strangers.LoadOrStore(fmt.Sprintf("%s/%d", unit, p.PID), true); told {
+		return
+	}
+	(*fn)(unit, p)
 }
 
 // SetTerm gives the gates the supervisor's view.

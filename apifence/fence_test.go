@@ -3,6 +3,7 @@ package apifence
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -87,5 +88,19 @@ func TestFenceGateModeOpensOnlyAfterPublishAndCutCloses(t *testing.T) {
 	}
 	if st := f.Status(); st.Mode != ModeGate {
 		t.Errorf("status %+v", st)
+	}
+}
+
+// A stranger's client retries: the supervisor hears of each process once
+// (its history would otherwise grow by one event per connection).
+func TestFenceTellsOfEachStrangerOnce(t *testing.T) {
+	f := &Fence{}
+	var heard []string
+	f.OnStranger(func(unit string, p gate.Peer) { heard = append(heard, fmt.Sprintf("%s/%d", unit, p.PID)) })
+	for _, pid := range []int{7, 7, 8, 7} {
+		f.tellStranger("kube-scheduler.service", gate.Peer{PID: pid})
+	}
+	if len(heard) != 2 {
+		t.Errorf("heard %v, want each PID once", heard)
 	}
 }
