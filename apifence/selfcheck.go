@@ -97,9 +97,9 @@ func (f *Fence) setUnfenced(bad []string, token int64) {
 	w.mu.Unlock()
 	switch {
 	case repeat:
-		f.log.Error("api fence is OFF on these apiservers: a dry-run write with a stale fencing token was admitted "+
-			"(the policy's binding deleted or set to Audit, the policy or its parameter changed?); "+
-			"a paused or partitioned former leader's writes would be stored there. Re-apply `kha-supervisor api-fence manifests`",
+		// The causes and the remedy are in docs/troubleshooting.md (one
+		// literal message, so that internal/logcatalog finds it).
+		f.log.Error("api fence is OFF on these apiservers: a dry-run write with a stale fencing token was admitted",
 			"unfenced", bad, "token", token)
 	case changed && token != 0:
 		f.log.Info("api fence: every listed apiserver refuses a stale token again", "token", token)
