@@ -241,9 +241,17 @@ func TestAcquireAndRelease(t *testing.T) {
 	if err != nil || b.won || b.leader.Node != "m1" || b.leader.Token != a.token {
 		t.Fatalf("m2 acquire = %+v, %v: want lost to m1", b, err)
 	}
-	leases, err := cli.Leases(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// The loser's revoke is committed when acquireJob returns, but the
+	// member that answers Leases may apply it a moment later (a read of
+	// that member's own lease table, not a linearizable one): allow it 5 s.
+	var leases *clientv3.LeaseLeasesResponse
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if leases, err = cli.Leases(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if len(leases.Leases) == 1 && leases.Leases[0].ID == a.lease.id || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(leases.Leases) != 1 || leases.Leases[0].ID != a.lease.id {
 		t.Fatalf("leases after the lost campaign: %+v, want only the winner's %x", leases.Leases, a.lease.id)
