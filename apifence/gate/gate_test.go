@@ -95,7 +95,7 @@ type fixture struct {
 	local   *localca.CA
 }
 
-func newFixture(t testing.TB, with ...func(*Config)) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	cluster, err := pki.NewCA(filepath.Join(dir, "cluster"))
@@ -112,16 +112,12 @@ func newFixture(t testing.TB, with ...func(*Config)) *fixture {
 	}
 	up := newUpstream(t)
 	tm := &term{seq: []Term{{Open: true, Token: 7}}}
-	cfg := Config{
+	g, err := Listen(Config{
 		Unit: "kube-scheduler.service", Serving: serving, ClientCAs: cluster.Pool(), Term: tm.fn,
 		Upstream: &rest.Config{Host: up.srv.URL, BearerToken: "supervisor-credential", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
 		Reviewer: fakeReviewer{"sa-token": {Name: "system:serviceaccount:kube-system:replicaset-controller",
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}},
-	}
-	for _, w := range with {
-		w(&cfg)
-	}
-	g, err := Listen(cfg)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
