@@ -73,6 +73,9 @@ type e2eProfile struct {
 	Binaries bool
 	// NoExecWatch: units.exec_watch = false (the /proc poll alone).
 	NoExecWatch bool
+	// SupervisorDropin: more [Service] lines for the supervisor's unit, as
+	// an operator's own drop-in would add them.
+	SupervisorDropin string
 }
 
 // e2eFast is the brief's fast profile: TTL 4 s, renew 0.5 s, S_max 1.5 s.
@@ -141,6 +144,7 @@ func (p e2eProfile) supervisorDropin() []byte {
 	if p.WatchdogSec > 0 {
 		fmt.Fprintf(&b, "WatchdogSec=%s\n", dropin.Seconds(p.WatchdogSec))
 	}
+	b.WriteString(p.SupervisorDropin)
 	return b.Bytes()
 }
 
