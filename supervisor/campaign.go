@@ -17,6 +17,7 @@ type campaignView struct {
 	UnitsRunning  []string                // of ours, as last observed
 	Members       map[string]group.Record // every record as last read (ours included)
 	DropinsOK     bool                    // the managed units' drop-ins were checked and are in order
+	NewestToken   int64                   // the newest election token seen held (groupSeen.newestToken)
 }
 
 // campaignVerdict: Allowed to campaign; Override when only because nobody
@@ -37,7 +38,7 @@ func decideCampaign(now time.Time, v campaignView) campaignVerdict {
 		return campaignVerdict{Why: "the group is frozen"}
 	case v.Ctl.Banned(v.Self):
 		return campaignVerdict{Why: "this node is banned"}
-	case handoffExcludes(v.Ctl.Handoff, v.Self):
+	case handoffExcludes(v.Ctl.Handoff, v.Self, v.NewestToken):
 		return campaignVerdict{Why: "a switchover to another member is under way"}
 	case !v.DropinsOK:
 		return campaignVerdict{Why: "the managed units' drop-ins are not in order"}
@@ -58,8 +59,12 @@ func decideCampaign(now time.Time, v campaignView) campaignVerdict {
 		Why: fmt.Sprintf("in cooldown until %s, but no other member is eligible", v.CooldownUntil.Format(time.RFC3339))}
 }
 
-func handoffExcludes(h *group.Handoff, self string) bool {
-	return h != nil && (h.From == self || (h.To != "" && h.To != self))
+// handoffExcludes: a switchover request keeps self out of the election
+// while it stands, unless a leadership newer than the one it asked to step
+// down was seen: then it is fulfilled (its clear may have failed, or not
+// be read yet) and binds nobody.
+func handoffExcludes(h *group.Handoff, self string, newest int64) bool {
+	return h != nil && newest <= h.Token && (h.From == self || (h.To != "" && h.To != self))
 }
 
 // eligibleOthers lists the other members whose records say they could
@@ -67,7 +72,7 @@ func handoffExcludes(h *group.Handoff, self string) bool {
 func eligibleOthers(now time.Time, v campaignView) []string {
 	var out []string
 	for n, r := range v.Members {
-		if n == v.Self || r.State != group.Standby || r.UnitsRunning || now.Before(r.Cooldown) || v.Ctl.Banned(n) || handoffExcludes(v.Ctl.Handoff, n) {
+		if n == v.Self || r.State != group.Standby || r.UnitsRunning || now.Before(r.Cooldown) || v.Ctl.Banned(n) || handoffExcludes(v.Ctl.Handoff, n, v.NewestToken) {
 			continue
 		}
 		out = append(out, n)
@@ -79,7 +84,8 @@ func eligibleOthers(now time.Time, v campaignView) []string {
 // campaignView gathers the loop's latest observations.
 func (s *Supervisor) campaignView() campaignView {
 	return campaignView{Self: s.cfg.Node, CooldownUntil: s.cooldown, Ctl: s.seen.ctl, UnitsSeen: !s.watch.lastAt.IsZero(),
-		UnitsRunning: runningUnits(s.watch.last), Members: s.seen.members, DropinsOK: s.dropinsAllowCampaign()}
+		UnitsRunning: runningUnits(s.watch.last), Members: s.seen.members, DropinsOK: s.dropinsAllowCampaign(),
+		NewestToken: max(s.seen.newestToken, s.term.token)}
 }
 
 // eligible lists who could campaign now as this member sees it (status).

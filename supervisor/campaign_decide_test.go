@@ -25,6 +25,14 @@ func TestDecideCampaign(t *testing.T) {
 		{"banned", func(v *campaignView) { v.Ctl.Bans = map[string]group.Ban{"m1": {}} }, false, false},
 		{"handoff to another", func(v *campaignView) { v.Ctl.Handoff = &group.Handoff{To: "m2"} }, false, false},
 		{"handoff from us", func(v *campaignView) { v.Ctl.Handoff = &group.Handoff{From: "m1"} }, false, false},
+		{"handoff from us, a newer leadership seen since", func(v *campaignView) {
+			v.Ctl.Handoff = &group.Handoff{From: "m1", Token: 5}
+			v.NewestToken = 9
+		}, true, false},
+		{"handoff from us, its leadership the newest seen", func(v *campaignView) {
+			v.Ctl.Handoff = &group.Handoff{From: "m1", Token: 9}
+			v.NewestToken = 9
+		}, false, false},
 		{"units not seen", func(v *campaignView) { v.UnitsSeen = false }, false, false},
 		{"drop-ins not in order", func(v *campaignView) { v.DropinsOK = false }, false, false},
 		{"a unit runs here", func(v *campaignView) { v.UnitsRunning = []string{"u"} }, false, false},

@@ -20,6 +20,10 @@ type groupSeen struct {
 	keyProblem  string                  // the election key's problem, if any
 	members     map[string]group.Record // every record as last read
 	firstLook   time.Time               // when the election key was first read
+	// newestToken is the newest election token (the key's create
+	// revision, which only grows) seen held by anyone: a handoff request
+	// for an older leadership is fulfilled, whatever etcd still holds.
+	newestToken int64
 }
 
 // notePrevHolder remembers the last other holder of the election key seen,
@@ -27,6 +31,9 @@ type groupSeen struct {
 func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
 	if s.seen.firstLook.IsZero() {
 		s.seen.firstLook = s.now()
+	}
+	if li.Present() && li.Token > s.seen.newestToken {
+		s.seen.newestToken = li.Token
 	}
 	// Our own key (a read that raced our win, or an earlier incarnation
 	// of ours, whose units start-up stopped) is nobody to wait for.

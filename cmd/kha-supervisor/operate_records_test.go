@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -236,4 +237,45 @@ func TestRecordsOfThePreviousVersion(t *testing.T) {
 	want(t, "unban an old ban", code, out, exitOK, "unbanned m9")
 	code, out = cli(t, w, "history")
 	want(t, "history with old entries", code, out, exitOK, "elected", "handoff-cancel", "stale => done: withdrew handoff h0", "unban")
+}
+
+// A handoff request that outlives its handoff must not keep the member
+// that handed off out of the next election. Found walking docs/install.md
+// on the lab: right after `drill handoff` m1 -> m2, `drill failover` made
+// m2 fence, and m2 itself won again 6 s later: m1 never campaigned,
+// because the fulfilled request (cleared by the new leader with one
+// unretried 500 ms request, under load) still named m1 as the member
+// stepping down. The request here is written again after the handoff, as
+// a failed clear leaves it; the new leader then dies, and the old one
+// must take over within a lease, not when the request expires.
+func TestFulfilledHandoffDoesNotBlockTheNextFailover(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	first, _ := supervisortest.LeaderOf(t, a, b)
+	second := other([]*supervisortest.Member{a, b}, first)
+	oldToken := first.Sup.Status().Token
+	code, out := cli(t, w, "handoff", "--wait", "--timeout", "20s")
+	want(t, "handoff", code, out, exitOK)
+	supervisortest.WaitFor(t, "the other member to lead", 20*time.Second, func() bool { return second.State() == group.Active })
+
+	// The request as a failed clear leaves it: on its lease, unexpired.
+	etcd := w.Cluster.Client(t)
+	k := group.NewKeys("/kha-supervisor", "test")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease, err := etcd.Grant(ctx, 120)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := json.Marshal(group.Handoff{ID: "fulfilled", From: first.Name, Token: oldToken, At: time.Now(), Expires: time.Now().Add(2 * time.Minute)})
+	if _, err := etcd.Put(ctx, k.Handoff(), string(h), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+
+	killed := time.Now()
+	second.Kill()
+	supervisortest.WaitFor(t, "the member that handed off to lead again once the new leader died", 30*time.Second, func() bool {
+		return first.State() == group.Active
+	})
+	t.Logf("%s took over %s after %s died, with the fulfilled request (token %d) still in etcd", first.Name, time.Since(killed).Round(time.Millisecond), second.Name, oldToken)
 }

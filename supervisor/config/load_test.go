@@ -548,6 +548,11 @@ func TestLoadAcceptsShortWindowWithWarning(t *testing.T) {
 	if strings.Contains(w, "10.0.0.2") {
 		t.Errorf("the https endpoint is warned about:\n%s", w)
 	}
+	pw := Default()
+	pw.Etcd.Username, pw.Etcd.PasswordFile = "kha-supervisor", "/etc/kha-supervisor/etcd-password"
+	if w := strings.Join(pw.Warnings(), "\n"); !strings.Contains(w, "etcd.username is set: with a password etcd's Go client authenticates again before every streamed request") {
+		t.Errorf("etcd.username draws no warning about re-authentication per renewal (TestPasswordAuthenticatesEveryRenewal):\n%s", w)
+	}
 	if w := Default().Warnings(); len(w) != 0 {
 		t.Errorf("the defaults draw warnings: %v", w)
 	}

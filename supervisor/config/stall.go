@@ -69,6 +69,12 @@ func (c Config) Warnings() []string {
 		out = append(out, fmt.Sprintf("lease.accept_short_window = true: the fence window %s (under WatchdogSec=%s) is shorter than the %s an etcd leader election can leave without a renewal; a stall of the etcd leader will fence the leader and fail over (lease.ttl %s or more rides it out)",
 			s.Window, s.Watchdog, s.Gap, s.MinTTL))
 	}
+	if c.Etcd.Username != "" {
+		out = append(out, "etcd.username is set: with a password etcd's Go client authenticates again before every streamed request, every lease renewal included "+
+			"(a bcrypt check and a raft write on etcd), and etcd's default simple tokens are valid on one member only, so a renewal can be refused "+
+			"(\"invalid auth token\") and a healthy leader fenced; prefer a client certificate whose common name is the etcd user "+
+			"(etcd.cert and etcd.key, etcd.username and etcd.password_file empty; docs/install.md, step 2)")
+	}
 	if c.Etcd.Cert != "" {
 		var plain []string
 		for _, ep := range c.Etcd.Endpoints {

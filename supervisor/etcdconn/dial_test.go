@@ -6,12 +6,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
@@ -266,4 +269,75 @@ func TestDialWithAuth(t *testing.T) {
 			t.Fatalf("put with one member down: %v", err)
 		}
 	})
+}
+
+// TestPasswordAuthenticatesEveryRenewal pins the etcd client behaviour
+// behind the warning on etcd.username (config.Warnings) and the advice in
+// docs/install.md: with a user name and password, etcd's Go client (v3.7)
+// asks the server for a new token before every streamed request (the
+// stream interceptor in retry_interceptor.go calls getToken, which sends
+// Authenticate: a bcrypt check and a raft entry on the etcd side), and a
+// lease renewal is a stream (LeaseKeepAlive). etcd's default "simple"
+// tokens are valid only on the member that issued them, so through a
+// client balanced over several members a renewal may even be refused
+// with "invalid auth token". With the certificate's common name as the
+// user no Authenticate is sent and every renewal succeeds. If a newer
+// client stops re-authenticating, this test fails and the warning can go.
+func TestPasswordAuthenticatesEveryRenewal(t *testing.T) {
+	a := newAuthCluster(t)
+	const renewals = 10
+	for _, tc := range []struct {
+		name     string
+		password bool
+	}{{"password", true}, {"certificate common name", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := a.config()
+			if !tc.password {
+				cfg.Username, cfg.PasswordFile = "", ""
+			}
+			cc, err := etcdconn.ClientConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var auths atomic.Int64
+			cc.DialOptions = append(cc.DialOptions, grpc.WithChainUnaryInterceptor(
+				func(ctx context.Context, method string, req, reply any, conn *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+					if strings.HasSuffix(method, "/Authenticate") {
+						auths.Add(1)
+					}
+					return invoker(ctx, method, req, reply, conn, opts...)
+				}))
+			cli, err := clientv3.New(cc)
+			if err != nil {
+				t.Fatalf("new client: %v", err)
+			}
+			defer cli.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := cli.Grant(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := auths.Load()
+			var took []time.Duration
+			var failed []error
+			for range renewals {
+				start := time.Now()
+				if _, err := cli.KeepAliveOnce(ctx, l.ID); err != nil {
+					failed = append(failed, err)
+					continue
+				}
+				took = append(took, time.Since(start))
+			}
+			calls := auths.Load() - before
+			slices.Sort(took)
+			t.Logf("%d renewals: %d Authenticate requests, %d refused %v; renewal times %v", renewals, calls, len(failed), failed, took)
+			switch {
+			case tc.password && calls < renewals:
+				t.Errorf("%d Authenticate requests for %d renewals with a password, want one per renewal: the client no longer re-authenticates per stream; revisit the etcd.username warning", calls, renewals)
+			case !tc.password && (calls != 0 || len(failed) > 0):
+				t.Errorf("certificate common name: %d Authenticate requests (want none), %d renewals refused (want none): %v", calls, len(failed), failed)
+			}
+		})
+	}
 }
