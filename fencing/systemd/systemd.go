@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -741,11 +740,7 @@ func (s *Units) Bindings(ctx context.Context, units []string) (map[string]fencin
 		b.KillMode, _ = sp["KillMode"].(string)
 		b.SendSIGKILL, _ = sp["SendSIGKILL"].(bool)
 		if us, ok := sp["TimeoutStopUSec"].(uint64); ok {
-			if us >= uint64(math.MaxInt64/int64(time.Microsecond)) {
-				b.TimeoutStop = time.Duration(math.MaxInt64) // infinity
-			} else {
-				b.TimeoutStop = time.Duration(us) * time.Microsecond
-			}
+			b.TimeoutStop = usecDuration(us) // 0: infinity
 		}
 		if lines, ok := sp["ExecStartPre"].([][]any); ok {
 			for _, l := range lines {
