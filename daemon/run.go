@@ -43,16 +43,21 @@ const (
 	ExitFenceFailed = 4 // fenced, but a unit could not be confirmed stopped
 )
 
-// Version is the daemon's version, for the member record and the metrics;
-// the command sets it.
-var Version = "dev"
+// Options are what the command hands the daemon.
+type Options struct {
+	Config  config.Config
+	Log     *slog.Logger
+	Version string              // for the member record and the metrics
+	Notify  func(string)        // sd_notify
+	Hooks   func() config.Hooks // the hook settings in force (they change on SIGHUP)
+}
 
 // Run is the daemon with its collaborators built from the configuration:
 // it checks the installed units, reaches systemd and etcd, builds the
 // supervisor and serves the guard socket, HTTP and the API fence while the
-// supervisor runs, and returns the exit code. hooksNow returns the hook
-// settings in force (they change on SIGHUP).
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string), hooksNow func() config.Hooks) int {
+// supervisor runs, and returns the exit code.
+func Run(ctx context.Context, o Options) int {
+	cfg, log := o.Config, o.Log
 	wd := systemdWatchdog()
 	if code := CheckUnitsAtStart(ctx, cfg, wd, log); code != ExitOK {
 		return code
@@ -79,7 +84,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		return code
 	}
 	defer conns.close()
-	m, code := newMetrics(cfg, log)
+	m, code := newMetrics(cfg, o.Version, log)
 	if m == nil {
 		return code
 	}
@@ -89,8 +94,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		return ExitFailure
 	}
 	defer fence.close()
-	sup, code := newSupervisor(cfg, log, supervisor.Options{Client: conns.cli, Units: units, Notify: notify, Watchdog: wd,
-		Pool: conns.pool, APIFence: fence.iface(), Hook: hooks.Steps{Hooks: hooksNow}.Hook}, m)
+	sup, code := newSupervisor(cfg, log, supervisor.Options{Client: conns.cli, Units: units, Notify: o.Notify, Watchdog: wd,
+		Pool: conns.pool, APIFence: fence.iface(), Hook: hooks.Steps{Hooks: o.Hooks}.Hook, Version: o.Version}, m)
 	if sup == nil {
 		return code
 	}
@@ -191,11 +196,11 @@ type daemonMetrics struct {
 	ctx      context.Context // the gauges' exporter and the servers live as long as it
 }
 
-func newMetrics(cfg config.Config, log *slog.Logger) (*daemonMetrics, int) {
+func newMetrics(cfg config.Config, version string, log *slog.Logger) (*daemonMetrics, int) {
 	m := &daemonMetrics{registry: prometheus.NewRegistry()}
 	m.reg = httpapi.WithGroupLabels(m.registry, cfg.Cluster, cfg.Etcd.Prefix)
 	var err error
-	m.metrics, err = httpapi.NewMetrics(m.reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(Version),
+	m.metrics, err = httpapi.NewMetrics(m.reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version),
 		httpapi.WithEndpoints(cfg.Etcd.Endpoints...))
 	if err == nil {
 		m.group, err = httpapi.NewGroupMetrics(m.reg)
@@ -210,7 +215,7 @@ func newMetrics(cfg config.Config, log *slog.Logger) (*daemonMetrics, int) {
 // newSupervisor completes o from cfg and builds the supervisor, its
 // transitions and renewals counted in m.
 func newSupervisor(cfg config.Config, log *slog.Logger, o supervisor.Options, m *daemonMetrics) (*supervisor.Supervisor, int) {
-	o.Config, o.Log, o.Version = cfg, log, Version
+	o.Config, o.Log = cfg, log
 	o.RunStateDir, o.FencingEnv = runstate.DefaultDir, hooks.FencingEnvPath
 	o.Observer = func(t supervisor.Transition) {
 		m.metrics.Transition(string(t.From), string(t.To), t.Kind)

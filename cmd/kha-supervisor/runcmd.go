@@ -48,8 +48,7 @@ func runDaemon(e env, path string) int {
 	defer stopHUP()
 	rl := newReloader(cfg, log, &logLevel)
 	go rl.watch(e.ctx, hup)
-	daemon.Version = version
-	return daemon.Run(e.ctx, cfg, log, sdNotify, rl.Hooks)
+	return daemon.Run(e.ctx, daemon.Options{Config: cfg, Log: log, Version: version, Notify: sdNotify, Hooks: rl.Hooks})
 }
 
 // daemonGCPercent is the daemon's GOGC unless the environment sets one.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/coreos/go-systemd/v22/util"
 )
 
@@ -56,43 +56,13 @@ func OpenUnitReader(ctx context.Context) (r UnitReader, close func()) {
 	if !util.IsRunningSystemd() {
 		return files, func() {}
 	}
-	conn, err := connectSystemd(ctx)
+	// The system bus, as systemctl show asks as any user; quiet: a
+	// failure to read is the caller's to report.
+	u, err := New(ctx, "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return fallbackReader{files: files, why: err.Error()}, func() {}
 	}
-	return systemdReader{ctx: ctx, conn: conn, files: files}, conn.Close
-}
-
-// connectSystemd connects to the system bus within 10 s. The connection
-// lives as long as ctx (go-systemd closes it when ctx ends), so the timeout
-// is a timer here, not a shorter context; a connection that arrives after
-// it is closed unused.
-func connectSystemd(ctx context.Context) (*sd.Conn, error) {
-	type result struct {
-		c   *sd.Conn
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, err := sd.NewSystemConnectionContext(ctx)
-		done <- result{c, err}
-	}()
-	timer := time.NewTimer(10 * time.Second)
-	defer timer.Stop()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			return nil, fmt.Errorf("connect to the system bus: %w", r.err)
-		}
-		return r.c, nil
-	case <-timer.C:
-		go func() {
-			if r := <-done; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, errors.New("connect to the system bus: no answer within 10s")
-	}
+	return systemdReader{ctx: ctx, units: u, files: files}, u.Close
 }
 
 // systemdReader asks the running systemd which files make up a unit
@@ -104,16 +74,16 @@ func connectSystemd(ctx context.Context) (*sd.Conn, error) {
 // uses once systemd is reloaded (install-dropins reloads it).
 type systemdReader struct {
 	ctx   context.Context
-	conn  *sd.Conn
+	units *Units
 	files FileReader
 }
 
 func (r systemdReader) Service(unit string) (ServiceTimes, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 	defer cancel()
-	props, err := r.conn.GetUnitPropertiesContext(ctx, unit)
+	props, err := r.units.properties(ctx, unit, "")
 	if err != nil {
-		return ServiceTimes{}, fmt.Errorf("systemd: %w", err)
+		return ServiceTimes{}, err
 	}
 	if ls, _ := props["LoadState"].(string); ls == "not-found" || ls == "masked" {
 		return ServiceTimes{}, nil
@@ -132,9 +102,9 @@ func (r systemdReader) Service(unit string) (ServiceTimes, error) {
 	if err != nil {
 		return ServiceTimes{}, err
 	}
-	sp, err := r.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
+	sp, err := r.units.properties(ctx, unit, "Service")
 	if err != nil {
-		return ServiceTimes{}, fmt.Errorf("systemd: %w", err)
+		return ServiceTimes{}, err
 	}
 	stop, ok := sp["TimeoutStopUSec"].(uint64)
 	if !ok {
