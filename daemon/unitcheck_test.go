@@ -69,7 +69,9 @@ func TestWatchdogFix(t *testing.T) {
 // fixedUnits answers every unit with the same settings.
 type fixedUnits systemd.ServiceTimes
 
-func (f fixedUnits) Service(string) (systemd.ServiceTimes, error) { return systemd.ServiceTimes(f), nil }
+func (f fixedUnits) Service(string) (systemd.ServiceTimes, error) {
+	return systemd.ServiceTimes(f), nil
+}
 
 // check-config and start-up (CheckInstalled) refuse a managed unit's
 // TimeoutStopSec exactly when the running daemon's drop-in check
