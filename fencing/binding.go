@@ -55,9 +55,10 @@ func (b Binding) Problems(supervisor string, stop time.Duration) []string {
 		bad("ExecStartPre", "has no `kha-supervisor guard`: a start on a standby would not be refused")
 	}
 	switch {
-	case b.TimeoutStop <= 0 || b.TimeoutStop == time.Duration(math.MaxInt64):
+	case StopTimeoutFits(b.TimeoutStop, stop):
+	case InfiniteTimeout(b.TimeoutStop):
 		bad("TimeoutStopUSec", "is infinite: systemd alone would never SIGKILL the unit (want at most %s, units.stop_timeout)", stop)
-	case b.TimeoutStop > stop:
+	default:
 		bad("TimeoutStopUSec", "is %s, longer than units.stop_timeout %s: without the supervisor the unit could outlive the lease", b.TimeoutStop, stop)
 	}
 	if b.KillMode != "control-group" {
@@ -67,6 +68,21 @@ func (b Binding) Problems(supervisor string, stop time.Duration) []string {
 		bad("SendSIGKILL", "is no: a unit ignoring SIGTERM would never be killed")
 	}
 	return out
+}
+
+// StopTimeoutFits is the rule on a managed unit's TimeoutStopSec, for the
+// drop-in check of the running daemon (Problems) and the installed-unit
+// check of check-config and start-up alike: with the supervisor gone
+// systemd alone stops the unit, so its stop timeout must be finite and at
+// most units.stop_timeout (stop), or the unit could outlive the lease.
+func StopTimeoutFits(timeoutStop, stop time.Duration) bool {
+	return !InfiniteTimeout(timeoutStop) && timeoutStop <= stop
+}
+
+// InfiniteTimeout reports whether a systemd timeout read as d is infinity
+// (0, as fencing/systemd reads it; or the largest duration).
+func InfiniteTimeout(d time.Duration) bool {
+	return d <= 0 || d == time.Duration(math.MaxInt64)
 }
 
 // hasGuard reports whether some ExecStartPre= runs `kha-supervisor guard`.

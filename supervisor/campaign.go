@@ -83,8 +83,8 @@ func eligibleOthers(now time.Time, v campaignView) []string {
 
 // campaignView gathers the loop's latest observations.
 func (s *Supervisor) campaignView() campaignView {
-	return campaignView{Self: s.cfg.Node, CooldownUntil: s.cooldown, Ctl: s.seen.ctl, UnitsSeen: !s.watch.lastAt.IsZero(),
-		UnitsRunning: runningUnits(s.watch.last), Members: s.seen.members, DropinsOK: s.dropinsAllowCampaign(),
+	return campaignView{Self: s.cfg.Node, CooldownUntil: s.loop.cooldown, Ctl: s.seen.ctl, UnitsSeen: !s.watch.lastAt.IsZero(),
+		UnitsRunning: runningUnits(s.watch.last), Members: s.seen.members, DropinsOK: s.dropins.allowCampaign(),
 		NewestToken: max(s.seen.newestToken, s.term.token)}
 }
 
@@ -92,7 +92,7 @@ func (s *Supervisor) campaignView() campaignView {
 func (s *Supervisor) eligible(now time.Time) []string {
 	v := s.campaignView()
 	out := eligibleOthers(now, v)
-	if s.state == group.Standby && decideCampaign(now, v).Allowed {
+	if s.loop.state == group.Standby && decideCampaign(now, v).Allowed {
 		out = append(out, s.cfg.Node)
 		sort.Strings(out)
 	}

@@ -52,12 +52,12 @@ func newOffline(t *testing.T, edit func(*config.Config)) (*Supervisor, *fakeCloc
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.fenceTimer = time.NewTimer(time.Hour) // as Run makes it
-	s.fenceTimer.Stop()
+	s.loop.fenceTimer = time.NewTimer(time.Hour) // as Run makes it
+	s.loop.fenceTimer.Stop()
 	bg, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
-		for _, c := range s.stopRenew {
+		for _, c := range s.loop.stopRenew {
 			c()
 		}
 		_ = cli.Close()
@@ -111,7 +111,7 @@ func TestAssessUnitsCountsFailuresAndCoolsDown(t *testing.T) {
 		c.Units.FailureWindow = time.Minute
 		c.Units.Cooldown = 30 * time.Second
 	})
-	s.state = group.Active
+	s.loop.state = group.Active
 	steps := []struct {
 		at     time.Duration
 		units  []fencing.UnitState
@@ -128,12 +128,12 @@ func TestAssessUnitsCountsFailuresAndCoolsDown(t *testing.T) {
 	for i, st := range steps {
 		clk.set(t0.Add(st.at))
 		s.assessUnits(bg, unitObs{started: clk.Now(), states: st.units})
-		if got := len(s.watch.failures); got != st.counts || s.state != st.state {
-			t.Fatalf("step %d: %d failures, state %s; want %d, %s", i, got, s.state, st.counts, st.state)
+		if got := len(s.watch.failures); got != st.counts || s.loop.state != st.state {
+			t.Fatalf("step %d: %d failures, state %s; want %d, %s", i, got, s.loop.state, st.counts, st.state)
 		}
 	}
-	if want := t0.Add(62*time.Second + 30*time.Second); !s.cooldown.Equal(want) {
-		t.Fatalf("cooldown until %v, want %v (the demotion's time plus units.cooldown)", s.cooldown, want)
+	if want := t0.Add(62*time.Second + 30*time.Second); !s.loop.cooldown.Equal(want) {
+		t.Fatalf("cooldown until %v, want %v (the demotion's time plus units.cooldown)", s.loop.cooldown, want)
 	}
 	if s.BadTransitions() != 0 {
 		t.Fatalf("%d transitions not in the lifecycle table", s.BadTransitions())
@@ -182,8 +182,8 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 		c.Units.PollInterval = 500 * time.Millisecond
 	})
 	s.startupDone(bg, outcome[registration]{err: errors.New("etcd down")})
-	if want := t0.Add(time.Second); !s.retryAt.Equal(want) || s.state != group.Starting {
-		t.Fatalf("after a failed start-up: retry at %v in %s, want %v in starting", s.retryAt, s.state, want)
+	if want := t0.Add(time.Second); !s.loop.retryAt.Equal(want) || s.loop.state != group.Starting {
+		t.Fatalf("after a failed start-up: retry at %v in %s, want %v in starting", s.loop.retryAt, s.loop.state, want)
 	}
 	clk.set(t0.Add(time.Second - time.Millisecond))
 	s.step(bg)
@@ -202,11 +202,11 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 	at := t0.Add(time.Hour)
 	clk.set(at)
 	s.startupDone(bg, outcome[registration]{val: registration{lease: lease{id: 7, sent: deadlineNow(), ttl: 10 * time.Second}, crashed: true}})
-	if want := at.Add(2*time.Second + 500*time.Millisecond); !s.cooldown.Equal(want) || s.state != group.Standby || s.memberLease != 7 {
-		t.Fatalf("after a crashed predecessor: cooldown %v, state %s, member lease %x; want %v, standby, 7", s.cooldown, s.state, s.memberLease, want)
+	if want := at.Add(2*time.Second + 500*time.Millisecond); !s.loop.cooldown.Equal(want) || s.loop.state != group.Standby || s.loop.memberLease != 7 {
+		t.Fatalf("after a crashed predecessor: cooldown %v, state %s, member lease %x; want %v, standby, 7", s.loop.cooldown, s.loop.state, s.loop.memberLease, want)
 	}
-	if !s.since.Equal(at) {
-		t.Fatalf("transition dated %v, want the clock's %v", s.since, at)
+	if !s.loop.since.Equal(at) {
+		t.Fatalf("transition dated %v, want the clock's %v", s.loop.since, at)
 	}
 }
 
@@ -214,20 +214,20 @@ func TestStartupRetryAndCrashCooldown(t *testing.T) {
 // says so once per cooldown however often it is asked.
 func TestCooldownOverrideNotedOncePerCooldown(t *testing.T) {
 	s, _, _ := newOffline(t, nil)
-	s.state = group.Standby
+	s.loop.state = group.Standby
 	s.watch.lastAt = t0
-	s.dropins.Store(&dropinCheck{checked: true})
+	s.dropins.store(dropinVerdict{checked: true})
 	s.seen.members = map[string]group.Record{"m1": {Node: "m1", State: group.Standby}, "m2": {Node: "m2", State: group.Stopped}}
-	s.cooldown = t0.Add(time.Minute)
+	s.loop.cooldown = t0.Add(time.Minute)
 	for i := 0; i < 3; i++ {
 		if !s.mayCampaign(t0.Add(time.Duration(i) * time.Second)) {
 			t.Fatalf("ask %d: no campaign, want the override", i)
 		}
 	}
-	if n := len(s.history); n != 1 {
+	if n := len(s.history.queue); n != 1 {
 		t.Fatalf("%d history events, want one cooldown_override", n)
 	}
-	if e := <-s.history; e.Kind != "cooldown_override" || !e.At.Equal(t0) {
+	if e := <-s.history.queue; e.Kind != "cooldown_override" || !e.At.Equal(t0) {
 		t.Fatalf("event %+v", e)
 	}
 	// Another member eligible: the cooldown holds.

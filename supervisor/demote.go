@@ -24,10 +24,10 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 	s.term.gate.closeWait(500 * time.Millisecond)
 	s.cutAPI()
 	if cooldown > 0 {
-		s.cooldown = s.now().Add(cooldown)
+		s.loop.cooldown = s.now().Add(cooldown)
 	}
 	s.transition(group.Demoting, kind, reason)
-	s.reason = "demoted: " + reason
+	s.loop.reason = "demoted: " + reason
 	launchAfter(s, bg, s.demoteWork(s.term.token, s.term.elecLease))
 }
 

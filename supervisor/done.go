@@ -26,11 +26,11 @@ func (s *Supervisor) startupWork() work[registration] {
 func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (error, bool) {
 	if o.err != nil {
 		s.log.Error("start-up failed; retrying", "err", o.err)
-		s.retryAt = s.now().Add(s.cfg.Lease.RenewInterval)
+		s.loop.retryAt = s.now().Add(s.cfg.Lease.RenewInterval)
 		return nil, false
 	}
 	res := o.val
-	s.memberLease = res.lease.id
+	s.loop.memberLease = res.lease.id
 	s.term.deadline.Renewed(memberLease, res.lease.sent, res.lease.ttl)
 	s.startRenewer(bg, memberLease, res.lease.id)
 	if res.crashed {
@@ -38,7 +38,7 @@ func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (e
 		// at about the time its election key does. Give the members that
 		// stayed healthy a head start instead of racing them for the key
 		// as an equal.
-		s.cooldown = s.now().Add(crashCooldown(s.cfg.Lease.RenewInterval, s.cfg.Units.PollInterval))
+		s.loop.cooldown = s.now().Add(crashCooldown(s.cfg.Lease.RenewInterval, s.cfg.Units.PollInterval))
 	}
 	s.transition(group.Standby, "registered", "registered; units stopped")
 	s.notify("READY=1")
@@ -58,7 +58,7 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	}
 	res := o.val
 	if !res.won {
-		s.leader = res.leader
+		s.loop.leader = res.leader
 		s.notePrevHolder(res.leader)
 		return nil, false
 	}
@@ -66,10 +66,10 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	s.term.deadline.Renewed(electionLease, res.lease.sent, res.lease.ttl)
 	s.resetFenceTimer()
 	s.startRenewer(bg, electionLease, res.lease.id)
-	s.leader = group.LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
+	s.loop.leader = group.LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
 	s.watch.failures, s.watch.restarts = nil, map[string]uint32{}
 	s.transition(group.Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
-	if s.shutting {
+	if s.loop.shutting {
 		s.demote(bg, "shutdown", "shutdown requested", 0)
 		return nil, false
 	}
@@ -87,9 +87,9 @@ func (s *Supervisor) promoteWork(token int64, prev holderMark) work[struct{}] {
 // undone (Promoting -> Demoting).
 func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error, bool) {
 	switch {
-	case s.state != group.Promoting:
+	case s.loop.state != group.Promoting:
 		// cancelled by a demotion already under way
-	case s.shutting:
+	case s.loop.shutting:
 		s.demote(bg, "shutdown", "shutdown requested", 0)
 	case o.err != nil:
 		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown)
@@ -122,7 +122,7 @@ func (s *Supervisor) restartDone(bg context.Context, o outcome[struct{}]) (error
 	// failure is never counted twice.
 	if o.units.err == nil {
 		s.assessUnits(bg, o.units)
-	} else if o.err != nil && s.state == group.Active {
+	} else if o.err != nil && s.loop.state == group.Active {
 		s.failed(s.now(), o.err.Error())
 	}
 	return nil, false
@@ -165,14 +165,14 @@ func (s *Supervisor) demoteDone(bg context.Context, o outcome[struct{}]) (error,
 	s.stopRenewer(electionLease)
 	s.term.deadline.Forget(electionLease)
 	s.term.elecLease, s.term.token = 0, 0
-	s.leader = group.LeaderInfo{}
-	if s.shutting {
+	s.loop.leader = group.LeaderInfo{}
+	if s.loop.shutting {
 		// Leave too, so that a restarted supervisor (an upgrade) finds no
 		// record of ours to wait for.
-		launch(s, bg, s.leaveWork(s.memberLease))
+		launch(s, bg, s.leaveWork(s.loop.memberLease))
 		return nil, false
 	}
-	s.transition(group.Standby, "released", s.reason)
+	s.transition(group.Standby, "released", s.loop.reason)
 	return nil, false
 }
 

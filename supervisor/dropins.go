@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
@@ -15,10 +16,32 @@ import (
 // bindings: a daemon-reload that loaded a bad drop-in is noticed within it.
 const dropinEvery = 10
 
-// dropinCheck is the last verdict on the managed units' bindings.
-type dropinCheck struct {
+// dropinVerdict is one check of the managed units' bindings.
+type dropinVerdict struct {
 	checked  bool     // at least one check finished
 	problems []string // empty: every binding as the packaged drop-in sets it
+}
+
+// dropinWatch holds the last verdict: the checker goroutine and a
+// campaign's last look (dropinsStillGood) store it, the loop reads it
+// (mayCampaign). Any goroutine may call its methods.
+type dropinWatch struct{ last atomic.Pointer[dropinVerdict] }
+
+func (w *dropinWatch) store(v dropinVerdict) { w.last.Store(&v) }
+
+// problems are those of the last verdict (nil: none yet).
+func (w *dropinWatch) problems() []string {
+	if v := w.last.Load(); v != nil {
+		return v.problems
+	}
+	return nil
+}
+
+// allowCampaign reports whether the last check found the units bound as
+// required (and one has finished).
+func (w *dropinWatch) allowCampaign() bool {
+	v := w.last.Load()
+	return v != nil && v.checked && len(v.problems) == 0
 }
 
 // checkDropins reads each managed unit's BindsTo, After, ExecStartPre,
@@ -31,7 +54,7 @@ type dropinCheck struct {
 func (s *Supervisor) checkDropins(bg context.Context) {
 	br, ok := s.units.(fencing.BindingReader)
 	if !ok {
-		s.dropins.Store(&dropinCheck{checked: true})
+		s.dropins.store(dropinVerdict{checked: true})
 		return
 	}
 	var last []string
@@ -68,7 +91,7 @@ func (s *Supervisor) noteDropins(probs, last []string) []string {
 			s.log.Info("managed units' drop-ins are in order again")
 		}
 	}
-	s.dropins.Store(&dropinCheck{checked: true, problems: probs})
+	s.dropins.store(dropinVerdict{checked: true, problems: probs})
 	s.snap.mu.Lock()
 	s.snap.st.DropinProblems = probs
 	if len(probs) > 0 {
@@ -94,11 +117,7 @@ func (s *Supervisor) dropinsStillGood(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check the managed units' drop-ins before campaigning: %w", err)
 	}
-	var last []string
-	if c := s.dropins.Load(); c != nil {
-		last = c.problems
-	}
-	if len(s.noteDropins(probs, last)) > 0 {
+	if len(s.noteDropins(probs, s.dropins.problems())) > 0 {
 		return errDropinsBroken
 	}
 	return nil
@@ -118,11 +137,4 @@ func (s *Supervisor) readDropins(bg context.Context, br fencing.BindingReader) (
 		}
 	}
 	return probs, nil
-}
-
-// dropinsAllowCampaign reports whether the last check found the units
-// bound as required (and one has finished).
-func (s *Supervisor) dropinsAllowCampaign() bool {
-	c := s.dropins.Load()
-	return c != nil && c.checked && len(c.problems) == 0
 }

@@ -26,7 +26,7 @@ const secondLookMin = 200 * time.Millisecond
 func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	start := deadlineNow()
 	hard := start.Add(s.timeout.StopMax())
-	s.fenceNow, s.fenceKind = "", ""
+	s.loop.fenceNow, s.loop.fenceKind = "", ""
 	s.cutAPI()
 	if s.jobs.cur != nil {
 		s.jobs.cur.cancel()
@@ -45,7 +45,7 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 		// and let BindsTo= stop them. Nothing may delay that, not even the
 		// history flush on the way out.
 		s.log.Error("fenced: units NOT confirmed stopped; exiting so that systemd stops them (BindsTo=)", "reason", reason, "took", took.Round(time.Millisecond), "err", err)
-		s.dropHistory()
+		s.history.drop()
 		return &FenceError{Reason: reason, Incomplete: err}
 	}
 	s.term.unitsMayRun.Store(false)
@@ -119,18 +119,6 @@ func (s *Supervisor) pingUntil(ctx context.Context, until time.Time) {
 				return
 			}
 			s.notify("WATCHDOG=1")
-		}
-	}
-}
-
-// dropHistory discards transitions not yet written, so that Run's final
-// flush cannot hold up an exit that must be immediate.
-func (s *Supervisor) dropHistory() {
-	for {
-		select {
-		case <-s.history:
-		default:
-			return
 		}
 	}
 }

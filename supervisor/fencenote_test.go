@@ -38,8 +38,15 @@ func TestSuccessorPublishesItsPredecessorsFence(t *testing.T) {
 	if !found.At.Equal(at) || found.Token != 41 || found.To != group.Fenced || !strings.Contains(found.Reason, "renewal deadline passed") {
 		t.Fatalf("history event %+v: want the fence at %s, token 41, with its reason", *found, at)
 	}
-	// Published once: the note is gone from the run state.
-	got, _, err := (runstate.Store{Dir: w.StateDir("m1")}).Load()
+	// Published once: the note is gone from the run state. The historian
+	// writes the event on its own goroutine while the registration saves
+	// the run state (with an fsync), so the event can be seen first: wait.
+	var got runstate.State
+	var err error
+	waitFor(t, "this incarnation's run state", 5*time.Second, func() bool {
+		got, _, err = (runstate.Store{Dir: w.StateDir("m1")}).Load()
+		return err != nil || got.Incarnation != st.Incarnation
+	})
 	if err != nil || got.Fenced != nil || got.Incarnation == st.Incarnation {
 		t.Fatalf("run state after start-up: %+v (err %v): want this incarnation's, without the note", got, err)
 	}

@@ -61,7 +61,7 @@ func (s *Supervisor) noteProof(li group.LeaderInfo, by time.Time) {
 // after our last write of it: a holder whose units may run fences (the
 // others' barrier relies on that record), anyone else writes it again.
 func (s *Supervisor) checkOwnRecord(o leaderObs) {
-	if o.members == nil || s.memberLease == 0 {
+	if o.members == nil || s.loop.memberLease == 0 {
 		return
 	}
 	if _, ok := o.members[s.cfg.Node]; ok {
@@ -71,8 +71,8 @@ func (s *Supervisor) checkOwnRecord(o leaderObs) {
 	if rev == 0 || o.info.Revision < rev {
 		return // not written yet, or read before our last write
 	}
-	if hold := s.rec.hold.Load(); hold != 0 && o.info.Revision >= hold && s.state.Holding() {
-		s.fenceNow, s.fenceKind = fmt.Sprintf("our member record %s vanished while our units may run", s.keys.Member(s.cfg.Node)), "record_lost"
+	if hold := s.rec.hold.Load(); hold != 0 && o.info.Revision >= hold && s.loop.state.Holding() {
+		s.loop.fenceNow, s.loop.fenceKind = fmt.Sprintf("our member record %s vanished while our units may run", s.keys.Member(s.cfg.Node)), "record_lost"
 		return
 	}
 	s.log.Warn("our member record vanished; writing it again", "key", s.keys.Member(s.cfg.Node))

@@ -16,36 +16,36 @@ func (s *Supervisor) step(bg context.Context) {
 		return
 	}
 	now := s.now()
-	switch s.state {
+	switch s.loop.state {
 	case group.Starting:
-		if s.shutting {
-			launch(s, bg, s.leaveWork(s.memberLease))
-		} else if !now.Before(s.retryAt) {
+		if s.loop.shutting {
+			launch(s, bg, s.leaveWork(s.loop.memberLease))
+		} else if !now.Before(s.loop.retryAt) {
 			launch(s, bg, s.startupWork())
 		}
 	case group.Standby:
 		switch {
-		case s.shutting:
-			launch(s, bg, s.leaveWork(s.memberLease))
-		case s.memberLease == 0:
+		case s.loop.shutting:
+			launch(s, bg, s.leaveWork(s.loop.memberLease))
+		case s.loop.memberLease == 0:
 			s.transition(group.Starting, "member_lease_lost", "member lease lost; re-registering")
 		case len(s.enforceable(now)) > 0:
 			running := s.enforceable(now)
 			s.log.Warn("managed unit running on standby; stopping it", "units", running)
 			launch(s, bg, s.enforceWork(running))
-		case s.leader.Present() && s.leader.Lease == 0:
-			launch(s, bg, s.clearKeyWork(s.leader))
-		case !s.leader.Present() && s.mayCampaign(now):
+		case s.loop.leader.Present() && s.loop.leader.Lease == 0:
+			launch(s, bg, s.clearKeyWork(s.loop.leader))
+		case !s.loop.leader.Present() && s.mayCampaign(now):
 			launch(s, bg, s.acquireWork())
 		}
 	case group.Promoting:
 		// promote job finished without moving us on: only on shutdown.
-		if s.shutting {
+		if s.loop.shutting {
 			s.demote(bg, "shutdown", "shutdown requested", 0)
 		}
 	case group.Active:
 		switch {
-		case s.shutting:
+		case s.loop.shutting:
 			s.demote(bg, "shutdown", "shutdown requested", 0)
 		case s.seen.ctl.Freeze == nil && s.seen.ctl.Handoff != nil && s.seen.ctl.Handoff.Token == s.term.token:
 			to := s.seen.ctl.Handoff.To
@@ -89,37 +89,37 @@ func (s *Supervisor) onShutdown(bg context.Context) (error, bool) {
 
 // transition changes state and tells everyone who listens.
 func (s *Supervisor) transition(to group.State, kind, reason string) {
-	from := s.state
-	if from == to && reason == s.reason {
+	from := s.loop.state
+	if from == to && reason == s.loop.reason {
 		return
 	}
 	s.checkEdge(from, to)
-	s.prevState = from
-	s.state, s.reason, s.since = to, reason, s.now()
+	s.loop.prevState = from
+	s.loop.state, s.loop.reason, s.loop.since = to, reason, s.now()
 	if to != group.Active {
 		s.health.DisarmAll() // only the active leader probes its units (monitor.go)
 	}
 	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.term.token)
 	s.notify("STATUS=" + s.statusLine())
-	s.recordHistory(group.Event{At: s.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token})
+	s.recordHistory(group.Event{At: s.loop.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token})
 	if s.opts.Observer != nil {
-		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token, At: s.since})
+		s.opts.Observer(Transition{Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token, At: s.loop.since})
 	}
 	s.updateSnapshot()
 	offer(s.rec.wake, struct{}{})
 }
 
 func (s *Supervisor) statusLine() string {
-	switch s.state {
+	switch s.loop.state {
 	case group.Active, group.Promoting, group.Demoting:
-		return fmt.Sprintf("%s; token %d, lease valid %.1fs", s.state, s.term.token, s.term.deadline.LeaseLeft(deadlineNow()).Seconds())
+		return fmt.Sprintf("%s; token %d, lease valid %.1fs", s.loop.state, s.term.token, s.term.deadline.LeaseLeft(deadlineNow()).Seconds())
 	case group.Standby:
-		if s.leader.Present() {
-			return fmt.Sprintf("standby; leader %s, token %d", s.leader.Node, s.leader.Token)
+		if s.loop.leader.Present() {
+			return fmt.Sprintf("standby; leader %s, token %d", s.loop.leader.Node, s.loop.leader.Token)
 		}
 		return "standby; no leader"
 	default:
-		return fmt.Sprintf("%s; %s", s.state, s.reason)
+		return fmt.Sprintf("%s; %s", s.loop.state, s.loop.reason)
 	}
 }
 
@@ -137,12 +137,12 @@ func (s *Supervisor) drainRenewals() {
 }
 
 func (s *Supervisor) resetFenceTimer() {
-	if !s.state.Holding() && s.term.elecLease == 0 {
+	if !s.loop.state.Holding() && s.term.elecLease == 0 {
 		return
 	}
 	left := s.term.deadline.Left(deadlineNow())
 	if left < 0 {
 		left = 0
 	}
-	s.fenceTimer.Reset(left)
+	s.loop.fenceTimer.Reset(left)
 }

@@ -43,7 +43,7 @@ func (s *Supervisor) onUnits(bg context.Context, o unitObs) {
 // assessUnits counts failures on the leader: a unit not running, or one
 // systemd restarted since the last look. Reaching the threshold demotes.
 func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
-	if s.state != group.Active {
+	if s.loop.state != group.Active {
 		s.health.DisarmAll() // standbys do not probe
 		return
 	}

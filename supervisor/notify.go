@@ -22,7 +22,7 @@ type statusNote struct {
 // when it changes (a new leader seen from a standby, a new token), STATUS=
 // must follow at once.
 func (s *Supervisor) statusKey() string {
-	return fmt.Sprint(s.state, "|", s.term.token, "|", s.leader.Node, "|", s.leader.Token, "|", s.reason)
+	return fmt.Sprint(s.loop.state, "|", s.term.token, "|", s.loop.leader.Node, "|", s.loop.leader.Token, "|", s.loop.reason)
 }
 
 // refreshStatus sends STATUS= when the facts behind it changed, and every
@@ -106,7 +106,7 @@ func (s *Supervisor) hookEnv(token int64) map[string]string {
 	return map[string]string{
 		"KHA_NODE":          s.cfg.Node,
 		"KHA_CLUSTER":       s.cfg.Cluster,
-		"KHA_ROLE":          string(s.state),
+		"KHA_ROLE":          string(s.loop.state),
 		"KHA_FENCING_TOKEN": fmt.Sprint(token),
 	}
 }

@@ -19,24 +19,24 @@ func (s *Supervisor) onLeader(o leaderObs) {
 	if s.term.token != 0 && o.info.Revision < s.term.token {
 		return // read before we won: stale
 	}
-	s.leader = o.info
+	s.loop.leader = o.info
 	s.notePrevHolder(o.info)
 	s.noteProof(o.info, o.proof)
 	s.checkOwnRecord(o)
 	s.seen.members = o.members
 	s.noteControl(o.ctl)
-	if d := o.ctl.Drill; d != nil && d.Token == s.term.token && s.term.token != 0 && s.state == group.Active && o.ctl.Freeze == nil {
-		s.fenceNow, s.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
+	if d := o.ctl.Drill; d != nil && d.Token == s.term.token && s.term.token != 0 && s.loop.state == group.Active && o.ctl.Freeze == nil {
+		s.loop.fenceNow, s.loop.fenceKind = fmt.Sprintf("failover drill %s: fencing as if renewal had failed", d.ID), "drill"
 	}
 	s.noteLeaselessKey(o.info)
-	if s.state.Holding() && o.info.Token == s.term.token && o.info.Lease != s.term.elecLease && s.state != group.Demoting {
-		s.fenceNow, s.fenceKind = fmt.Sprintf("election key (token %d) is no longer on our lease %x but on %x: it was rewritten by hand", s.term.token, s.term.elecLease, o.info.Lease), "key_lost"
+	if s.loop.state.Holding() && o.info.Token == s.term.token && o.info.Lease != s.term.elecLease && s.loop.state != group.Demoting {
+		s.loop.fenceNow, s.loop.fenceKind = fmt.Sprintf("election key (token %d) is no longer on our lease %x but on %x: it was rewritten by hand", s.term.token, s.term.elecLease, o.info.Lease), "key_lost"
 	}
-	if (s.state == group.Promoting || s.state == group.Active) && o.info.Token != s.term.token {
+	if (s.loop.state == group.Promoting || s.loop.state == group.Active) && o.info.Token != s.term.token {
 		if o.info.Present() {
-			s.fenceNow, s.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.term.token), "key_lost"
+			s.loop.fenceNow, s.loop.fenceKind = fmt.Sprintf("election key taken over by %s (token %d, ours %d)", o.info.Node, o.info.Token, s.term.token), "key_lost"
 		} else {
-			s.fenceNow, s.fenceKind = fmt.Sprintf("election key deleted (our token %d)", s.term.token), "key_lost"
+			s.loop.fenceNow, s.loop.fenceKind = fmt.Sprintf("election key deleted (our token %d)", s.term.token), "key_lost"
 		}
 	}
 }

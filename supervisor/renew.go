@@ -21,28 +21,28 @@ const (
 // onRenewal folds one renewal answer into the fence clock.
 func (s *Supervisor) onRenewal(r renewal) {
 	switch {
-	case r.name == electionLease && r.lease != s.term.elecLease, r.name == memberLease && r.lease != s.memberLease:
+	case r.name == electionLease && r.lease != s.term.elecLease, r.name == memberLease && r.lease != s.loop.memberLease:
 		return // answer for a lease we no longer track
 	case r.err == nil:
 		s.term.deadline.Renewed(r.name, r.sent, r.ttl)
 		s.resetFenceTimer()
 		return
-	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.state == group.Demoting:
+	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.loop.state == group.Demoting:
 		// The demotion releases the lease itself; an answer racing that
 		// release is not a loss. Had someone else revoked it, the next
 		// leader still waits at the barrier for our record to say the
 		// units are down, and the fence clock keeps running regardless.
 		return
 	case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-		if s.state.Holding() {
-			s.fenceNow, s.fenceKind = fmt.Sprintf("%s lease %x no longer exists in etcd (revoked or expired)", r.name, r.lease), "lease_lost"
+		if s.loop.state.Holding() {
+			s.loop.fenceNow, s.loop.fenceKind = fmt.Sprintf("%s lease %x no longer exists in etcd (revoked or expired)", r.name, r.lease), "lease_lost"
 			return
 		}
 		if r.name == memberLease {
 			s.log.Warn("member lease lost while standby; re-registering", "lease", fmt.Sprintf("%x", r.lease))
 			s.stopRenewer(memberLease)
 			s.term.deadline.Forget(memberLease)
-			s.memberLease = 0
+			s.loop.memberLease = 0
 		}
 	default:
 		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.term.deadline.Left(deadlineNow()).Round(time.Millisecond))
@@ -67,7 +67,7 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 		s.rec.lease.Store(int64(lease))
 	}
 	ctx, cancel := context.WithCancel(bg)
-	s.stopRenew[name] = cancel
+	s.loop.stopRenew[name] = cancel
 	every := s.cfg.Lease.RenewInterval
 	go func() {
 		t := time.NewTicker(every)
@@ -101,9 +101,9 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 }
 
 func (s *Supervisor) stopRenewer(name string) {
-	if c := s.stopRenew[name]; c != nil {
+	if c := s.loop.stopRenew[name]; c != nil {
 		c()
-		delete(s.stopRenew, name)
+		delete(s.loop.stopRenew, name)
 	}
 	if name == memberLease {
 		s.rec.lease.Store(0)

@@ -12,9 +12,9 @@ import (
 // once per cooldown: a warning, a history event and a mark in status.
 func (s *Supervisor) mayCampaign(now time.Time) bool {
 	d := decideCampaign(now, s.campaignView())
-	s.overriding = d.Allowed && d.Override
-	if s.overriding && !s.overrideNoted.Equal(s.cooldown) {
-		s.overrideNoted = s.cooldown
+	s.loop.overriding = d.Allowed && d.Override
+	if s.loop.overriding && !s.loop.overrideNoted.Equal(s.loop.cooldown) {
+		s.loop.overrideNoted = s.loop.cooldown
 		s.log.Warn("campaigning despite the cooldown: no other member is eligible", "why", d.Why)
 		s.recordHistory(group.Event{At: now, Node: s.cfg.Node, From: group.Standby, To: group.Standby, Kind: "cooldown_override", Reason: d.Why})
 	}

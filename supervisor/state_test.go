@@ -77,7 +77,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 			s.startupDone(bg, outcome[registration]{err: errors.New("etcd down")})
 		}, group.Starting},
 		{"left before registering", group.Starting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.leaveDone(bg, outcome[struct{}]{}) }, group.Stopped},
-		{"member lease lost", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.memberLease = 0; s.step(bg) }, group.Starting},
+		{"member lease lost", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.loop.memberLease = 0; s.step(bg) }, group.Starting},
 		{"lost the campaign", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) {
 			s.acquireDone(bg, outcome[acquireResult]{val: acquireResult{leader: group.LeaderInfo{Node: "m2", Token: 5, Lease: 3}}})
 		}, group.Standby},
@@ -95,7 +95,7 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 		{"fenced while active", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "key_lost", "test") }, group.Fencing},
 		{"released", group.Demoting, func(t *testing.T, s *Supervisor, bg context.Context) { s.demoteDone(bg, outcome[struct{}]{}) }, group.Standby},
 		{"released on shutdown, then left", group.Demoting, func(t *testing.T, s *Supervisor, bg context.Context) {
-			s.shutting = true
+			s.loop.shutting = true
 			s.demoteDone(bg, outcome[struct{}]{})
 			if _, exit := finishJob(t, s, bg); !exit {
 				t.Fatal("Run would not return after leaving")
@@ -106,8 +106,8 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 				t.Fatal("Run would not return after the fence")
 			}
 		}, group.Fencing},
-		{"shut down while active", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) { s.shutting = true; s.step(bg) }, group.Demoting},
-		{"elected during shutdown", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.shutting = true; s.acquireDone(bg, won) }, group.Demoting},
+		{"shut down while active", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) { s.loop.shutting = true; s.step(bg) }, group.Demoting},
+		{"elected during shutdown", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.loop.shutting = true; s.acquireDone(bg, won) }, group.Demoting},
 	}
 	taken := map[[2]group.State]bool{}
 	for _, c := range cases {
@@ -115,13 +115,13 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 			s, _, bg := newOffline(t, nil)
 			var seen []Transition
 			s.opts.Observer = func(tr Transition) { seen = append(seen, tr) }
-			s.state, s.memberLease = c.from, 7
+			s.loop.state, s.loop.memberLease = c.from, 7
 			if c.from.Holding() {
 				s.term.elecLease, s.term.token = 9, 42
 			}
 			c.drive(t, s, bg)
-			if s.state != c.want {
-				t.Fatalf("state %s, want %s", s.state, c.want)
+			if s.loop.state != c.want {
+				t.Fatalf("state %s, want %s", s.loop.state, c.want)
 			}
 			if n := s.BadTransitions(); n != 0 {
 				t.Fatalf("%d transitions not in the table: %+v", n, seen)

@@ -95,19 +95,19 @@ func (s *Supervisor) updateSnapshot() {
 	s.term.view.publish(s.describeTerm())
 	s.snap.mu.Lock()
 	defer s.snap.mu.Unlock()
-	s.snap.st.State, s.snap.st.From, s.snap.st.Reason, s.snap.st.Since = s.state, s.snap.st.State, s.reason, s.since
-	if s.snap.st.From == s.state {
-		s.snap.st.From = s.prevState
+	s.snap.st.State, s.snap.st.From, s.snap.st.Reason, s.snap.st.Since = s.loop.state, s.snap.st.State, s.loop.reason, s.loop.since
+	if s.snap.st.From == s.loop.state {
+		s.snap.st.From = s.loop.prevState
 	}
-	s.snap.st.Leader, s.snap.st.LeaderToken = s.leader.Node, s.leader.Token
+	s.snap.st.Leader, s.snap.st.LeaderToken = s.loop.leader.Node, s.loop.leader.Token
 	s.snap.st.Token = s.term.token
 	if s.watch.last != nil {
 		s.snap.st.Units = s.watch.last
 	}
-	s.snap.st.CooldownUntil = s.cooldown
+	s.snap.st.CooldownUntil = s.loop.cooldown
 	s.snap.st.LastTick = s.now()
 	s.snap.st.Frozen, s.snap.st.Banned = s.seen.ctl.Freeze != nil, s.seen.ctl.Banned(s.cfg.Node)
-	s.snap.st.CooldownOverride = s.overriding && s.now().Before(s.cooldown)
+	s.snap.st.CooldownOverride = s.loop.overriding && s.now().Before(s.loop.cooldown)
 	s.snap.st.Eligible = s.eligible(s.now())
 	s.snap.st.Problems = append([]string(nil), s.seen.ctl.Unreadable...)
 	if s.seen.keyProblem != "" {

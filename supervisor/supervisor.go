@@ -99,6 +99,11 @@ func (e *FenceError) Error() string {
 }
 
 // Supervisor is one member. Create with New, then call Run once.
+//
+// Each field's owner shows in its type: the first group is set by New and
+// only read afterwards (any goroutine); loop-owned types are read and
+// written by the loop goroutine only; the observers are small types that
+// own their state and say in their own comment who may touch it.
 type Supervisor struct {
 	cfg     config.Config
 	cli     *clientv3.Client
@@ -120,35 +125,41 @@ type Supervisor struct {
 	jobs  jobSlot   // the one job at a time (jobs.go): loop-owned
 	term  term      // the current term (term.go): loop-owned, published as a fencing.Term
 
-	// Owned by the loop goroutine.
-	state         group.State
-	memberLease   clientv3.LeaseID
-	leader        group.LeaderInfo
-	cooldown      time.Time
-	shutting      bool
-	fenceTimer    *time.Timer
-	stopRenew     map[string]context.CancelFunc
-	fenceNow      string    // set by a handler that saw the lease lost: fence at once
-	fenceKind     string    // short label for fenceNow (metrics)
-	retryAt       time.Time // earliest next start-up attempt after a failure
-	reason        string
-	since         time.Time
-	overriding    bool      // the last campaign decision overrode our cooldown
-	overrideNoted time.Time // the cooldown whose override was reported
+	loop loopState // the lifecycle's own state (below): loop-owned
 
+	// Observers and outlets, each with its own goroutine or lock.
 	rec            recordWriter // how our record reaches etcd (publish.go)
-	history        chan group.Event
-	notes          notifier // sd_notify (notify.go)
-	prevState      group.State
+	history        *historian   // the group history's writer (history.go)
+	notes          notifier     // sd_notify (notify.go)
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
-	dropins        atomic.Pointer[dropinCheck]
-	health         *health.Set // the units' health probes, armed on the leader only (monitor.go); nil: none
+	dropins        dropinWatch  // the units' bindings as last checked (dropins.go)
+	health         *health.Set  // the units' health probes, armed on the leader only (monitor.go); nil: none
 
 	in inbox // the channels into the loop
 
 	kept keptState // what a restarted successor reads (incarnation.go)
 
 	snap statusSnap // the loop's copy of itself for other goroutines (status.go)
+}
+
+// loopState is the lifecycle's own state: only the loop goroutine reads or
+// writes it (other goroutines see it through statusSnap and the Term).
+type loopState struct {
+	state         group.State
+	prevState     group.State // the state before the last transition
+	reason        string      // why we are in state
+	since         time.Time   // when we entered it
+	memberLease   clientv3.LeaseID
+	leader        group.LeaderInfo // the election key's holder as last seen
+	cooldown      time.Time
+	overriding    bool      // the last campaign decision overrode our cooldown
+	overrideNoted time.Time // the cooldown whose override was reported
+	shutting      bool
+	retryAt       time.Time // earliest next start-up attempt after a failure
+	fenceTimer    *time.Timer
+	stopRenew     map[string]context.CancelFunc
+	fenceNow      string // set by a handler that saw the lease lost: fence at once
+	fenceKind     string // short label for fenceNow (metrics)
 }
 
 // inbox is the channels into the loop: the observer goroutines and the
@@ -191,21 +202,20 @@ func New(o Options) (*Supervisor, error) {
 	}
 	s := &Supervisor{
 		cfg: c, cli: o.Client, clock: o.Clock, pool: o.Pool, units: o.Units, opts: o,
-		log:       o.Log.With("node", c.Node, "cluster", c.Cluster),
-		keys:      group.NewKeys(c.Etcd.Prefix, c.Cluster),
-		window:    w,
-		timeout:   c.Timeouts(),
-		inc:       group.NewID(),
-		state:     group.Starting,
-		stopRenew: map[string]context.CancelFunc{},
-		in:        newInbox(),
-		watch:     unitWatch{restarts: map[string]uint32{}, startPre: map[string]time.Time{}},
-		rec:       recordWriter{wake: make(chan struct{}, 1)},
-		history:   make(chan group.Event, 64),
-		since:     o.Clock.Now(),
+		log:     o.Log.With("node", c.Node, "cluster", c.Cluster),
+		keys:    group.NewKeys(c.Etcd.Prefix, c.Cluster),
+		window:  w,
+		timeout: c.Timeouts(),
+		inc:     group.NewID(),
+		loop:    loopState{state: group.Starting, stopRenew: map[string]context.CancelFunc{}, since: o.Clock.Now()},
+		in:      newInbox(),
+		watch:   unitWatch{restarts: map[string]uint32{}, startPre: map[string]time.Time{}},
+		rec:     recordWriter{wake: make(chan struct{}, 1)},
 	}
 	s.term.deadline = fencing.NewDeadline(w)
 	s.notes = newNotifier(o.Notify, s.log)
+	s.history = &historian{queue: make(chan group.Event, 64), cli: o.Client, keys: s.keys, retain: c.History.Retain,
+		timeout: c.Etcd.RequestTimeout, retry: c.Units.PollInterval, log: s.log}
 	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout, log: s.log}
 	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout}
 	hs, err := newHealthSet(c)
@@ -234,16 +244,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// Background work lives until Run returns, independent of ctx, because
 	// a graceful stop still needs etcd and systemd after ctx is cancelled.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer s.flushHistory()
+	defer s.history.flush()
 	defer stopBG()
 	defer func() {
-		for _, c := range s.stopRenew {
+		for _, c := range s.loop.stopRenew {
 			c()
 		}
 	}()
 
-	s.fenceTimer = time.NewTimer(time.Hour)
-	s.fenceTimer.Stop()
+	s.loop.fenceTimer = time.NewTimer(time.Hour)
+	s.loop.fenceTimer.Stop()
 	tick := time.NewTicker(tickEvery)
 	defer tick.Stop()
 
@@ -251,7 +261,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.observeUnits(bg)
 	go s.publisher(bg)
 	go s.notes.run(bg)
-	go s.historian(bg)
+	go s.history.run(bg)
 	go s.watchPeers(bg)
 	go s.scanStrays(bg)
 	go s.checkDropins(bg)
@@ -261,9 +271,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		select {
 		case <-done:
 			done = nil
-			s.shutting = true
+			s.loop.shutting = true
 			s.notify("STOPPING=1")
-			s.log.Info("shutdown requested", "state", s.state)
+			s.log.Info("shutdown requested", "state", s.loop.state)
 			if err, exit := s.onShutdown(bg); exit {
 				return err
 			}
@@ -278,17 +288,17 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			if err, exit := s.onJobDone(bg, r); exit {
 				return err
 			}
-		case <-s.fenceTimer.C:
+		case <-s.loop.fenceTimer.C:
 			// handled by the deadline check below
 		}
-		if s.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
+		if s.loop.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
 			s.drainRenewals()
 		}
-		if s.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
+		if s.loop.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
 			return s.fenceNoted(bg, "deadline", "renewal deadline passed: lease can no longer be proven")
 		}
-		if s.fenceNow != "" {
-			return s.fenceNoted(bg, s.fenceKind, s.fenceNow)
+		if s.loop.fenceNow != "" {
+			return s.fenceNoted(bg, s.loop.fenceKind, s.loop.fenceNow)
 		}
 		s.step(bg)
 		s.updateSnapshot()

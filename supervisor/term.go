@@ -84,10 +84,10 @@ func termOpen(state group.State, token int64, gateClosed bool) bool {
 // describeTerm is the loop's description of the term: the fence instant
 // only while the member holds the key (Holding), as status always showed.
 func (s *Supervisor) describeTerm() fencing.Term {
-	t := fencing.Term{Node: s.cfg.Node, Cluster: s.cfg.Cluster, State: string(s.state),
-		Leader: s.leader.Node, LeaderToken: s.leader.Token, Token: s.term.token,
-		Open: termOpen(s.state, s.term.token, s.term.gate.closed.Load()), StopMax: s.timeout.StopMax()}
-	if !s.state.Holding() {
+	t := fencing.Term{Node: s.cfg.Node, Cluster: s.cfg.Cluster, State: string(s.loop.state),
+		Leader: s.loop.leader.Node, LeaderToken: s.loop.leader.Token, Token: s.term.token,
+		Open: termOpen(s.loop.state, s.term.token, s.term.gate.closed.Load()), StopMax: s.timeout.StopMax()}
+	if !s.loop.state.Holding() {
 		return t
 	}
 	return s.term.deadline.Term(t)

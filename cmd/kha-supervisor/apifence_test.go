@@ -13,7 +13,6 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/group"
-	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
 // TestAPIFenceManifestsWebhook: --webhook prints RBAC, the parameter and
@@ -81,25 +80,6 @@ func writeTemp(t *testing.T, dir, name, body string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// TestAPIFenceHealthzLine: /healthz says the mode, the token the
-// apiservers hold and whether it is the elected term's.
-func TestAPIFenceHealthzLine(t *testing.T) {
-	for _, c := range []struct {
-		st   *supervisor.APIFenceStatus
-		want string
-	}{
-		{nil, ""},
-		{&supervisor.APIFenceStatus{Mode: "gate"}, "api_fence: mode gate (the apiservers check no token)"},
-		{&supervisor.APIFenceStatus{Mode: "token", Token: 101, Term: 101, Matches: true}, "api_fence: mode token; the apiservers hold token 101, the elected term's"},
-		{&supervisor.APIFenceStatus{Mode: "token", Token: 100, Term: 101, Down: []string{"https://10.0.0.2:6443"}},
-			"api_fence: mode token; the apiservers hold token 100, the elected term's is 101: MISMATCH (the leader's units' writes are refused until it publishes); apiservers down (gates skip them): https://10.0.0.2:6443"},
-	} {
-		if got := apiFenceLine(c.st); got != c.want {
-			t.Errorf("%+v:\n got %q\nwant %q", c.st, got, c.want)
-		}
-	}
 }
 
 // TestAPIFenceClusterLine: the cluster table's line, from the records.

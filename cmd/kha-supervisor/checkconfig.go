@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kha-supervisor/kha-supervisor/daemon"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -31,7 +32,7 @@ func checkConfig(e env, configFile string) int {
 }
 
 // checkConfigPath checks the file at path and the installed units it
-// relies on (checkInstalled: the supervisor unit's WatchdogSec, the managed
+// relies on (daemon.CheckInstalled: the supervisor unit's WatchdogSec, the managed
 // units' TimeoutStopSec), then prints the effective configuration and what
 // was found.
 func checkConfigPath(e env, path string) int {
@@ -40,8 +41,8 @@ func checkConfigPath(e env, path string) int {
 		fmt.Fprintf(e.stderr, "kha-supervisor: %v\n", err)
 		return exitConfig
 	}
-	r, closeReader := openUnitReader(e.ctx)
-	uc := checkInstalled(cfg, r)
+	r, closeReader := daemon.OpenUnitReader(e.ctx)
+	uc := daemon.CheckInstalled(cfg, r)
 	closeReader()
 	if uc.Refusal != nil {
 		fmt.Fprintf(e.stderr, "kha-supervisor: %v\n", uc.Refusal)

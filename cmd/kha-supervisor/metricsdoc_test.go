@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kha-supervisor/kha-supervisor/daemon"
 	"github.com/kha-supervisor/kha-supervisor/internal/metricdoc"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
@@ -52,7 +53,7 @@ func registered(t *testing.T) (vars map[string][]string, consts map[string]strin
 	if _, err := httpapi.NewGroupMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	reg.MustRegister(health.NewCollector(nil), newAPIFenceCollector(config.APIFenceToken, nil, nil, nil))
+	reg.MustRegister(health.NewCollector(nil), daemon.DescribeAPIFence(config.APIFenceToken))
 	vars, consts = map[string][]string{}, map[string]string{}
 	for _, d := range rec.descs {
 		m := descRe.FindStringSubmatch(d.String())

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -718,22 +717,38 @@ func execPaths(v godbus.Variant) ([]string, error) {
 	return out, nil
 }
 
+// properties reads a unit's properties: its unit properties when typ is
+// "", else those of its type ("Service"). The one place the bindings and
+// the installed-unit reader (unitread.go) ask systemd.
+func (s *Units) properties(ctx context.Context, unit, typ string) (map[string]any, error) {
+	var props map[string]any
+	err := s.do(ctx, "properties "+unit, func(c *sd.Conn) error {
+		var err error
+		if typ == "" {
+			props, err = c.GetUnitPropertiesContext(ctx, unit)
+		} else {
+			props, err = c.GetUnitTypePropertiesContext(ctx, unit, typ)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("systemd: read properties of %s: %w", unit, err)
+	}
+	return props, nil
+}
+
 // Bindings implements fencing.BindingReader: BindsTo, After, ExecStartPre,
 // TimeoutStopUSec, KillMode and SendSIGKILL of each unit, as loaded.
 func (s *Units) Bindings(ctx context.Context, units []string) (map[string]fencing.Binding, error) {
 	out := map[string]fencing.Binding{}
 	for _, unit := range units {
-		var up, sp map[string]any
-		err := s.do(ctx, "properties "+unit, func(c *sd.Conn) error {
-			var err error
-			if up, err = c.GetUnitPropertiesContext(ctx, unit); err != nil {
-				return err
-			}
-			sp, err = c.GetUnitTypePropertiesContext(ctx, unit, "Service")
-			return err
-		})
+		up, err := s.properties(ctx, unit, "")
 		if err != nil {
-			return nil, fmt.Errorf("systemd: read properties of %s: %w", unit, err)
+			return nil, err
+		}
+		sp, err := s.properties(ctx, unit, "Service")
+		if err != nil {
+			return nil, err
 		}
 		b := fencing.Binding{Unit: unit}
 		b.BindsTo, _ = up["BindsTo"].([]string)
@@ -741,11 +756,7 @@ func (s *Units) Bindings(ctx context.Context, units []string) (map[string]fencin
 		b.KillMode, _ = sp["KillMode"].(string)
 		b.SendSIGKILL, _ = sp["SendSIGKILL"].(bool)
 		if us, ok := sp["TimeoutStopUSec"].(uint64); ok {
-			if us >= uint64(math.MaxInt64/int64(time.Microsecond)) {
-				b.TimeoutStop = time.Duration(math.MaxInt64) // infinity
-			} else {
-				b.TimeoutStop = time.Duration(us) * time.Microsecond
-			}
+			b.TimeoutStop = usecDuration(us) // 0: infinity
 		}
 		if lines, ok := sp["ExecStartPre"].([][]any); ok {
 			for _, l := range lines {

@@ -25,6 +25,7 @@ var roots = []struct {
 }{
 	{"../../supervisor", true},
 	{"../../fencing", true},
+	{"../../daemon", true},
 	{"../../group", false},
 }
 

@@ -12,7 +12,7 @@ import (
 // with the row that documents them (CAPITALS for the variable parts).
 var dynamicMessages = map[string]string{
 	"cmd/kha-supervisor/reload.go": "reload: KEY changed but cannot change while running; restart kha-supervisor to apply it",
-	"cmd/kha-supervisor/run.go":    "TIME DAEMON may slew the clock by N ppm (...), more than lease.clock_rate_error R (M ppm): ...",
+	"daemon/run.go":                "TIME DAEMON may slew the clock by N ppm (...), more than lease.clock_rate_error R (M ppm): ...",
 }
 
 var row = regexp.MustCompile("(?m)^\\| (ERROR|WARN) \\| `((?:[^`\\\\]|\\\\.)+)` \\| ([^|]|\\\\\\|)+\\| .+ \\|$")

@@ -55,6 +55,10 @@ const (
 	APIFenceToken = "token"
 )
 
+// APIFenceModes are the values of api_fence.mode, in the order status and
+// metrics list them.
+var APIFenceModes = []string{APIFenceOff, APIFenceGate, APIFenceToken}
+
 // DefaultAPIFence is the section's default: off.
 func DefaultAPIFence() APIFence {
 	return APIFence{

@@ -1,10 +1,11 @@
-package main
+package systemd
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,68 +14,55 @@ import (
 	"strings"
 	"time"
 
-	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/coreos/go-systemd/v22/util"
 )
+
+// ServiceTimes are the settings of one installed service that the fence
+// window depends on, as the next start of the unit will use them.
+type ServiceTimes struct {
+	Found       bool          // the unit is installed (systemd knows it, or a unit file exists)
+	Watchdog    time.Duration // WatchdogSec; 0: no watchdog
+	TimeoutStop time.Duration // TimeoutStopSec; 0: infinity
+	From        string        // where the values were read, for messages
+	// WatchdogFile is the file whose WatchdogSec= assignment won, when
+	// the values came from files; "" otherwise.
+	WatchdogFile string
+}
+
+// UnitReader reads a service's effective settings: from systemd when it
+// runs, else from the unit file and its drop-ins. Tests inject their own.
+type UnitReader interface {
+	Service(unit string) (ServiceTimes, error)
+}
 
 // systemdDefaultTimeoutStop is DefaultTimeoutStopSec when system.conf does
 // not change it.
 const systemdDefaultTimeoutStop = 90 * time.Second
 
-// unitDirs are the system unit directories, highest priority first
+// UnitDirs are the system unit directories, highest priority first
 // (systemd.unit(5); generator directories left out: they need systemd).
-var unitDirs = []string{
+var UnitDirs = []string{
 	"/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
 	"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
 }
 
-// openUnitReader returns how to read installed units here: systemd over
+// OpenUnitReader returns how to read installed units here: systemd over
 // D-Bus when it runs (TimeoutStopUSec as `systemctl show` reports it, and
 // WatchdogSec from the files systemd names, FragmentPath and DropInPaths),
-// else the unit files and their drop-ins. A variable so that
-// tests can inject a reader. close releases what the reader holds.
-var openUnitReader = func(ctx context.Context) (r unitReader, close func()) {
-	files := fileReader{dirs: unitDirs}
+// else the unit files and their drop-ins. close releases what the reader
+// holds.
+func OpenUnitReader(ctx context.Context) (r UnitReader, close func()) {
+	files := FileReader{Dirs: UnitDirs}
 	if !util.IsRunningSystemd() {
 		return files, func() {}
 	}
-	conn, err := connectSystemd(ctx)
+	// The system bus, as systemctl show asks as any user; quiet: a
+	// failure to read is the caller's to report.
+	u, err := New(ctx, "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return fallbackReader{files: files, why: err.Error()}, func() {}
 	}
-	return systemdReader{ctx: ctx, conn: conn, files: files}, conn.Close
-}
-
-// connectSystemd connects to the system bus within 10 s. The connection
-// lives as long as ctx (go-systemd closes it when ctx ends), so the timeout
-// is a timer here, not a shorter context; a connection that arrives after
-// it is closed unused.
-func connectSystemd(ctx context.Context) (*sd.Conn, error) {
-	type result struct {
-		c   *sd.Conn
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, err := sd.NewSystemConnectionContext(ctx)
-		done <- result{c, err}
-	}()
-	timer := time.NewTimer(10 * time.Second)
-	defer timer.Stop()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			return nil, fmt.Errorf("connect to the system bus: %w", r.err)
-		}
-		return r.c, nil
-	case <-timer.C:
-		go func() {
-			if r := <-done; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, errors.New("connect to the system bus: no answer within 10s")
-	}
+	return systemdReader{ctx: ctx, units: u, files: files}, u.Close
 }
 
 // systemdReader asks the running systemd which files make up a unit
@@ -86,19 +74,19 @@ func connectSystemd(ctx context.Context) (*sd.Conn, error) {
 // uses once systemd is reloaded (install-dropins reloads it).
 type systemdReader struct {
 	ctx   context.Context
-	conn  *sd.Conn
-	files fileReader
+	units *Units
+	files FileReader
 }
 
-func (r systemdReader) Service(unit string) (serviceTimes, error) {
+func (r systemdReader) Service(unit string) (ServiceTimes, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 	defer cancel()
-	props, err := r.conn.GetUnitPropertiesContext(ctx, unit)
+	props, err := r.units.properties(ctx, unit, "")
 	if err != nil {
-		return serviceTimes{}, fmt.Errorf("systemd: %w", err)
+		return ServiceTimes{}, err
 	}
 	if ls, _ := props["LoadState"].(string); ls == "not-found" || ls == "masked" {
-		return serviceTimes{}, nil
+		return ServiceTimes{}, nil
 	}
 	if reload, _ := props["NeedDaemonReload"].(bool); reload {
 		st, err := r.files.Service(unit)
@@ -108,27 +96,28 @@ func (r systemdReader) Service(unit string) (serviceTimes, error) {
 	fragment, _ := props["FragmentPath"].(string)
 	dropins, _ := props["DropInPaths"].([]string)
 	if fragment == "" {
-		return serviceTimes{}, fmt.Errorf("systemd: %s has no unit file (FragmentPath)", unit)
+		return ServiceTimes{}, fmt.Errorf("systemd: %s has no unit file (FragmentPath)", unit)
 	}
 	st, err := fromFiles(append([]string{fragment}, dropins...))
 	if err != nil {
-		return serviceTimes{}, err
+		return ServiceTimes{}, err
 	}
-	sp, err := r.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
+	sp, err := r.units.properties(ctx, unit, "Service")
 	if err != nil {
-		return serviceTimes{}, fmt.Errorf("systemd: %w", err)
+		return ServiceTimes{}, err
 	}
 	stop, ok := sp["TimeoutStopUSec"].(uint64)
 	if !ok {
-		return serviceTimes{}, errors.New("systemd: TimeoutStopUSec missing")
+		return ServiceTimes{}, errors.New("systemd: TimeoutStopUSec missing")
 	}
-	st.TimeoutStop = usec(stop)
+	st.TimeoutStop = usecDuration(stop)
 	st.From = "systemd: " + strings.TrimPrefix(st.From, "unit files ")
 	return st, nil
 }
 
-// usec converts a systemd usec_t; infinity becomes 0.
-func usec(v uint64) time.Duration {
+// usecDuration converts a systemd usec_t (TimeoutStopUSec); infinity
+// becomes 0, as fencing.Binding and ServiceTimes mean it.
+func usecDuration(v uint64) time.Duration {
 	if v == math.MaxUint64 || v > math.MaxInt64/1000 {
 		return 0
 	}
@@ -137,43 +126,43 @@ func usec(v uint64) time.Duration {
 
 // fallbackReader reads the files and says why systemd was not asked.
 type fallbackReader struct {
-	files fileReader
+	files FileReader
 	why   string
 }
 
-func (r fallbackReader) Service(unit string) (serviceTimes, error) {
+func (r fallbackReader) Service(unit string) (ServiceTimes, error) {
 	st, err := r.files.Service(unit)
 	st.From += " (systemd not asked: " + r.why + ")"
 	return st, err
 }
 
-// fileReader reads a service's unit file and drop-ins the way systemd
+// FileReader reads a service's unit file and drop-ins the way systemd
 // merges them: the unit file from the highest-priority directory holding
 // it, then every UNIT.d/*.conf (and TEMPLATE@.service.d/*.conf for an
 // instance) in the order of their file names, a name in a higher directory
 // hiding the same name in a lower one; the last assignment wins and an
 // empty one resets the default.
-type fileReader struct {
-	dirs []string
+type FileReader struct {
+	Dirs []string // highest priority first (UnitDirs)
 }
 
-func (f fileReader) Service(unit string) (serviceTimes, error) {
+func (f FileReader) Service(unit string) (ServiceTimes, error) {
 	main := ""
-	for _, d := range f.dirs {
+	for _, d := range f.Dirs {
 		if st, err := os.Stat(filepath.Join(d, unit)); err == nil && st.Mode().IsRegular() {
 			main = filepath.Join(d, unit)
 			break
 		}
 	}
 	if main == "" {
-		return serviceTimes{From: "unit files"}, nil
+		return ServiceTimes{From: "unit files"}, nil
 	}
 	dropDirs := []string{unit + ".d"}
 	if at := strings.IndexByte(unit, '@'); at >= 0 {
 		dropDirs = append([]string{unit[:at+1] + filepath.Ext(unit) + ".d"}, dropDirs...)
 	}
 	byName := map[string]string{}
-	for _, d := range f.dirs {
+	for _, d := range f.Dirs {
 		for _, dd := range dropDirs {
 			ms, _ := filepath.Glob(filepath.Join(d, dd, "*.conf"))
 			for _, m := range ms {
@@ -196,11 +185,11 @@ func (f fileReader) Service(unit string) (serviceTimes, error) {
 }
 
 // fromFiles merges a unit file and its drop-ins, in the order given.
-func fromFiles(files []string) (serviceTimes, error) {
-	st := serviceTimes{Found: true, TimeoutStop: systemdDefaultTimeoutStop, From: "unit files " + strings.Join(files, ", ")}
+func fromFiles(files []string) (ServiceTimes, error) {
+	st := ServiceTimes{Found: true, TimeoutStop: systemdDefaultTimeoutStop, From: "unit files " + strings.Join(files, ", ")}
 	for _, p := range files {
 		if err := st.readFile(p); err != nil {
-			return serviceTimes{}, err
+			return ServiceTimes{}, err
 		}
 	}
 	return st, nil
@@ -208,7 +197,7 @@ func fromFiles(files []string) (serviceTimes, error) {
 
 // readFile applies one unit file's [Service] WatchdogSec=, TimeoutStopSec=
 // and TimeoutSec= (which sets the stop timeout too).
-func (st *serviceTimes) readFile(path string) error {
+func (st *ServiceTimes) readFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -245,7 +234,7 @@ func (st *serviceTimes) readFile(path string) error {
 			*dst = reset
 			continue
 		}
-		d, err := parseSystemdSpan(val)
+		d, err := ParseSpan(val)
 		if err != nil {
 			return fmt.Errorf("%s:%d: %s=%s: %w", path, n, key, val, err)
 		}
@@ -265,10 +254,10 @@ var spanUnits = map[string]time.Duration{
 	"w": 7 * 24 * time.Hour, "week": 7 * 24 * time.Hour, "weeks": 7 * 24 * time.Hour,
 }
 
-// parseSystemdSpan parses a systemd time span ("2s", "1min 30s", "1.5s",
+// ParseSpan parses a systemd time span ("2s", "1min 30s", "1.5s",
 // "500ms", a bare number of seconds); "infinity" is 0, as systemd means
 // for timeouts.
-func parseSystemdSpan(s string) (time.Duration, error) {
+func ParseSpan(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, errors.New("empty time span")

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -6,10 +6,6 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
-
-// apiFenceModes are the values of api_fence.mode; kha_api_fence_mode has a
-// series for each (1 for the configured one).
-var apiFenceModes = []string{config.APIFenceOff, config.APIFenceGate, config.APIFenceToken}
 
 // apiFenceCollector exports the fence at the API server, read at scrape
 // time from the supervisor's status and the fence itself.
@@ -20,6 +16,13 @@ type apiFenceCollector struct {
 	apiserver []string // configured, for kha_api_fence_apiserver_down
 
 	modeD, tokenD, termD, matchD, handoverD, handoverAtD, downD, decisionsD *prometheus.Desc
+}
+
+// DescribeAPIFence is the API fence's collector with no fence or
+// supervisor behind it, for listing its metrics (the metrics table's test):
+// Run registers the same.
+func DescribeAPIFence(mode string) prometheus.Collector {
+	return newAPIFenceCollector(mode, nil, nil, nil)
 }
 
 func newAPIFenceCollector(mode string, f *apiFence, status func() supervisor.Status, apiservers []string) *apiFenceCollector {
@@ -48,7 +51,7 @@ func (c *apiFenceCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for _, m := range apiFenceModes {
+	for _, m := range config.APIFenceModes {
 		gauge(c.modeD, b2f(m == c.mode), m)
 	}
 	if c.fence == nil {

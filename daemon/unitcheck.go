@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -8,39 +8,25 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/fencing/systemd"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
-// serviceTimes are the settings of one installed service that the fence
-// window depends on.
-type serviceTimes struct {
-	Found       bool          // the unit is installed (systemd knows it, or a unit file exists)
-	Watchdog    time.Duration // WatchdogSec; 0: no watchdog
-	TimeoutStop time.Duration // TimeoutStopSec; 0: infinity
-	From        string        // where the values were read, for messages
-	// WatchdogFile is the file whose WatchdogSec= assignment won, when
-	// the values came from files; "" otherwise.
-	WatchdogFile string
-}
+// OpenUnitReader is how the installed units are read: systemd's reader
+// (fencing/systemd). A variable so that tests can inject one.
+var OpenUnitReader = systemd.OpenUnitReader
 
-// unitReader reads a service's effective settings: from systemd when it
-// runs, else from the unit file and its drop-ins. Injected so that tests
-// need neither.
-type unitReader interface {
-	Service(unit string) (serviceTimes, error)
-}
-
-// unitCheck is what checkInstalled found: the refusal `run` would give
+// UnitCheck is what CheckInstalled found: the refusal `run` would give
 // (nil when none), notes worth printing either way, and warnings about
 // checks that could not be made (a unit whose settings could not be read).
-type unitCheck struct {
+type UnitCheck struct {
 	Refusal  error
 	Notes    []string
 	Warnings []string
 }
 
-// checkInstalled applies to the installed units the rules the fence window
+// CheckInstalled applies to the installed units the rules the fence window
 // needs beyond the configuration file: the supervisor unit's WatchdogSec
 // must leave two renew intervals (the margin after S_max is
 // max(lease.slack, WatchdogSec)), and every managed unit's TimeoutStopSec
@@ -48,8 +34,8 @@ type unitCheck struct {
 // alone stops them, and a longer timeout would let them outlive the lease).
 // check-config and run both call it, so they refuse alike and with the same
 // message. A unit that is not installed is noted, not refused.
-func checkInstalled(cfg config.Config, r unitReader) unitCheck {
-	var uc unitCheck
+func CheckInstalled(cfg config.Config, r systemd.UnitReader) UnitCheck {
+	var uc UnitCheck
 	if err := uc.supervisor(cfg, r); err != nil {
 		uc.Refusal = err
 		return uc
@@ -63,11 +49,11 @@ func checkInstalled(cfg config.Config, r unitReader) unitCheck {
 	return uc
 }
 
-func (uc *unitCheck) note(format string, args ...any) {
+func (uc *UnitCheck) note(format string, args ...any) {
 	uc.Notes = append(uc.Notes, fmt.Sprintf(format, args...))
 }
 
-func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
+func (uc *UnitCheck) supervisor(cfg config.Config, r systemd.UnitReader) error {
 	unit := dropin.SupervisorUnit
 	want := cfg.SelectedProfile().Watchdog
 	st, err := r.Service(unit)
@@ -94,7 +80,7 @@ func (uc *unitCheck) supervisor(cfg config.Config, r unitReader) error {
 	return nil
 }
 
-func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error {
+func (uc *UnitCheck) managed(cfg config.Config, r systemd.UnitReader, unit string) error {
 	limit := cfg.Units.StopTimeout
 	st, err := r.Service(unit)
 	switch {
@@ -105,7 +91,7 @@ func (uc *unitCheck) managed(cfg config.Config, r unitReader, unit string) error
 		uc.note("%s is not installed here; TimeoutStopSec not checked", unit)
 		return nil
 	}
-	if st.TimeoutStop == 0 || st.TimeoutStop > limit {
+	if !fencing.StopTimeoutFits(st.TimeoutStop, limit) {
 		return fmt.Errorf("%s: TimeoutStopSec=%s (%s) is longer than units.stop_timeout %s: with the supervisor gone systemd alone stops the unit and would let it outlive the lease (S_max = units.stop_timeout + units.kill_grace = %s); run refuses to start. Fix: kha-supervisor install-dropins (writes TimeoutStopSec=%s)",
 			unit, timeout(st.TimeoutStop), st.From, limit, fencing.Timeouts{Stop: limit, KillGrace: cfg.Units.KillGrace}.StopMax(), dropin.Seconds(limit))
 	}
@@ -150,16 +136,16 @@ func timeout(d time.Duration) string {
 	return d.String()
 }
 
-// checkUnitsAtStart is checkInstalled at `run` start-up, with the
+// CheckUnitsAtStart is CheckInstalled at `run` start-up, with the
 // watchdog systemd actually gave this process (WATCHDOG_USEC) for the
 // supervisor unit: the same rules and message as check-config.
-func checkUnitsAtStart(ctx context.Context, cfg config.Config, wd time.Duration, log *slog.Logger) int {
-	r, closeReader := openUnitReader(ctx)
+func CheckUnitsAtStart(ctx context.Context, cfg config.Config, wd time.Duration, log *slog.Logger) int {
+	r, closeReader := OpenUnitReader(ctx)
 	defer closeReader()
-	uc := checkInstalled(cfg, runningReader{unitReader: r, watchdog: wd})
+	uc := CheckInstalled(cfg, runningReader{UnitReader: r, watchdog: wd})
 	if uc.Refusal != nil {
 		log.Error("refusing to start", "err", uc.Refusal, "config", cfg.Path)
-		return exitConfig
+		return ExitConfig
 	}
 	for _, n := range uc.Notes {
 		log.Debug("installed units", "note", n)
@@ -170,19 +156,19 @@ func checkUnitsAtStart(ctx context.Context, cfg config.Config, wd time.Duration,
 	w := cfg.Window()
 	w.Watchdog = wd
 	log.Info("fence window", "span", w.Span(w.TTL), "watchdog", wd, "profile", cfg.Profile)
-	return exitOK
+	return ExitOK
 }
 
 // runningReader answers for the supervisor unit with the watchdog of this
 // very process, and asks r for every other unit.
 type runningReader struct {
-	unitReader
+	systemd.UnitReader
 	watchdog time.Duration
 }
 
-func (r runningReader) Service(unit string) (serviceTimes, error) {
+func (r runningReader) Service(unit string) (systemd.ServiceTimes, error) {
 	if unit != dropin.SupervisorUnit {
-		return r.unitReader.Service(unit)
+		return r.UnitReader.Service(unit)
 	}
 	from := "WATCHDOG_USEC of this process"
 	if r.watchdog == 0 {
@@ -191,8 +177,8 @@ func (r runningReader) Service(unit string) (serviceTimes, error) {
 	// Where the value was set, when the files still say the same, so that
 	// the fix named is the one check-config names.
 	file := ""
-	if st, err := r.unitReader.Service(unit); err == nil && st.Found && st.Watchdog == r.watchdog {
+	if st, err := r.UnitReader.Service(unit); err == nil && st.Found && st.Watchdog == r.watchdog {
 		file = st.WatchdogFile
 	}
-	return serviceTimes{Found: true, Watchdog: r.watchdog, From: from, WatchdogFile: file}, nil
+	return systemd.ServiceTimes{Found: true, Watchdog: r.watchdog, From: from, WatchdogFile: file}, nil
 }

@@ -1,20 +1,21 @@
-package main
+// Package daemon is kha-supervisor run: the daemon's wiring of the
+// supervisor to systemd, etcd, the guard socket, HTTP, metrics and the fence
+// at the API server, and the installed-unit check it shares with
+// check-config. cmd/kha-supervisor only parses the command line.
+package daemon
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -32,49 +33,33 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/supervisor/timesync"
 )
 
-func runDaemon(e env, path string) int {
-	cfg, err := config.Load(path)
-	if err != nil {
-		fmt.Fprintln(e.stderr, err)
-		return exitConfig
-	}
-	log := newLogger(e, cfg.Log)
-	slog.SetDefault(log)
-	for _, w := range cfg.Warnings() {
-		log.Warn("configuration accepted with a warning", "warning", w, "file", path)
-	}
-	daemonGC()
-	// Before anything slow: SIGHUP's default action would end the daemon.
-	hup, stopHUP := notifyHUP()
-	defer stopHUP()
-	rl := newReloader(cfg, log, &logLevel)
-	go rl.watch(e.ctx, hup)
-	return run(e.ctx, cfg, log, sdNotify, rl.Hooks)
+// Exit codes of Run. They are part of the interface; cmd/kha-supervisor
+// names and documents them with the others (exitCodes).
+const (
+	ExitOK          = 0 // graceful stop: units stopped, lease released
+	ExitFailure     = 1 // runtime failure (etcd or systemd unreachable, I/O error)
+	ExitConfig      = 2 // bad configuration; nothing was changed
+	ExitFenced      = 3 // lease could not be proven; units stopped; restart as standby
+	ExitFenceFailed = 4 // fenced, but a unit could not be confirmed stopped
+)
+
+// Options are what the command hands the daemon.
+type Options struct {
+	Config  config.Config
+	Log     *slog.Logger
+	Version string              // for the member record and the metrics
+	Notify  func(string)        // sd_notify
+	Hooks   func() config.Hooks // the hook settings in force (they change on SIGHUP)
 }
 
-// daemonGCPercent is the daemon's GOGC unless the environment sets one.
-// Its live heap is a few MB; the default 100 lets garbage double it. With
-// the API gates serving the components' watches, the leader's RSS was
-// 42 MB at 100 and 39-40 MB at 50 in a debugging build, 37 MiB at 50 in
-// the package's (kha-lab cost, docs/architecture.md), for a fraction of a
-// percent of a core more GC.
-const daemonGCPercent = 50
-
-func daemonGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(daemonGCPercent)
-	}
-}
-
-// sdNotify sends to systemd's notify socket. unsetEnvironment is false: true
-// would silence every later call.
-func sdNotify(msg string) { _, _ = daemon.SdNotify(false, msg) }
-
-// run is the daemon with its collaborators built from the configuration.
-// hooksNow returns the hook settings in force (they change on SIGHUP).
-func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(string), hooksNow func() config.Hooks) int {
+// Run is the daemon with its collaborators built from the configuration:
+// it checks the installed units, reaches systemd and etcd, builds the
+// supervisor and serves the guard socket, HTTP and the API fence while the
+// supervisor runs, and returns the exit code.
+func Run(ctx context.Context, o Options) int {
+	cfg, log := o.Config, o.Log
 	wd := systemdWatchdog()
-	if code := checkUnitsAtStart(ctx, cfg, wd, log); code != exitOK {
+	if code := CheckUnitsAtStart(ctx, cfg, wd, log); code != ExitOK {
 		return code
 	}
 	warnClockSlew(cfg, log)
@@ -90,143 +75,205 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 	units, err := systemd.Open(context.Background(), systemd.Host(log))
 	if err != nil {
 		log.Error("cannot reach systemd over D-Bus", "err", err)
-		return exitFailure
+		return ExitFailure
 	}
 	defer units.Close()
 
+	conns, code := dialEtcd(ctx, cfg, units, log)
+	if conns == nil {
+		return code
+	}
+	defer conns.close()
+	m, code := newMetrics(cfg, o.Version, log)
+	if m == nil {
+		return code
+	}
+	fence, err := newAPIFence(cfg, log) // apifence.go; nil when api_fence.mode = off
+	if err != nil {
+		log.Error("cannot set up the fence at the API server", "err", err)
+		return ExitFailure
+	}
+	defer fence.close()
+	sup, code := newSupervisor(cfg, log, supervisor.Options{Client: conns.cli, Units: units, Notify: o.Notify, Watchdog: wd,
+		Pool: conns.pool, APIFence: fence.iface(), Hook: hooks.Steps{Hooks: o.Hooks}.Hook, Version: o.Version}, m)
+	if sup == nil {
+		return code
+	}
+	stop, code := serve(ctx, cfg, log, sup, conns.cli, m)
+	if stop == nil {
+		return code
+	}
+	defer stop()
+	fence.start(sup, m.reg, cfg.APIFence)
+	go exportGauges(m.ctx, sup, m.metrics, m.group, cfg.Units.Managed)
+	return exitCode(sup.Run(ctx), log)
+}
+
+// exitCode is Run's code for what the supervisor's Run returned.
+func exitCode(err error, log *slog.Logger) int {
+	var fe *supervisor.FenceError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &fe) && fe.Incomplete != nil:
+		log.Error("exiting after an incomplete fence", "err", err)
+		return ExitFenceFailed
+	case errors.As(err, &fe):
+		log.Error("exiting after fencing; systemd restarts this process as a fresh standby", "reason", fe.Reason)
+		return ExitFenced
+	default:
+		log.Error("supervisor failed", "err", err)
+		return ExitFailure
+	}
+}
+
+// etcdConns are the daemon's etcd clients: the balanced one (history,
+// client reads) and the pool of one client per endpoint (leadership).
+type etcdConns struct {
+	cli         *clientv3.Client
+	perEndpoint []*clientv3.Client
+	pool        *etcdconn.Pool
+}
+
+func (c *etcdConns) close() {
+	for _, pc := range c.perEndpoint {
+		_ = pc.Close()
+	}
+	_ = c.cli.Close()
+}
+
+// dialEtcd reaches etcd and checks that every endpoint is of one cluster.
+// On failure it stops the managed units (a node that cannot prove a lease
+// must not run them, whatever ran before) and returns nil and the code.
+func dialEtcd(ctx context.Context, cfg config.Config, units fencing.Units, log *slog.Logger) (*etcdConns, int) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout+cfg.Etcd.RequestTimeout)
 	cli, err := etcdconn.Dial(dctx, cfg.Etcd)
 	cancel()
 	if err != nil {
-		// Keep the units stopped while etcd is unreachable: a node that
-		// cannot prove a lease must not run them, whatever ran before.
-		code := exitFailure
+		code := ExitFailure
 		if errors.Is(err, etcdconn.ErrForeignCluster) {
 			// A configuration error, but the units still stop: nothing
 			// can be proven through endpoints of two clusters.
-			code = exitConfig
+			code = ExitConfig
 			log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
 		} else {
 			log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
 		}
 		stopManaged(cfg, units, log)
-		return code
+		return nil, code
 	}
-	defer cli.Close()
 	warnOldEtcd(ctx, cli, log)
 	// One renewal client per endpoint; the balanced client joins them only
 	// when an endpoint has none (see etcdconn.PerEndpoint).
-	perEndpoint := etcdconn.PerEndpoint(cfg.Etcd, log)
-	defer func() {
-		for _, c := range perEndpoint {
-			_ = c.Close()
-		}
-	}()
-	members := perEndpoint
+	c := &etcdConns{cli: cli, perEndpoint: etcdconn.PerEndpoint(cfg.Etcd, log)}
+	members := c.perEndpoint
 	if len(members) < len(cfg.Etcd.Endpoints) {
 		members = append(slices.Clip(members), cli)
 	}
-	pool, err := etcdconn.NewPool(members, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log})
-	if err != nil {
+	if c.pool, err = etcdconn.NewPool(members, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log}); err != nil {
 		log.Error("cannot build the etcd client pool", "err", err)
-		return exitFailure
+		c.close()
+		return nil, ExitFailure
 	}
 	vctx, vcancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout+cfg.Etcd.RequestTimeout)
-	err = pool.Verify(vctx)
+	err = c.pool.Verify(vctx)
 	vcancel()
 	if err != nil {
 		log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
 		stopManaged(cfg, units, log)
-		return exitConfig
+		c.close()
+		return nil, ExitConfig
 	}
+	return c, ExitOK
+}
 
-	registry := prometheus.NewRegistry() // served on /metrics
-	reg := httpapi.WithGroupLabels(registry, cfg.Cluster, cfg.Etcd.Prefix)
-	metrics, err := httpapi.NewMetrics(reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version),
+// daemonMetrics are what the daemon registers and serves on /metrics.
+type daemonMetrics struct {
+	registry *prometheus.Registry  // served on /metrics
+	reg      prometheus.Registerer // registry, with the group's labels
+	metrics  *httpapi.Metrics
+	group    *httpapi.GroupMetrics
+	ctx      context.Context // the gauges' exporter and the servers live as long as it
+}
+
+func newMetrics(cfg config.Config, version string, log *slog.Logger) (*daemonMetrics, int) {
+	m := &daemonMetrics{registry: prometheus.NewRegistry()}
+	m.reg = httpapi.WithGroupLabels(m.registry, cfg.Cluster, cfg.Etcd.Prefix)
+	var err error
+	m.metrics, err = httpapi.NewMetrics(m.reg, httpapi.WithUnits(cfg.Units.Managed...), httpapi.WithVersion(version),
 		httpapi.WithEndpoints(cfg.Etcd.Endpoints...))
+	if err == nil {
+		m.group, err = httpapi.NewGroupMetrics(m.reg)
+	}
 	if err != nil {
 		log.Error("cannot register metrics", "err", err)
-		return exitFailure
+		return nil, ExitFailure
 	}
-	gm, err := httpapi.NewGroupMetrics(reg)
-	if err != nil {
-		log.Error("cannot register metrics", "err", err)
-		return exitFailure
+	return m, ExitOK
+}
+
+// newSupervisor completes o from cfg and builds the supervisor, its
+// transitions and renewals counted in m.
+func newSupervisor(cfg config.Config, log *slog.Logger, o supervisor.Options, m *daemonMetrics) (*supervisor.Supervisor, int) {
+	o.Config, o.Log = cfg, log
+	o.RunStateDir, o.FencingEnv = runstate.DefaultDir, hooks.FencingEnvPath
+	o.Observer = func(t supervisor.Transition) {
+		m.metrics.Transition(string(t.From), string(t.To), t.Kind)
+		if t.To == group.Fencing {
+			m.metrics.Fenced(t.Kind)
+		}
 	}
-	fence, err := newAPIFence(cfg, log) // apifence.go; nil when api_fence.mode = off
-	if err != nil {
-		log.Error("cannot set up the fence at the API server", "err", err)
-		return exitFailure
+	o.RenewObserver = func(lease, endpoint string, took time.Duration, err error) {
+		m.metrics.Renewed(lease, endpoint, took, err)
 	}
-	defer fence.close()
-	sup, err := supervisor.New(supervisor.Options{
-		Config: cfg, Client: cli, Units: units, Log: log, Version: version, Notify: notify, Watchdog: wd,
-		Pool: pool, APIFence: fence.iface(), RunStateDir: runstate.DefaultDir,
-		Hook: hooks.Steps{Hooks: hooksNow}.Hook, FencingEnv: hooks.FencingEnvPath,
-		Observer: func(t supervisor.Transition) {
-			metrics.Transition(string(t.From), string(t.To), t.Kind)
-			if t.To == group.Fencing {
-				metrics.Fenced(t.Kind)
-			}
-		},
-		RenewObserver: func(lease, endpoint string, took time.Duration, err error) {
-			metrics.Renewed(lease, endpoint, took, err)
-		},
-	})
+	sup, err := supervisor.New(o)
 	if err != nil {
 		log.Error("cannot create supervisor", "err", err)
-		return exitConfig
+		return nil, ExitConfig
 	}
-	if err := reg.Register(health.NewCollector(func() []health.Report { return sup.Status().Health })); err != nil {
+	if err := m.reg.Register(health.NewCollector(func() []health.Report { return sup.Status().Health })); err != nil {
 		log.Error("cannot register metrics", "err", err)
-		return exitFailure
+		return nil, ExitFailure
 	}
+	return sup, ExitOK
+}
 
+// serve opens the guard socket and the HTTP endpoint for sup and seeds the
+// fence counters; stop closes them. On failure stop is nil.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, sup *supervisor.Supervisor, cli *clientv3.Client, m *daemonMetrics) (stop func(), code int) {
 	gsrv, err := guard.Listen(cfg.Guard.Socket)
 	if err != nil {
 		log.Error("cannot open the guard socket", "path", cfg.Guard.Socket, "err", err)
-		return exitFailure
+		return nil, ExitFailure
 	}
 	gsrv.Logger = log
 	gsrv.SetTerm(sup.Term)
 	// Off the start-up path: the counters are for people, the history read
 	// may take a request timeout.
 	note := predecessorFence() // read before Run: its start-up publishes and clears the note
-	go func() { metrics.SeedFences(pastFences(ctx, cfg, cli, sup.Keys(), note, log)) }()
+	go func() { m.metrics.SeedFences(pastFences(ctx, cfg, cli, sup.Keys(), note, log)) }()
 	gctx, gcancel := context.WithCancel(context.Background())
-	defer gcancel()
+	m.ctx = gctx
 	go func() { _ = gsrv.Serve(gctx) }()
-	defer gsrv.Close()
-
+	stops := []func(){gcancel, func() { _ = gsrv.Close() }}
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
 	if cfg.HTTP.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
 			log.Error("cannot listen for HTTP", "listen", cfg.HTTP.Listen, "err", err)
-			return exitFailure
+			stop()
+			return nil, ExitFailure
 		}
 		stale := httpapi.WithStaleAfter(3 * cfg.Units.PollInterval)
-		hs := &http.Server{Handler: httpapi.New(statusSource{sup}, registry, stale), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: httpapi.New(statusSource{sup}, m.registry, stale), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
-		defer hs.Close()
+		stops = append(stops, func() { _ = hs.Close() })
 	}
-
-	fence.start(sup, reg, cfg.APIFence)
-	go exportGauges(gctx, sup, metrics, gm, cfg.Units.Managed)
-	err = sup.Run(ctx)
-	var fe *supervisor.FenceError
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.As(err, &fe) && fe.Incomplete != nil:
-		log.Error("exiting after an incomplete fence", "err", err)
-		return exitFenceFailed
-	case errors.As(err, &fe):
-		log.Error("exiting after fencing; systemd restarts this process as a fresh standby", "reason", fe.Reason)
-		return exitFenced
-	default:
-		log.Error("supervisor failed", "err", err)
-		return exitFailure
-	}
+	return stop, ExitOK
 }
 
 // stopManaged keeps the units stopped when the daemon exits before its

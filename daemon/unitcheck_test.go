@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/fencing/systemd"
+	"github.com/kha-supervisor/kha-supervisor/layout"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+func configFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tight is the documented fast settings (see cmd/kha-supervisor's
+// documentedFast): the profile's watchdog does not fit them.
+const tight = `node = "m1"
+[etcd]
+request_timeout = "500ms"
+[lease]
+ttl = "4s"
+renew_interval = "500ms"
+accept_short_window = true
+[units]
+stop_timeout = "1s"
+kill_grace = "500ms"
+`
+
+// The fix named depends on where the refused watchdog comes from and on
+// whether the profile's own fits.
+func TestWatchdogFix(t *testing.T) {
+	load := func(text string) config.Config {
+		c, err := config.Load(configFile(t, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	fast := load("node = \"m1\"\nprofile = \"fast\"\n")
+	tightCfg := load(tight)
+	for _, tc := range []struct {
+		name string
+		cfg  config.Config
+		file string
+		want string
+	}{
+		{"ours", fast, "/etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf", `kha-supervisor install-dropins (profile "fast" writes WatchdogSec=1s)`},
+		{"packaged unit", fast, "/usr/lib/systemd/system/kha-supervisor.service", "kha-supervisor install-dropins"},
+		{"the administrator's", fast, "/etc/systemd/system/kha-supervisor.service.d/90-local.conf", "remove WatchdogSec= from /etc/systemd/system/kha-supervisor.service.d/90-local.conf"},
+		{"profile's does not fit", tightCfg, "", "lower WatchdogSec to at most 1460ms"},
+	} {
+		w := tc.cfg.Window()
+		if got := watchdogFix(tc.cfg, w, tc.cfg.Lease.RenewInterval, tc.file); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// fixedUnits answers every unit with the same settings.
+type fixedUnits systemd.ServiceTimes
+
+func (f fixedUnits) Service(string) (systemd.ServiceTimes, error) {
+	return systemd.ServiceTimes(f), nil
+}
+
+// check-config and start-up (CheckInstalled) refuse a managed unit's
+// TimeoutStopSec exactly when the running daemon's drop-in check
+// (fencing.Binding.Problems) does: one rule, fencing.StopTimeoutFits.
+func TestInstalledAndRunningChecksAgreeOnTimeoutStop(t *testing.T) {
+	cfg := config.Default()
+	cfg.Node = "m1"
+	stop := cfg.Units.StopTimeout
+	good := fencing.Binding{BindsTo: []string{layout.SupervisorUnit}, After: []string{layout.SupervisorUnit},
+		ExecStartPre: [][]string{{"/usr/bin/kha-supervisor", "guard"}}, KillMode: "control-group", SendSIGKILL: true}
+	for _, d := range []time.Duration{0, time.Millisecond, stop - time.Millisecond, stop, stop + time.Millisecond, 90 * time.Second} {
+		b := good
+		b.Unit, b.TimeoutStop = "x.service", d
+		running := len(b.Problems(layout.SupervisorUnit, stop)) > 0
+		installed := CheckInstalled(cfg, fixedUnits{Found: true, Watchdog: cfg.SelectedProfile().Watchdog, TimeoutStop: d, From: "test"}).Refusal != nil
+		if running != installed {
+			t.Errorf("TimeoutStopSec %s: the drop-in check refuses: %v; check-config and start-up refuse: %v", d, running, installed)
+		}
+		if want := d > 0 && d <= stop; installed == want {
+			t.Errorf("TimeoutStopSec %s (units.stop_timeout %s): refused %v", d, stop, installed)
+		}
+	}
+}
