@@ -3,6 +3,8 @@ package plane
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -76,6 +78,36 @@ func (r *Runner) judgeCommits(ctx context.Context, rec *commitRecording, res *Re
 	}
 	o := commits.Options{Masters: r.P.MasterIPs(), Hosts: r.P.Hosts(), From: res.FaultAt.Add(-judgedBefore), To: end}
 	res.applyCommits(commits.Judge(recording, evs, o))
+	if dir := os.Getenv(KeepCommitsEnv); dir != "" {
+		path, err := r.keepCase(dir, recording, res, end)
+		if err != nil {
+			res.Problems = append(res.Problems, "etcd judge: keep the case: "+err.Error())
+		} else {
+			res.Notes = append(res.Notes, "etcd judge: case kept in "+path)
+		}
+	}
+}
+
+// KeepCommitsEnv names a directory each trial keeps its etcd judge's case
+// in (commits.Case: the recording, the audit lines of its writes from a
+// minute before the fault, the attribution), for lab/kube/commits'
+// tests and for a second look at a verdict.
+const KeepCommitsEnv = "KHA_KEEP_COMMITS"
+
+func (r *Runner) keepCase(dir string, rec commits.Recording, res *Result, end time.Time) (string, error) {
+	c := commits.Case{Recording: rec, Audit: map[string][]string{}, Masters: r.P.MasterIPs(), Hosts: r.P.Hosts()}
+	for m, p := range r.P.AuditLogs() {
+		lines, err := commits.AuditLines(p, res.FaultAt.Add(-time.Minute), end.Add(time.Second))
+		if err != nil {
+			return "", err
+		}
+		c.Audit[m] = lines
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%d-%s-%d-%s.json.gz", res.ID, res.Mode, res.Repeat, res.FaultAt.UTC().Format("150405")))
+	return path, c.Save(path)
 }
 
 // maxListed bounds the writes a result lists by name.
