@@ -3,6 +3,7 @@ package commits
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 )
@@ -12,11 +13,11 @@ import (
 // in a partitioned connection and committed after the new term's first
 // write, and of one whose answer was lost (504) though etcd committed.
 
-func TestJudgeCleanRecording(t *testing.T) { checkClean(t, loadCase(t, "clean").Judge(t)) }
+func TestJudgeCleanRecording(t *testing.T) { checkClean(t, judge(t, loadCase(t, "clean"))) }
 
-func TestJudgeCatchesLateCommits(t *testing.T) { checkLate(t, loadCase(t, "late").Judge(t)) }
+func TestJudgeCatchesLateCommits(t *testing.T) { checkLate(t, judge(t, loadCase(t, "late"))) }
 
-func TestJudgeFindsGhostWrite(t *testing.T) { checkGhost(t, loadCase(t, "ghost").Judge(t)) }
+func TestJudgeFindsGhostWrite(t *testing.T) { checkGhost(t, judge(t, loadCase(t, "ghost"))) }
 
 // Every recorded value decodes as what it is, and the admin's own pod
 // (created and deleted, no managed writer) is no managed commit.
@@ -51,7 +52,7 @@ func TestDecodeRecordedWrites(t *testing.T) {
 func TestJudgeCatchesALateCommitMovedIntoTheCleanRecording(t *testing.T) {
 	for _, strip := range []bool{false, true} {
 		c := loadCase(t, "clean")
-		evs := c.Events(t)
+		evs := events(t, c)
 		if strip {
 			evs = withoutTokens(evs)
 		}
@@ -73,9 +74,9 @@ func TestJudgeCatchesALateCommitMovedIntoTheCleanRecording(t *testing.T) {
 // before m2's first write, they are not late.
 func TestJudgeLateCommitsByTokenAndInOrder(t *testing.T) {
 	c := loadCase(t, "late")
-	evs := withTokens(c.Events(t), map[string]string{"m1": "1", "m2": "2"})
+	evs := withTokens(events(t, c), map[string]string{"m1": "1", "m2": "2"})
 	checkLate(t, Judge(c.Recording, evs, Options{}))
-	rep := Judge(c.Recording, c.Events(t), Options{})
+	rep := Judge(c.Recording, events(t, c), Options{})
 	first := rep.Late[0].Next.Write.Rev
 	for _, l := range rep.Late {
 		first = min(first, l.Next.Write.Rev)
@@ -83,7 +84,7 @@ func TestJudgeLateCommitsByTokenAndInOrder(t *testing.T) {
 	for i, l := range rep.Late {
 		moveBefore(&c.Recording, l.Write.Rev, first, i)
 	}
-	if rep := Judge(c.Recording, c.Events(t), Options{}); len(rep.Late) != 0 {
+	if rep := Judge(c.Recording, events(t, c), Options{}); len(rep.Late) != 0 {
 		t.Errorf("writes committed before the next term's first judged late: %v", rep.Late)
 	}
 }
@@ -98,7 +99,7 @@ func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
 			break
 		}
 	}
-	rep := c.Judge(t)
+	rep := judge(t, c)
 	if len(rep.Ghosts) != 1 || rep.Ghosts[0].Object.Kind != Binding || rep.Ghosts[0].Request != nil {
 		t.Fatalf("m1's binding without its audit entry: ghosts %v", rep.Ghosts)
 	}
@@ -109,7 +110,7 @@ func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
 	for i, l := range g.Audit["m1"] {
 		g.Audit["m1"][i] = strings.Replace(l, `"code":504`, `"code":201`, 1)
 	}
-	if rep := g.Judge(t); len(rep.Ghosts) != 0 {
+	if rep := judge(t, g); len(rep.Ghosts) != 0 {
 		t.Errorf("the ghost answered 201: ghosts %v", rep.Ghosts)
 	}
 }
@@ -118,7 +119,7 @@ func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
 // request's, not a ghost.
 func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
 	c := loadCase(t, "clean")
-	rep := c.Judge(t)
+	rep := judge(t, c)
 	var pod Commit
 	for _, k := range rep.Commits {
 		if k.Master == "m1" && k.Role == audit.ControllerManager {
@@ -131,7 +132,7 @@ func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
 			c.Audit["m1"][i] = strings.Replace(l, `"name":""`, `"name":"`+pod.Object.Name+`"`, 1)
 		}
 	}
-	if rep := c.Judge(t); len(rep.Ghosts) != 0 || len(rep.Commits) != 6 {
+	if rep := judge(t, c); len(rep.Ghosts) != 0 || len(rep.Commits) != 6 {
 		t.Errorf("%s created by a patch: ghosts %v", pod.Object.Name, rep.Ghosts)
 	}
 }
@@ -141,7 +142,7 @@ func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
 func TestJudgeUnreadableValueIsAProblem(t *testing.T) {
 	c := loadCase(t, "late")
 	c.Recording.Writes[len(c.Recording.Writes)-1].Value = []byte("k8s\x00garbage")
-	if rep := c.Judge(t); rep.OK() || len(rep.Problems) != 1 {
+	if rep := judge(t, c); rep.OK() || len(rep.Problems) != 1 {
 		t.Errorf("an undecodable write: ok %v, problems %v", rep.OK(), rep.Problems)
 	}
 }
@@ -209,4 +210,44 @@ func withTokens(evs []audit.Event, tokens map[string]string) []audit.Event {
 		out[i] = e
 	}
 	return out
+}
+
+// A delete is its request's writer's, never the deleted object's maker's:
+// the prober deletes the ReplicaSet's pods, which name the controller-
+// manager (seen on the real plane: the prober's deletes whose request the
+// judge did not find listed as the controller-manager's ghost writes). A
+// delete with no audit entry has no known writer; one the controller-
+// manager sent (its answer lost: 504) is its ghost write.
+func TestJudgeDeleteIsItsRequestsNotTheObjectsMakers(t *testing.T) {
+	c := loadCase(t, "clean")
+	pod := firstOf(t, judge(t, c), "m1", audit.ControllerManager)
+	var made Write
+	for _, w := range c.Recording.Writes {
+		if w.Key == pod.Write.Key {
+			made = w // its latest value (the binding's, if bound)
+		}
+	}
+	c.Recording.ToRev++
+	del := Write{Rev: c.Recording.ToRev, Key: made.Key, Delete: true, Prev: made.Value}
+	c.Recording.Writes = append(c.Recording.Writes, del)
+	rep := judge(t, c)
+	for _, k := range rep.Commits {
+		if k.Object.Kind == Delete {
+			t.Errorf("a delete with no audit entry attributed: %s", k)
+		}
+	}
+	if len(rep.Ghosts) != 0 {
+		t.Errorf("ghosts %v, want none (the deleter is unknown)", rep.Ghosts)
+	}
+	// The controller-manager's delete, answered 504 after etcd committed.
+	at := pod.Request.Completed.Add(time.Second).UTC().Format(time.RFC3339Nano)
+	line := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"delete",` +
+		`"user":{"username":"` + rscUser + `"},"sourceIPs":["127.0.0.1"],"objectRef":{"resource":"pods","namespace":"` + pod.Object.Namespace +
+		`","name":"` + pod.Object.Name + `"},"responseStatus":{"code":504,"message":"context deadline exceeded"},` +
+		`"requestReceivedTimestamp":"` + at + `","stageTimestamp":"` + at + `"}`
+	c.Audit["m1"] = append(c.Audit["m1"], line)
+	rep = judge(t, c)
+	if len(rep.Ghosts) != 1 || rep.Ghosts[0].Object.Kind != Delete || rep.Ghosts[0].Role != audit.ControllerManager || rep.Ghosts[0].Master != "m1" {
+		t.Errorf("the controller-manager's delete answered 504: ghosts %v", rep.Ghosts)
+	}
 }
