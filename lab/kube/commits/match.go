@@ -73,6 +73,7 @@ func match(commits []Commit, evs []audit.Event) {
 	for j, i := range owner {
 		commits[i].Request = &evs[j]
 	}
+	twoWriteDeletes(commits)
 	for i := range commits {
 		c := &commits[i]
 		if c.Request != nil || (c.Object.Kind != Delete && c.Object.Kind != Update) {
@@ -84,6 +85,26 @@ func match(commits []Commit, evs []audit.Event) {
 				break
 			}
 		}
+	}
+}
+
+// twoWriteDeletes shares a delete request between a delete and its key's
+// write just before it, whichever of the two the matching left unpaired:
+// a graceful delete with a zero grace period (a bound pod's) is two writes
+// of one request, the update that sets deletionTimestamp, then the delete.
+func twoWriteDeletes(commits []Commit) {
+	last := map[string]*Commit{} // key -> its latest write so far
+	for i := range commits {
+		c := &commits[i]
+		if p := last[c.Write.Key]; c.Object.Kind == Delete && p != nil && p.Object.Kind == Update {
+			switch {
+			case c.Request == nil && p.Request != nil && p.Request.Verb == "delete":
+				c.Request = p.Request
+			case p.Request == nil && c.Request != nil && c.Request.Verb == "delete":
+				p.Request = c.Request
+			}
+		}
+		last[c.Write.Key] = c
 	}
 }
 
