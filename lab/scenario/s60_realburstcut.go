@@ -15,22 +15,24 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
-	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
-// Scenario 57 (real plane, issue 22): the leader's rack is cut while its
+// Scenario 60 (real plane, issue 22): the leader's rack is cut while its
 // controller-manager creates a burst of pods (a ReplicaSet scaled from 0
 // to burstPods just before the cut) and its scheduler binds them, and is
-// healed as soon as the other master serves (a pod created after the cut
-// bound and a deleted ReplicaSet pod replaced), each way one batched route
-// change: the heal lands inside the cut apiserver's 10 s TCP user timeout
-// on its etcd connections, so whatever is still queued on them reaches
-// etcd after the new term's first writes. Judged at etcd: a write of the
-// old term committed after the new term's first write fails the trial.
+// healed burstHeal after the cut began, each way one batched route change:
+// after the other master's first writes (kha-fast: 8.0-8.6 s after the cut
+// in the first trials) and before the cut apiserver's 10 s TCP user
+// timeout on its etcd connections ends them, so whatever is still queued
+// on them reaches etcd after the new term's first writes. Judged at etcd:
+// a write of the old term committed after the new term's first write
+// fails the trial. (Healed instead once the other master served, the
+// first trials healed 23-27 s after the cut, past the TCP user timeout:
+// the prober's ReplicaSet pod is replaced only after the burst.)
 func init() {
 	s := &burstTrial{}
-	plane.Register(plane.Scenario{ID: 57, Name: "real: rack cut during a burst of creates, healed at the takeover",
-		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, the scheduler leader's rack cut %s later and healed as soon as the other master serves", burstPods, burstLead),
+	plane.Register(plane.Scenario{ID: 60, Name: "real: rack cut during a burst of creates, healed at the takeover",
+		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, the scheduler leader's rack cut %s later and healed %s after the cut began", burstPods, burstLead, burstHeal),
 		Prepare: s.prepare, Inject: s.inject, Judge: s.judge})
 }
 
@@ -40,6 +42,9 @@ const (
 	burstPods    = 150
 	burstLead    = 150 * time.Millisecond // scale to cut: the first creates in flight
 	burstTimeout = 2 * time.Minute
+	// burstHeal: after the takeover's first writes, inside the TCP user
+	// timeout (10 s from the first unacknowledged frame, sent at the cut).
+	burstHeal = 9 * time.Second
 )
 
 type burstTrial struct {
@@ -104,8 +109,8 @@ func scaleBurst(ctx context.Context, c kubernetes.Interface, n int32) error {
 }
 
 // inject scales the burst up through the leader's apiserver, cuts the
-// leader's rack burstLead later and heals it (in the background) as soon
-// as the other master serves; the trial's heal waits for that heal.
+// leader's rack burstLead later and heals it (in the background) burstHeal
+// after the cut began; the trial's heal waits for that heal.
 func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 	if err := t.R.AnyFrom(ctx, t.Leader, func(ctx context.Context, c kubernetes.Interface) error { return scaleBurst(ctx, c, burstPods) }); err != nil {
 		return nil, fmt.Errorf("scale the burst: %w", err)
@@ -125,9 +130,14 @@ func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.C
 	t.Mark("cut_done")
 	s.healed = make(chan error, 1)
 	go func() {
-		err := waitServed(ctx, t, t.Marks["cut_done"])
+		var err error
+		select {
+		case <-time.After(time.Until(t.Marks["cut"].Add(burstHeal))):
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 		t.Mark("heal")
-		herr := topo.Heal(ctx, a, b)
+		herr := topo.Heal(context.WithoutCancel(ctx), a, b)
 		t.Mark("healed")
 		s.healed <- errors.Join(err, herr)
 	}()
@@ -139,22 +149,6 @@ func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.C
 			return ctx.Err()
 		}
 	}, nil
-}
-
-// waitServed waits until a pod created after from is bound and a
-// ReplicaSet pod deleted after from replaced (the prober's view).
-func waitServed(ctx context.Context, t *plane.Trial, from time.Time) error {
-	deadline := time.Now().Add(burstTimeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		snap := t.R.Prober.Snapshot()
-		bound := slices.ContainsFunc(snap.Pods, func(p probe.Pod) bool { return p.Created.After(from) && !p.Bound.IsZero() })
-		replaced := slices.ContainsFunc(snap.Deletions, func(d probe.Deletion) bool { return d.At.After(from) && !d.Replaced.IsZero() })
-		if bound && replaced {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("the other master did not serve within %s of the cut: healed anyway", burstTimeout)
 }
 
 // judge records when the heal landed after the cut.
