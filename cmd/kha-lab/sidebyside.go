@@ -70,8 +70,8 @@ func runSideBySide(ctx context.Context, args []string) error {
 				s, _ := plane.Lookup(id)
 				res := r.Run(ctx, s, m, rep)
 				results = append(results, res)
-				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, handoff %v, pass %v %s %s | %s\n",
-					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS,
+				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, late commits %d, ghost writes %d, handoff %v, pass %v %s %s | %s\n",
+					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS, res.LateCommits, res.GhostWrites,
 					res.Handoff, res.Pass, res.Finding, strings.Join(res.Problems, "; "), strings.Join(res.Notes, "; "))
 				if err := save(results); err != nil {
 					return err

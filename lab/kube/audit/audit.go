@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,11 @@ type Event struct {
 	Message     string // responseStatus.message
 	Received    time.Time
 	Completed   time.Time
+	// RV is the resourceVersion of the object answered (0: none: the
+	// audit policy logged no response body, or the answer was a Status).
+	// An accepted write's answer carries the revision etcd committed it
+	// at, which pairs it with its write exactly (lab/kube/commits).
+	RV int64
 }
 
 // Role is the component that wrote, or "" for anyone else.
@@ -114,8 +120,14 @@ type raw struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 	} `json:"responseStatus"`
-	Received time.Time `json:"requestReceivedTimestamp"`
-	Stage2   time.Time `json:"stageTimestamp"`
+	Received       time.Time `json:"requestReceivedTimestamp"`
+	Stage2         time.Time `json:"stageTimestamp"`
+	ResponseObject *struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	} `json:"responseObject"`
 }
 
 type rawUser struct {
@@ -159,6 +171,13 @@ func Parse(r io.Reader, server string) ([]Event, error) {
 		}
 		if ev.ResponseStatus != nil {
 			e.Code, e.Message = ev.ResponseStatus.Code, ev.ResponseStatus.Message
+		}
+		if ro := ev.ResponseObject; ro != nil && ro.Kind != "Status" && ro.Metadata.ResourceVersion != "" {
+			rv, err := strconv.ParseInt(ro.Metadata.ResourceVersion, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("audit log of %s, line %d: responseObject's resourceVersion %q: %w", server, n, ro.Metadata.ResourceVersion, err)
+			}
+			e.RV = rv
 		}
 		out = append(out, e)
 	}

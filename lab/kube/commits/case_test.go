@@ -1,59 +1,35 @@
 package commits
 
 import (
-	"compress/gzip"
-	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 )
 
-// Case is one recorded trial: what etcd committed and both apiservers'
-// audit lines (ResponseComplete, of the test's namespace), by master.
-type Case struct {
-	Recording Recording           `json:"recording"`
-	Audit     map[string][]string `json:"audit"`
-}
-
-// Events parses the audit lines.
-func (c Case) Events(t *testing.T) []audit.Event {
+// events parses the case's audit lines.
+func events(t *testing.T, c Case) []audit.Event {
 	t.Helper()
-	var evs []audit.Event
-	for _, m := range slices.Sorted(maps.Keys(c.Audit)) {
-		e, err := audit.Parse(strings.NewReader(strings.Join(c.Audit[m], "\n")), m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, e...)
+	evs, err := c.Events()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return evs
 }
 
-// Judge judges the case. The apiservers share an address (loopback): a
-// write is attributed to the audit log it appears in.
-func (c Case) Judge(t *testing.T) Report {
+// judge judges the case. The stand-ins' apiservers share an address
+// (loopback): a write is attributed to the audit log it appears in.
+func judge(t *testing.T, c Case) Report {
 	t.Helper()
-	return Judge(c.Recording, c.Events(t), Options{})
+	return Judge(c.Recording, events(t, c), c.Options())
 }
 
 func loadCase(t *testing.T, name string) Case {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name+".json.gz"))
+	c, err := LoadCase(filepath.Join("testdata", name+".json.gz"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c Case
-	if err := json.NewDecoder(zr).Decode(&c); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Recording.Writes) == 0 {
@@ -73,20 +49,7 @@ func writeCase(t *testing.T, path string, c Case) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw := gzip.NewWriter(f)
-	enc := json.NewEncoder(zw)
-	enc.SetIndent("", " ")
-	if err := enc.Encode(c); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := c.Save(path); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("recorded %s: %d writes, audit lines %d+%d", path, len(c.Recording.Writes), len(c.Audit["m1"]), len(c.Audit["m2"]))

@@ -34,7 +34,8 @@ type Object struct {
 	// Role is the managed component the object names as its writer ("":
 	// none): a binding is the scheduler's, a pod a ReplicaSet owns the
 	// controller-manager's, an event or Lease names its component, else
-	// the newest managedFields entry's manager.
+	// the newest managedFields entry's manager; never for a delete (the
+	// object names its makers, not its deleter).
 	Role string
 	// Host is the writer's host name when the object carries it (an
 	// event's source, a Lease's holder), "" otherwise.
@@ -104,6 +105,13 @@ func Decode(prefix string, w Write) (Object, error) {
 			o.Managed = f.Manager + " " + string(f.Operation) + " " + f.Time.UTC().Format(time.RFC3339)
 			o.Role = roleOfManager(f.Manager)
 		}
+	}
+	if o.Kind == Delete {
+		// The deleted object names who made it, not who deleted it (the
+		// prober deletes the ReplicaSet's pods, which name the controller-
+		// manager): a delete's writer is its request's, else unknown.
+		o.Role = ""
+		return o, nil
 	}
 	switch x := obj.(type) {
 	case *corev1.Pod:

@@ -1,8 +1,11 @@
 package commits
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 )
@@ -12,11 +15,11 @@ import (
 // in a partitioned connection and committed after the new term's first
 // write, and of one whose answer was lost (504) though etcd committed.
 
-func TestJudgeCleanRecording(t *testing.T) { checkClean(t, loadCase(t, "clean").Judge(t)) }
+func TestJudgeCleanRecording(t *testing.T) { checkClean(t, judge(t, loadCase(t, "clean"))) }
 
-func TestJudgeCatchesLateCommits(t *testing.T) { checkLate(t, loadCase(t, "late").Judge(t)) }
+func TestJudgeCatchesLateCommits(t *testing.T) { checkLate(t, judge(t, loadCase(t, "late"))) }
 
-func TestJudgeFindsGhostWrite(t *testing.T) { checkGhost(t, loadCase(t, "ghost").Judge(t)) }
+func TestJudgeFindsGhostWrite(t *testing.T) { checkGhost(t, judge(t, loadCase(t, "ghost"))) }
 
 // Every recorded value decodes as what it is, and the admin's own pod
 // (created and deleted, no managed writer) is no managed commit.
@@ -51,7 +54,7 @@ func TestDecodeRecordedWrites(t *testing.T) {
 func TestJudgeCatchesALateCommitMovedIntoTheCleanRecording(t *testing.T) {
 	for _, strip := range []bool{false, true} {
 		c := loadCase(t, "clean")
-		evs := c.Events(t)
+		evs := events(t, c)
 		if strip {
 			evs = withoutTokens(evs)
 		}
@@ -73,9 +76,9 @@ func TestJudgeCatchesALateCommitMovedIntoTheCleanRecording(t *testing.T) {
 // before m2's first write, they are not late.
 func TestJudgeLateCommitsByTokenAndInOrder(t *testing.T) {
 	c := loadCase(t, "late")
-	evs := withTokens(c.Events(t), map[string]string{"m1": "1", "m2": "2"})
+	evs := withTokens(events(t, c), map[string]string{"m1": "1", "m2": "2"})
 	checkLate(t, Judge(c.Recording, evs, Options{}))
-	rep := Judge(c.Recording, c.Events(t), Options{})
+	rep := Judge(c.Recording, events(t, c), Options{})
 	first := rep.Late[0].Next.Write.Rev
 	for _, l := range rep.Late {
 		first = min(first, l.Next.Write.Rev)
@@ -83,7 +86,7 @@ func TestJudgeLateCommitsByTokenAndInOrder(t *testing.T) {
 	for i, l := range rep.Late {
 		moveBefore(&c.Recording, l.Write.Rev, first, i)
 	}
-	if rep := Judge(c.Recording, c.Events(t), Options{}); len(rep.Late) != 0 {
+	if rep := Judge(c.Recording, events(t, c), Options{}); len(rep.Late) != 0 {
 		t.Errorf("writes committed before the next term's first judged late: %v", rep.Late)
 	}
 }
@@ -98,7 +101,7 @@ func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
 			break
 		}
 	}
-	rep := c.Judge(t)
+	rep := judge(t, c)
 	if len(rep.Ghosts) != 1 || rep.Ghosts[0].Object.Kind != Binding || rep.Ghosts[0].Request != nil {
 		t.Fatalf("m1's binding without its audit entry: ghosts %v", rep.Ghosts)
 	}
@@ -109,7 +112,7 @@ func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
 	for i, l := range g.Audit["m1"] {
 		g.Audit["m1"][i] = strings.Replace(l, `"code":504`, `"code":201`, 1)
 	}
-	if rep := g.Judge(t); len(rep.Ghosts) != 0 {
+	if rep := judge(t, g); len(rep.Ghosts) != 0 {
 		t.Errorf("the ghost answered 201: ghosts %v", rep.Ghosts)
 	}
 }
@@ -118,7 +121,7 @@ func TestJudgeGhostFollowsTheAuditEntry(t *testing.T) {
 // request's, not a ghost.
 func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
 	c := loadCase(t, "clean")
-	rep := c.Judge(t)
+	rep := judge(t, c)
 	var pod Commit
 	for _, k := range rep.Commits {
 		if k.Master == "m1" && k.Role == audit.ControllerManager {
@@ -131,7 +134,7 @@ func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
 			c.Audit["m1"][i] = strings.Replace(l, `"name":""`, `"name":"`+pod.Object.Name+`"`, 1)
 		}
 	}
-	if rep := c.Judge(t); len(rep.Ghosts) != 0 || len(rep.Commits) != 6 {
+	if rep := judge(t, c); len(rep.Ghosts) != 0 || len(rep.Commits) != 6 {
 		t.Errorf("%s created by a patch: ghosts %v", pod.Object.Name, rep.Ghosts)
 	}
 }
@@ -141,7 +144,7 @@ func TestJudgeCreateByApplyIsNoGhost(t *testing.T) {
 func TestJudgeUnreadableValueIsAProblem(t *testing.T) {
 	c := loadCase(t, "late")
 	c.Recording.Writes[len(c.Recording.Writes)-1].Value = []byte("k8s\x00garbage")
-	if rep := c.Judge(t); rep.OK() || len(rep.Problems) != 1 {
+	if rep := judge(t, c); rep.OK() || len(rep.Problems) != 1 {
 		t.Errorf("an undecodable write: ok %v, problems %v", rep.OK(), rep.Problems)
 	}
 }
@@ -209,4 +212,154 @@ func withTokens(evs []audit.Event, tokens map[string]string) []audit.Event {
 		out[i] = e
 	}
 	return out
+}
+
+// A delete is its request's writer's, never the deleted object's maker's:
+// the prober deletes the ReplicaSet's pods, which name the controller-
+// manager (seen on the real plane: the prober's deletes whose request the
+// judge did not find listed as the controller-manager's ghost writes). A
+// delete with no audit entry has no known writer; one the controller-
+// manager sent (its answer lost: 504) is its ghost write.
+func TestJudgeDeleteIsItsRequestsNotTheObjectsMakers(t *testing.T) {
+	c := loadCase(t, "clean")
+	pod := firstOf(t, judge(t, c), "m1", audit.ControllerManager)
+	var made Write
+	for _, w := range c.Recording.Writes {
+		if w.Key == pod.Write.Key {
+			made = w // its latest value (the binding's, if bound)
+		}
+	}
+	c.Recording.ToRev++
+	del := Write{Rev: c.Recording.ToRev, Key: made.Key, Delete: true, Prev: made.Value}
+	c.Recording.Writes = append(c.Recording.Writes, del)
+	rep := judge(t, c)
+	for _, k := range rep.Commits {
+		if k.Object.Kind == Delete {
+			t.Errorf("a delete with no audit entry attributed: %s", k)
+		}
+	}
+	if len(rep.Ghosts) != 0 {
+		t.Errorf("ghosts %v, want none (the deleter is unknown)", rep.Ghosts)
+	}
+	// The controller-manager's delete, answered 504 after etcd committed.
+	at := pod.Request.Completed.Add(time.Second).UTC().Format(time.RFC3339Nano)
+	line := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"delete",` +
+		`"user":{"username":"` + rscUser + `"},"sourceIPs":["127.0.0.1"],"objectRef":{"resource":"pods","namespace":"` + pod.Object.Namespace +
+		`","name":"` + pod.Object.Name + `"},"responseStatus":{"code":504,"message":"context deadline exceeded"},` +
+		`"requestReceivedTimestamp":"` + at + `","stageTimestamp":"` + at + `"}`
+	c.Audit["m1"] = append(c.Audit["m1"], line)
+	rep = judge(t, c)
+	if len(rep.Ghosts) != 1 || rep.Ghosts[0].Object.Kind != Delete || rep.Ghosts[0].Role != audit.ControllerManager || rep.Ghosts[0].Master != "m1" {
+		t.Errorf("the controller-manager's delete answered 504: ghosts %v", rep.Ghosts)
+	}
+}
+
+// The rack cut of TestKubeSmoke on the real plane (2 December, kha-fast,
+// m1 cut at 13:42:15, m2's controller-manager's first write at revision
+// 2451), trimmed to the ReplicaSet, Node and default-namespace event keys
+// and their audit lines (request bodies dropped). Paired by object, verb
+// and time, m2's ReplicaSet status updates after the takeover went to m1's
+// updates accepted before the recording began (answered with revisions
+// 1518-1938, below its first, 1973), and the node agents' Node patches to
+// m1's controller-manager's: 10 late commits that were none. Paired by the
+// revision each accepted answer carries, each is m2's or the node agents'
+// (no managed component's), and nothing is late.
+func TestJudgeRackCutPairsUpdatesByRevision(t *testing.T) {
+	c := loadCase(t, "rackcut")
+	rep := judge(t, c)
+	if len(rep.Late) != 0 || !rep.OK() {
+		t.Errorf("late commits %d, want none: %v", len(rep.Late), rep.Late)
+	}
+	rs := 0
+	for _, k := range rep.Commits {
+		if k.Object.Resource == "replicasets" && k.Object.Kind == Update {
+			rs++
+		}
+		// Every managed write after the cut is m2's (its node lifecycle
+		// controller patches the cut worker w1), paired by its revision (a
+		// binding is answered with a Status: by its object).
+		if k.Request == nil || k.Master != "m2" || k.Request.RV != k.Write.Rev && k.Object.Kind != Binding {
+			t.Errorf("%s: want m2's write answered with its revision", k)
+		}
+	}
+	if rs != 6 {
+		t.Errorf("ReplicaSet status updates %d, want 6", rs)
+	}
+	if len(rep.Ghosts) != 0 {
+		t.Errorf("ghosts %v", rep.Ghosts)
+	}
+}
+
+// The prober's deletes of three ReplicaSet pods in the same rack cut (grace
+// period 0, through m2): each is two writes of one request, the update
+// that sets deletionTimestamp and the delete. The delete is the request's
+// too (it was left without one and, named by the pod's maker, listed as
+// the controller-manager's ghost write).
+func TestJudgeRackCutDeleteIsTheDeletersTwoWrites(t *testing.T) {
+	c := loadCase(t, "rackcut")
+	var all []Commit
+	for _, w := range c.Recording.Writes {
+		o, err := Decode(c.Recording.Prefix, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, Commit{Write: w, Object: o})
+	}
+	match(all, events(t, c))
+	deletes := 0
+	for i, k := range all {
+		if k.Object.Kind != Delete {
+			continue
+		}
+		deletes++
+		if r := k.Request; r == nil || r.Verb != "delete" || r.User != "admin" || r.Server != "m2" {
+			t.Errorf("%s: want the prober's delete", k)
+		} else if p := all[i-1]; p.Write.Key != k.Write.Key || p.Request != k.Request {
+			t.Errorf("%s: its update %s is another request's", k, p)
+		}
+	}
+	if deletes != 3 {
+		t.Errorf("deletes %d, want 3", deletes)
+	}
+	if rep := judge(t, c); len(rep.Ghosts) != 0 {
+		t.Errorf("ghosts %v", rep.Ghosts)
+	}
+}
+
+// The same rack cut had m1's last ReplicaSet status update been left
+// unanswered (504: its frames queued on the cut connection) and committed
+// at revision 3078 instead of m2's: a late commit of m1's term, after
+// m2's first write (2451), which the judge must catch.
+func TestJudgeRackCutCatchesAQueuedUpdate(t *testing.T) {
+	c := loadCase(t, "rackcut")
+	answered := func(l string) string { // the answer's resourceVersion
+		var e struct {
+			Ref struct{ Subresource string } `json:"objectRef"`
+			Obj struct {
+				Metadata struct{ ResourceVersion string }
+			} `json:"responseObject"`
+		}
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatal(err)
+		}
+		return e.Ref.Subresource + " " + e.Obj.Metadata.ResourceVersion
+	}
+	m1, m2 := slices.IndexFunc(c.Audit["m1"], func(l string) bool { return answered(l) == "status 1938" }),
+		slices.IndexFunc(c.Audit["m2"], func(l string) bool { return answered(l) == "status 3078" })
+	if m1 < 0 || m2 < 0 {
+		t.Fatalf("audit lines not found: m1 %d, m2 %d", m1, m2)
+	}
+	var e map[string]any
+	if err := json.Unmarshal([]byte(c.Audit["m1"][m1]), &e); err != nil {
+		t.Fatal(err)
+	}
+	delete(e, "responseObject")
+	e["responseStatus"] = map[string]any{"code": 504, "message": "context deadline exceeded"}
+	b, _ := json.Marshal(e)
+	c.Audit["m1"][m1] = string(b)
+	c.Audit["m2"] = append(c.Audit["m2"][:m2:m2], c.Audit["m2"][m2+1:]...)
+	rep := judge(t, c)
+	if len(rep.Late) != 1 || rep.Late[0].Write.Rev != 3078 || rep.Late[0].Master != "m1" || rep.Late[0].Next.Write.Rev != 2451 || rep.OK() {
+		t.Errorf("late %v, want m1's update at 3078 after m2's first write at 2451", rep.Late)
+	}
 }

@@ -9,23 +9,38 @@ import (
 )
 
 // match finds, for each commit, the request that made it among the audit
-// events: the same object and a verb that writes it that way, a request
-// the apiserver accepted (it wrote, unless it was a no-op update) or one
-// whose answer does not say it wrote nothing (a timeout or an internal
-// error: 5xx, or none). One request makes one write: the commits and the
-// requests are paired by a maximum matching (augmenting paths), each
-// commit trying its candidates in order of preference: accepted first,
-// then the closest in time (a create's creationTimestamp, else the first
-// received). Creates, bindings and deletes are one write per object, so
-// their pairing is exact unless the audit log names no object (a create
-// with generateName: paired by the creationTimestamp, which has seconds);
-// several updates of one object pair in the order of their requests.
+// events, in two steps.
+//
+// First by revision: an accepted write whose answer carries the object
+// (the lab logs the managed components' creates, updates and patches with
+// their answers) names the revision etcd committed it at, its
+// resourceVersion. That pairing is exact, and a request so answered made
+// no other write.
+//
+// Then the rest by object, verb and time: the same object and a verb that
+// writes it that way, a request the apiserver accepted (it wrote, unless
+// it was a no-op update) or one whose answer does not say it wrote nothing
+// (a timeout or an internal error: 5xx, or none), and a request whose
+// times fit the commit's place in etcd's order (window). One request
+// makes one write: the commits and the requests are paired by a maximum
+// matching (augmenting paths), each commit trying its candidates in order
+// of preference: accepted first, then the closest in time (a create's
+// creationTimestamp, else the first received). Creates, bindings and
+// deletes are one write per object, so their pairing is exact unless the
+// audit log names no object (a create with generateName: paired by the
+// creationTimestamp, which has seconds); several updates of one object
+// without their answers pair in the order of their requests, which can
+// pair one master's write with the other's request (seen on the real
+// plane before the answers were logged: the new master's ReplicaSet
+// status updates judged the old master's late commits).
 func match(commits []Commit, evs []audit.Event) {
+	byRevision(commits, evs)
+	win := windows(commits)
 	byObj := map[objKey][]int{}
 	var collections []int // deletecollection: one request, many writes
 	for i, e := range evs {
-		if !e.Write() || e.DryRun || !(e.Accepted() || mayHaveWritten(e)) {
-			continue
+		if !e.Write() || e.DryRun || !(e.Accepted() || mayHaveWritten(e)) || (e.Accepted() && e.RV != 0) {
+			continue // an accepted answer with its revision was paired by it
 		}
 		if e.Verb == "deletecollection" {
 			collections = append(collections, i)
@@ -36,13 +51,16 @@ func match(commits []Commit, evs []audit.Event) {
 	}
 	cands := make([][]int, len(commits))
 	for i, c := range commits {
+		if c.Request != nil {
+			continue
+		}
 		o := c.Object
 		all := byObj[objKey{o.Resource, o.Namespace, o.Name}]
 		if o.Kind == Create {
 			all = append(slices.Clone(all), byObj[objKey{o.Resource, o.Namespace, ""}]...)
 		}
 		for _, j := range all {
-			if writes(evs[j], o) {
+			if writes(evs[j], o) && win[i].fits(evs[j]) {
 				cands[i] = append(cands[i], j)
 			}
 		}
@@ -55,6 +73,7 @@ func match(commits []Commit, evs []audit.Event) {
 	for j, i := range owner {
 		commits[i].Request = &evs[j]
 	}
+	twoWriteDeletes(commits)
 	for i := range commits {
 		c := &commits[i]
 		if c.Request != nil || (c.Object.Kind != Delete && c.Object.Kind != Update) {
@@ -67,6 +86,86 @@ func match(commits []Commit, evs []audit.Event) {
 			}
 		}
 	}
+}
+
+// twoWriteDeletes shares a delete request between a delete and its key's
+// write just before it, whichever of the two the matching left unpaired:
+// a graceful delete with a zero grace period (a bound pod's) is two writes
+// of one request, the update that sets deletionTimestamp, then the delete.
+func twoWriteDeletes(commits []Commit) {
+	last := map[string]*Commit{} // key -> its latest write so far
+	for i := range commits {
+		c := &commits[i]
+		if p := last[c.Write.Key]; c.Object.Kind == Delete && p != nil && p.Object.Kind == Update {
+			switch {
+			case c.Request == nil && p.Request != nil && p.Request.Verb == "delete":
+				c.Request = p.Request
+			case p.Request == nil && c.Request != nil && c.Request.Verb == "delete":
+				p.Request = c.Request
+			}
+		}
+		last[c.Write.Key] = c
+	}
+}
+
+// byRevision pairs each commit with the accepted write answered with the
+// object at the commit's revision (the earliest completed, should a no-op
+// update have answered the same object).
+func byRevision(commits []Commit, evs []audit.Event) {
+	byRV := map[int64][]int{}
+	for j, e := range evs {
+		if e.Write() && !e.DryRun && e.Accepted() && e.RV != 0 {
+			byRV[e.RV] = append(byRV[e.RV], j)
+		}
+	}
+	for i := range commits {
+		c := &commits[i]
+		js := byRV[c.Write.Rev]
+		slices.SortStableFunc(js, func(a, b int) int { return evs[a].Completed.Compare(evs[b].Completed) })
+		for _, j := range js {
+			e := evs[j]
+			if e.Resource == c.Object.Resource && e.Namespace == c.Object.Namespace &&
+				(e.Name == c.Object.Name || e.Name == "" && c.Object.Kind == Create) && writes(e, c.Object) {
+				c.Request = &evs[j]
+				break
+			}
+		}
+	}
+}
+
+// window bounds when etcd committed a write, from the writes paired by
+// revision around it: after the latest such write before it was received
+// (lo), before the earliest such write after it was answered (hi).
+type window struct{ lo, hi time.Time }
+
+// fits: request e may have made the write: it arrived before the write
+// was committed and, answered as accepted, was answered after.
+func (w window) fits(e audit.Event) bool {
+	if !w.hi.IsZero() && e.Received.After(w.hi) {
+		return false
+	}
+	return !e.Accepted() || w.lo.IsZero() || !e.Completed.Before(w.lo)
+}
+
+// windows are the commits' windows (commits by revision; zero bounds: none
+// known).
+func windows(commits []Commit) []window {
+	win := make([]window, len(commits))
+	var lo time.Time
+	for i, c := range commits {
+		if r := c.Request; r != nil && r.Received.After(lo) {
+			lo = r.Received
+		}
+		win[i].lo = lo
+	}
+	var hi time.Time
+	for i := len(commits) - 1; i >= 0; i-- {
+		if r := commits[i].Request; r != nil && (hi.IsZero() || r.Completed.Before(hi)) {
+			hi = r.Completed
+		}
+		win[i].hi = hi
+	}
+	return win
 }
 
 // augment finds commit i a request, taking one from another commit that

@@ -143,7 +143,7 @@ func TestRecordRealCommits(t *testing.T) {
 		w.createOwned(1, "", rsUID, "")
 	})
 	for name, c := range map[string]Case{"clean": clean, "late": late, "ghost": ghost} {
-		rep := c.Judge(t)
+		rep := judge(t, c)
 		t.Logf("%s: %s", name, rep)
 		for _, l := range rep.Late {
 			t.Logf("%s: late: %s", name, l)
@@ -152,9 +152,9 @@ func TestRecordRealCommits(t *testing.T) {
 			t.Logf("%s: ghost: %s", name, g)
 		}
 	}
-	checkClean(t, clean.Judge(t))
-	checkLate(t, late.Judge(t))
-	checkGhost(t, ghost.Judge(t))
+	checkClean(t, judge(t, clean))
+	checkLate(t, judge(t, late))
+	checkGhost(t, judge(t, ghost))
 }
 
 // writers send the managed components' writes to apiserver i, as the

@@ -37,11 +37,11 @@ import (
 func TestRecordEtcdCommits(t *testing.T) {
 	cases := recordStandIn(t)
 	for _, name := range []string{"clean", "late", "ghost"} {
-		logReport(t, name, cases[name].Judge(t))
+		logReport(t, name, judge(t, cases[name]))
 	}
-	checkClean(t, cases["clean"].Judge(t))
-	checkLate(t, cases["late"].Judge(t))
-	checkGhost(t, cases["ghost"].Judge(t))
+	checkClean(t, judge(t, cases["clean"]))
+	checkLate(t, judge(t, cases["late"]))
+	checkGhost(t, judge(t, cases["ghost"]))
 	if os.Getenv("KHA_RECORD_COMMITS") == "1" {
 		for name, c := range cases {
 			writeCase(t, filepath.Join("testdata", name+".json.gz"), c)

@@ -22,9 +22,15 @@ import (
 	_ "github.com/kha-supervisor/kha-supervisor/lab/scenario" // registers scenarios 40-44
 )
 
-// prefix is the smoke test's own lab prefix (not the demo's or a hand-run
-// lab's); the test refuses to share it with a lab that is up.
-const prefix = "ksmoke"
+// smokePrefix is the smoke test's own lab prefix (not the demo's or a
+// hand-run lab's), KHA_SMOKE_PREFIX when set (two runs on one machine need
+// two); the test refuses to share it with a lab that is up.
+func smokePrefix() string {
+	if p := os.Getenv("KHA_SMOKE_PREFIX"); p != "" {
+		return p
+	}
+	return "ksmoke"
+}
 
 // TestKubeSmoke: one failover on the real control plane (scenario 40, the
 // leader's rack cut off, kha-supervisor fast profile), judged at the
@@ -36,6 +42,7 @@ const prefix = "ksmoke"
 func TestKubeSmoke(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "go", "ip", "sysctl", "systemd-nspawn", "nsenter", "unshare")
+	prefix := smokePrefix()
 	if nss, _ := topo.Namespaces(prefix); len(nss) > 0 {
 		t.Fatalf("a lab with prefix %s is up (%v): run `kha-lab down --prefix %s` first", prefix, nss, prefix)
 	}
