@@ -203,8 +203,8 @@ func (s *Supervisor) strayAtExec(e execwatch.Exec) (execStray, bool) {
 	if err != nil {
 		p = procscan.Proc{PID: e.PID, PPID: -1, LoginUID: -1, SessionID: -1}
 	}
-	if x.killed {
-		x.took = sinceStart(p.StartTime)
+	if x.killed && p.StartTime != 0 {
+		x.took = sinceStart(p.StartTime) // unknown (0) when /proc no longer had it
 	}
 	// The event comes from inside execve: /proc may still show the
 	// previous program.
@@ -227,8 +227,16 @@ func (s *Supervisor) strayExec(st *strayScan, x execStray) {
 		if x.err != nil {
 			s.log.Error("cannot kill stray process", "pid", p.PID, "err", x.err)
 		}
-		action = fmt.Sprintf("SIGKILL at exec, %s after it started", x.took.Round(time.Millisecond))
-		s.setExecWatch(func(w *ExecWatchStatus) { w.Kills++; w.LastExecToKill = x.took })
+		action = "SIGKILL at exec (its start time was gone from /proc)"
+		if x.took > 0 {
+			action = fmt.Sprintf("SIGKILL at exec, %s after it started", x.took.Round(time.Millisecond))
+		}
+		s.setExecWatch(func(w *ExecWatchStatus) {
+			w.Kills++
+			if x.took > 0 {
+				w.LastExecToKill = x.took
+			}
+		})
 	}
 	s.log.Error("process of a managed component started outside its unit",
 		"pid", p.PID, "ppid", p.PPID, "exe", e.Path, "unit", st.unitOf[path.Base(e.Path)], "cmdline", strings.Join(p.Cmdline, " "),
