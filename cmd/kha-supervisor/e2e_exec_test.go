@@ -13,20 +13,17 @@ import (
 // the standby (the issue's sample size).
 const execCopyStarts = 20
 
-// execCopyBound is the issue's bound on a hand-started copy's life: a
-// kube-scheduler needs hundreds of milliseconds to sync its caches before
-// its first binding, so a copy gone within this wrote nothing.
-const execCopyBound = 50 * time.Millisecond
-
 // TestHandStartedCopyDiesAtExec (issue 19): with the shipped defaults
 // (api_fence off, poll_interval 1 s), a copy of a managed component's
 // executable started by hand on the standby, outside any unit, is stopped
-// within tens of milliseconds of its exec, not at the next /proc poll.
-// Each copy is timed inside the container by bash's $EPOCHREALTIME from
-// just before the fork to just after its exit was reaped: an upper bound
-// on its life. The median must stay under execCopyBound; the worst is
-// printed, and bounded generously (the machine is shared). A few copies
-// beside the leader's running unit must die alike, the unit untouched.
+// at its exec, not at the next /proc poll: every copy dies of SIGKILL
+// (exit 137; the poll sends SIGTERM first, 143) and the supervisor's
+// journal says seen_by=exec for each. A few copies beside the leader's
+// running unit die alike, the unit untouched. How long each copy lived is
+// measured and printed with the harness's own floor (the same fork, exec
+// and reap of /bin/true), not asserted: on a shared 2-core machine the
+// floor alone varies from a few to hundreds of milliseconds (the guide's
+// rule: timing goals go in reports, not in timed tests).
 func TestHandStartedCopyDiesAtExec(t *testing.T) {
 	p := e2eDefault
 	p.Binaries = true
@@ -38,34 +35,22 @@ func TestHandStartedCopyDiesAtExec(t *testing.T) {
 	time.Sleep(3 * time.Second)
 
 	lives, codes := handCopies(t, standby, exe, execCopyStarts)
-	med, worst := percentile(lives, 50), slices.Max(lives)
-	t.Logf("standby: %d hand-started copies of %s: lifetime median %.1f ms, worst %.1f ms (exit codes %v; load average %s)",
-		len(lives), exe, msf(med), msf(worst), codes, loadavg(t))
+	floor, _ := handCopies(t, standby, "/bin/true", 10)
+	t.Logf("standby: %d hand-started copies of %s: lifetime median %.1f ms, worst %.1f ms; harness floor (/bin/true timed alike) median %.1f ms, worst %.1f ms (exit codes %v; load average %s)",
+		len(lives), exe, msf(percentile(lives, 50)), msf(slices.Max(lives)), msf(percentile(floor, 50)), msf(slices.Max(floor)), codes, loadavg(t))
 	for i, code := range codes {
-		if code == 0 {
-			t.Errorf("standby: copy %d ran to its end (5 s): never stopped", i+1)
+		if code != execKilled {
+			t.Errorf("standby: copy %d exited %d, want %d (SIGKILL at its exec; 0: never stopped, 143: the poll's SIGTERM)", i+1, code, execKilled)
 		}
 	}
-	if med >= execCopyBound {
-		t.Errorf("standby: median lifetime %.1f ms, want under %s (lifetimes %v)", msf(med), execCopyBound, lives)
-	}
-	// Generous: a 2-core machine shared with other tests may stall a
-	// process for tens of milliseconds; the poll's worst is a second.
-	if worst >= 4*execCopyBound {
-		t.Errorf("standby: worst lifetime %.1f ms, want under %s", msf(worst), 4*execCopyBound)
-	}
-
-	// The harness's own floor: the same fork, exec and reap of a program
-	// nobody stops (/bin/true exits at once), timed alike. On a loaded
-	// machine most of a copy's measured life is this, not the watch.
-	floor, _ := handCopies(t, standby, "/bin/true", 10)
-	t.Logf("standby: harness floor (/bin/true, same timing): median %.1f ms, worst %.1f ms", msf(percentile(floor, 50)), msf(slices.Max(floor)))
 
 	lives, codes = handCopies(t, leader, exe, 5)
 	t.Logf("leader: 5 hand-started copies beside the unit: lifetime median %.1f ms, worst %.1f ms (exit codes %v)",
 		msf(percentile(lives, 50)), msf(slices.Max(lives)), codes)
-	if med := percentile(lives, 50); med >= execCopyBound {
-		t.Errorf("leader: median lifetime %.1f ms, want under %s (lifetimes %v)", msf(med), execCopyBound, lives)
+	for i, code := range codes {
+		if code != execKilled {
+			t.Errorf("leader: copy %d exited %d, want %d (SIGKILL at its exec)", i+1, code, execKilled)
+		}
 	}
 	if got := leader.activeUnits(); len(got) != len(e2eUnits) {
 		t.Errorf("leader's units after the copies were stopped: %v active, want all of %v", got, e2eUnits)
@@ -73,16 +58,19 @@ func TestHandStartedCopyDiesAtExec(t *testing.T) {
 	if l, _, _ := c.waitStable(30 * time.Second); l != leader {
 		t.Errorf("leadership moved to %s", l.name)
 	}
-	for _, n := range []*e2eNode{standby, leader} {
+	for n, want := range map[*e2eNode]int{standby: execCopyStarts, leader: 5} {
 		j := n.journal(e2eSupervisor)
 		if strings.Contains(j, "cannot watch execs through the kernel") {
 			t.Errorf("%s: the packaged unit's supervisor could not watch execs:\n%s", n.name, j)
 		}
-		if !strings.Contains(j, "seen_by=exec") {
-			t.Errorf("%s: no copy was stopped at its exec (seen_by=exec) in the supervisor's journal", n.name)
+		if got := strings.Count(j, "seen_by=exec"); got < want {
+			t.Errorf("%s: %d copies stopped at their exec (seen_by=exec) in the supervisor's journal, want %d", n.name, got, want)
 		}
 	}
 }
+
+// execKilled is a copy's exit code when SIGKILL ended it (128 + 9).
+const execKilled = 137
 
 // handCopies starts n copies of exe inside node, one after another, as a
 // person at a root shell would (in its own session), each told to live 5 s,
