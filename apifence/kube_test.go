@@ -15,6 +15,7 @@ import (
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -147,6 +148,10 @@ func install(t *testing.T, cs kubernetes.Interface, objs []any) {
 			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
 		case *admv1.ValidatingAdmissionPolicyBinding:
 			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *flowv1.PriorityLevelConfiguration:
+			_, err = cs.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, o, metav1.CreateOptions{})
+		case *flowv1.FlowSchema:
+			_, err = cs.FlowcontrolV1().FlowSchemas().Create(ctx, o, metav1.CreateOptions{})
 		case *admv1.ValidatingWebhookConfiguration:
 			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
 		default:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -10,10 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
@@ -190,7 +193,7 @@ type apiFence struct {
 
 func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	st := f.Status()
-	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down}
+	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down, Unfenced: st.Unfenced, Unlisted: st.Unlisted}
 	if h := st.Handover; h != nil {
 		out.Published, out.PublishedAt, out.TookMS = h.Token, h.At, h.Took.Milliseconds()
 	}
@@ -222,7 +225,7 @@ func upstreams(a config.APIFence) ([]*rest.Config, error) {
 }
 
 // newAPIFence builds the fence the configuration asks for; nil when off.
-func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
+func newAPIFence(cfg config.Config, etcd apifence.EtcdFunc, log *slog.Logger) (*apiFence, error) {
 	a := cfg.APIFence
 	if !a.Enabled() {
 		return nil, nil
@@ -248,11 +251,26 @@ func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
 		specs = append(specs, apifence.GateSpec{Unit: g.Unit, Addr: g.Addr})
 	}
 	f, err := apifence.New(apifence.Options{Mode: a.Mode, Upstreams: ups, Gates: specs, StateDir: a.StateDir,
-		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Webhook: a.Webhook, Log: log})
+		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Etcd: etcd, Webhook: a.Webhook, Log: log,
+		// Only the unit's own processes may use its gate (issue 23 item 4).
+		Peers: gate.ProcPeers{UnitPIDs: gate.SystemdUnitPIDs}})
 	if err != nil {
 		return nil, err
 	}
 	return &apiFence{Fence: f, upstreamHost: ups[0].Host}, nil
+}
+
+// etcdState names kha's etcd cluster and its current revision for the
+// parameter's record (apifence/lineage.go): the header of a linearizable
+// count-only Get.
+func etcdState(cli *clientv3.Client) apifence.EtcdFunc {
+	return func(ctx context.Context) (apifence.EtcdState, error) {
+		resp, err := cli.Get(ctx, "kha-supervisor/api-fence/etcd-state", clientv3.WithCountOnly())
+		if err != nil {
+			return apifence.EtcdState{}, err
+		}
+		return apifence.EtcdState{ClusterID: resp.Header.ClusterId, Revision: resp.Header.Revision}, nil
+	}
 }
 
 // iface is the supervisor's APIFence: a nil *apiFence must become a nil
@@ -276,6 +294,7 @@ func (f *apiFence) start(sup *supervisor.Supervisor, reg prometheus.Registerer, 
 		return
 	}
 	f.SetTerm(sup.Term)
+	f.OnStranger(func(unit string, p gate.Peer) { sup.ReportGateStranger(unit, p.PID, p.Cmdline, p.Cgroup) })
 	f.Serve()
 }
 
@@ -314,7 +333,20 @@ func apiFenceLine(st *supervisor.APIFenceStatus) string {
 	if len(st.Down) > 0 {
 		line += "; apiservers down (gates skip them): " + strings.Join(st.Down, ", ")
 	}
-	return line
+	return line + apiFenceAlarms(st.Unfenced, st.Unlisted)
+}
+
+// apiFenceAlarms is what /healthz and status add when the fence is off
+// somewhere or the apiserver list is incomplete.
+func apiFenceAlarms(unfenced, unlisted []string) string {
+	var s string
+	if len(unfenced) > 0 {
+		s += "; FENCE OFF: a stale token was admitted by " + strings.Join(unfenced, ", ") + " (re-apply `kha-supervisor api-fence manifests`)"
+	}
+	if len(unlisted) > 0 {
+		s += "; apiservers not in api_fence.apiservers (promotions fail): " + strings.Join(unlisted, ", ")
+	}
+	return s
 }
 
 // apiFenceClusterLine is the cluster status's line about the fence at the
@@ -354,6 +386,9 @@ func apiFenceClusterLine(cs group.ClusterStatus) string {
 	}
 	if lead != nil && lead.Published == cs.Token && !lead.PublishedAt.IsZero() {
 		fmt.Fprintf(&b, " (handed over at %s in %d ms)", stamp(lead.PublishedAt), lead.TookMS)
+	}
+	if lead != nil {
+		b.WriteString(apiFenceAlarms(lead.Unfenced, lead.Unlisted))
 	}
 	if len(modes) > 1 {
 		var parts []string

@@ -95,6 +95,8 @@ func TestAPIFenceHealthzLine(t *testing.T) {
 		{&supervisor.APIFenceStatus{Mode: "token", Token: 101, Term: 101, Matches: true}, "api_fence: mode token; the apiservers hold token 101, the elected term's"},
 		{&supervisor.APIFenceStatus{Mode: "token", Token: 100, Term: 101, Down: []string{"https://10.0.0.2:6443"}},
 			"api_fence: mode token; the apiservers hold token 100, the elected term's is 101: MISMATCH (the leader's units' writes are refused until it publishes); apiservers down (gates skip them): https://10.0.0.2:6443"},
+		{&supervisor.APIFenceStatus{Mode: "token", Token: 101, Term: 101, Matches: true, Unfenced: []string{"https://10.0.0.2:6443"}, Unlisted: []string{"10.0.0.13 (in the endpoints of service default/kubernetes)"}},
+			"api_fence: mode token; the apiservers hold token 101, the elected term's; FENCE OFF: a stale token was admitted by https://10.0.0.2:6443 (re-apply `kha-supervisor api-fence manifests`); apiservers not in api_fence.apiservers (promotions fail): 10.0.0.13 (in the endpoints of service default/kubernetes)"},
 	} {
 		if got := apiFenceLine(c.st); got != c.want {
 			t.Errorf("%+v:\n got %q\nwant %q", c.st, got, c.want)
@@ -114,6 +116,8 @@ func TestAPIFenceClusterLine(t *testing.T) {
 	}
 	lead := rec("m1", "token", 101)
 	lead.APIFence.Published, lead.APIFence.PublishedAt, lead.APIFence.TookMS = 101, at, 250
+	unfenced := rec("m1", "token", 101)
+	unfenced.APIFence.Unfenced, unfenced.APIFence.Unlisted = []string{"https://10.0.0.2:6443"}, []string{"10.0.0.3 (in the endpoints of service default/kubernetes)"}
 	for name, c := range map[string]struct {
 		cs   group.ClusterStatus
 		want []string
@@ -122,6 +126,8 @@ func TestAPIFenceClusterLine(t *testing.T) {
 		"off everywhere": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{rec("m1", "", 0), rec("m2", "", 0)}}, none: true},
 		"held by the leader": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{lead, rec("m2", "token", 101)}},
 			want: []string{"leader's mode token", "hold token 101, the leader's", "in 250 ms"}},
+		"the fence off somewhere": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{unfenced, rec("m2", "token", 101)}},
+			want: []string{"FENCE OFF: a stale token was admitted by https://10.0.0.2:6443", "apiservers not in api_fence.apiservers (promotions fail): 10.0.0.3"}},
 		"mismatch and a member off": {cs: group.ClusterStatus{Leader: "m2", Token: 102, Members: []group.Record{lead, rec("m2", "token", 101), rec("m3", "", 0)}},
 			want: []string{"hold token 101, the leader's is 102: MISMATCH", "members differ in api_fence.mode (off: m3; token: m1,m2)"}},
 	} {
