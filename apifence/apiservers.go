@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -49,17 +50,24 @@ type Known struct {
 	Hosts     []string // hostnames of the fresh identity leases
 }
 
+// resolveTimeout bounds each name lookup of the comparison: a node whose
+// nameserver does not answer (a master in its own network namespace, an
+// outage) must not spend the promotion's confirm timeout on DNS.
+const resolveTimeout = time.Second
+
 // Unlisted returns the apiservers the cluster knows that listed (the
 // https://host:port entries) does not name, each as a readable phrase;
 // resolve maps a host name to its addresses (net.DefaultResolver's). An
 // address is listed when some entry's host is, or resolves to, it: the
 // EndpointSlice carries one port for every apiserver, so ports are not
-// compared. A lease host is listed when some entry names it or an address
-// of it; unmatched hosts count as unlisted only when there are more fresh
-// leases than entries (a host may advertise an address its name does not
-// resolve to).
+// compared. Lease hosts count only when there are more fresh leases than
+// entries (a host may advertise an address its name does not resolve to);
+// then each unmatched one (not named by an entry, none of its addresses
+// listed) is unlisted. Names are resolved only when needed, at once, each
+// within resolveTimeout: a lookup that fails or times out matches nothing.
 func Unlisted(ctx context.Context, listed []string, k Known, resolve func(context.Context, string) ([]string, error)) []string {
 	ips, names := map[string]bool{}, map[string]bool{}
+	var toResolve []string
 	for _, l := range listed {
 		u, err := url.Parse(l)
 		if err != nil {
@@ -71,8 +79,16 @@ func Unlisted(ctx context.Context, listed []string, k Known, resolve func(contex
 			continue
 		}
 		names[strings.ToLower(h)] = true
-		if addrs, err := resolve(ctx, h); err == nil {
-			for _, a := range addrs {
+		toResolve = append(toResolve, h)
+	}
+	hostsCount := len(k.Hosts) > len(listed)
+	if hostsCount {
+		toResolve = append(toResolve, k.Hosts...)
+	}
+	addrs := resolveAll(ctx, toResolve, resolve)
+	for _, l := range listed {
+		if u, err := url.Parse(l); err == nil {
+			for _, a := range addrs[u.Hostname()] {
 				if ip := net.ParseIP(a); ip != nil {
 					ips[ip.String()] = true
 				}
@@ -85,30 +101,45 @@ func Unlisted(ctx context.Context, listed []string, k Known, resolve func(contex
 			out = append(out, fmt.Sprintf("%s (in the endpoints of service default/kubernetes)", a))
 		}
 	}
-	var unmatched []string
-	for _, h := range k.Hosts {
-		if !hostListed(ctx, h, ips, names, resolve) {
-			unmatched = append(unmatched, h)
-		}
+	if !hostsCount {
+		return out
 	}
-	if len(k.Hosts) > len(listed) {
-		for _, h := range unmatched {
+	for _, h := range k.Hosts {
+		if !hostListed(h, addrs[h], ips, names) {
 			out = append(out, fmt.Sprintf("the apiserver on host %s (identity lease; %d apiservers renew one, %d listed)", h, len(k.Hosts), len(listed)))
 		}
 	}
 	return out
 }
 
-func hostListed(ctx context.Context, h string, ips, names map[string]bool, resolve func(context.Context, string) ([]string, error)) bool {
+// resolveAll looks every name up at once, each within resolveTimeout.
+func resolveAll(ctx context.Context, hosts []string, resolve func(context.Context, string) ([]string, error)) map[string][]string {
+	out := make(map[string][]string, len(hosts))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+			defer cancel()
+			a, err := resolve(rctx, h)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out[h] = a
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func hostListed(h string, addrs []string, ips, names map[string]bool) bool {
 	h = strings.ToLower(h)
 	for n := range names {
 		if n == h || strings.HasPrefix(n, h+".") || strings.HasPrefix(h, n+".") {
 			return true
 		}
-	}
-	addrs, err := resolve(ctx, h)
-	if err != nil {
-		return false
 	}
 	return slices.ContainsFunc(addrs, func(a string) bool { ip := net.ParseIP(a); return ip != nil && ips[ip.String()] })
 }

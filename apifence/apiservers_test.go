@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -84,6 +85,7 @@ func TestFreshHostsDropsLeasesLongUnrenewed(t *testing.T) {
 type clusterServer struct {
 	*admissionServer
 	addresses []string
+	hosts     []string // of the identity leases, renewed now
 }
 
 func (s clusterServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +99,13 @@ func (s clusterServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(&es)
 	case "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases":
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(&coordv1.LeaseList{TypeMeta: metav1.TypeMeta{Kind: "LeaseList", APIVersion: "coordination.k8s.io/v1"}})
+		ll := coordv1.LeaseList{TypeMeta: metav1.TypeMeta{Kind: "LeaseList", APIVersion: "coordination.k8s.io/v1"}}
+		for _, h := range s.hosts {
+			l := coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "apiserver-" + h, Labels: map[string]string{"kubernetes.io/hostname": h}}}
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			ll.Items = append(ll.Items, l)
+		}
+		_ = json.NewEncoder(w).Encode(&ll)
 	default:
 		s.admissionServer.ServeHTTP(w, r)
 	}
@@ -113,7 +121,7 @@ func TestPublishFailsWhenTheClusterHasAnUnlistedApiserver(t *testing.T) {
 	param.cm.Name, param.cm.Namespace = ParamName, Namespace
 	var mu sync.Mutex
 	cached := func() string { return param.cm.Data["token"] }
-	srv := clusterServer{&admissionServer{param: param, mu: &mu, cached: cached, etcdOK: true}, []string{"127.0.0.1", "10.99.0.13"}}
+	srv := clusterServer{&admissionServer{param: param, mu: &mu, cached: cached, etcdOK: true}, []string{"127.0.0.1", "10.99.0.13"}, nil}
 	p := &Publisher{Endpoints: []*rest.Config{endpoint(t, srv), endpoint(t, srv)}, Group: "g"}
 	_, err := p.Publish(ctx, 9)
 	if !errors.Is(err, ErrUnlisted) || !strings.Contains(err.Error(), "10.99.0.13") {
@@ -126,5 +134,61 @@ func TestPublishFailsWhenTheClusterHasAnUnlistedApiserver(t *testing.T) {
 	p.Endpoints = []*rest.Config{endpoint(t, srv), endpoint(t, srv)}
 	if _, err := p.Publish(ctx, 9); err != nil {
 		t.Errorf("publish with every apiserver listed: %v", err)
+	}
+}
+
+// blackholeDNS makes net.DefaultResolver's queries go unanswered (as from a
+// network namespace whose nameserver is unreachable: the lab's masters)
+// until the test ends.
+func blackholeDNS(t *testing.T) {
+	r := net.DefaultResolver
+	preferGo, dial := r.PreferGo, r.Dial
+	r.PreferGo = true
+	r.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	t.Cleanup(func() { r.PreferGo, r.Dial = preferGo, dial })
+}
+
+// The lab's real plane: every apiserver listed by address, their identity
+// leases naming hosts this node cannot resolve, and DNS that does not
+// answer. The set is proven by the addresses alone (no more lease hosts
+// than entries), so nothing needs resolving; resolving anyway spent the
+// whole confirm timeout and failed every promotion with "read kha's etcd
+// cluster ID and revision: context deadline exceeded".
+func TestPublishDoesNotWaitForNameResolution(t *testing.T) {
+	blackholeDNS(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	param := &paramServer{cm: kubeapi.ConfigMap{Data: map[string]string{"token": "5"}}}
+	param.cm.Name, param.cm.Namespace = ParamName, Namespace
+	var mu sync.Mutex
+	cached := func() string { return param.cm.Data["token"] }
+	srv := clusterServer{&admissionServer{param: param, mu: &mu, cached: cached, etcdOK: true}, []string{"127.0.0.1"}, []string{"tk-m1", "tk-m2"}}
+	etcd := func(ctx context.Context) (EtcdState, error) {
+		if err := ctx.Err(); err != nil {
+			return EtcdState{}, err
+		}
+		return EtcdState{ClusterID: 0xc1, Revision: 100}, nil
+	}
+	p := &Publisher{Endpoints: []*rest.Config{endpoint(t, srv), endpoint(t, srv)}, Group: "g", Etcd: etcd}
+	start := time.Now()
+	if _, err := p.Publish(ctx, 9); err != nil {
+		t.Fatalf("publish after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("publish took %s with DNS silent; want well under a second", took)
+	}
+	// A third lease: now the hosts must be resolved, and each lookup gives
+	// up after resolveTimeout, not at the confirm timeout.
+	srv.hosts = append(srv.hosts, "tk-m3")
+	p.Endpoints = []*rest.Config{endpoint(t, srv), endpoint(t, srv)}
+	start = time.Now()
+	_, err := p.Publish(ctx, 10)
+	took := time.Since(start)
+	if !errors.Is(err, ErrUnlisted) || !strings.Contains(err.Error(), "tk-m3") || took > resolveTimeout+time.Second {
+		t.Errorf("publish with three lease hosts, two listed, DNS silent: %v after %s; want ErrUnlisted naming tk-m3 within %s",
+			err, took.Round(time.Millisecond), resolveTimeout+time.Second)
 	}
 }

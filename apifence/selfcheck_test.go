@@ -55,8 +55,8 @@ func TestLeaderNoticesAnApiserverThatAdmitsAStaleToken(t *testing.T) {
 	param.cm.Name, param.cm.Namespace = ParamName, Namespace
 	var mu sync.Mutex
 	cached := func() string { return param.cm.Data["token"] }
-	good := &unbound{Handler: clusterServer{&admissionServer{param: param, mu: &mu, cached: cached, etcdOK: true}, nil}}
-	bad := &unbound{Handler: clusterServer{&admissionServer{param: param, mu: &mu, cached: cached, etcdOK: true}, nil}}
+	good := &unbound{Handler: clusterServer{&admissionServer{param: param, mu: &mu, cached: cached, etcdOK: true}, nil, nil}}
+	bad := &unbound{Handler: clusterServer{&admissionServer{param: param, mu: &mu, cached: cached, etcdOK: true}, nil, nil}}
 	eps := []*rest.Config{endpoint(t, good), endpoint(t, bad)}
 	cluster, err := pki.NewCA(filepath.Join(t.TempDir(), "cluster"))
 	if err != nil {

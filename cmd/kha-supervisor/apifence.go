@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 func init() { register(apiFenceCommand) }
@@ -262,10 +264,18 @@ func newAPIFence(cfg config.Config, etcd apifence.EtcdFunc, log *slog.Logger) (*
 
 // etcdState names kha's etcd cluster and its current revision for the
 // parameter's record (apifence/lineage.go): the header of a linearizable
-// count-only Get.
-func etcdState(cli *clientv3.Client) apifence.EtcdFunc {
+// count-only Get of the election key, through the renewals' hedged pool
+// (the clients the leader has just proven) and within the key prefix (a
+// least-privilege etcd user may read nothing else), bounded by
+// etcd.request_timeout.
+func etcdState(kv etcdconn.KV, key string, timeout time.Duration) apifence.EtcdFunc {
 	return func(ctx context.Context) (apifence.EtcdState, error) {
-		resp, err := cli.Get(ctx, "kha-supervisor/api-fence/etcd-state", clientv3.WithCountOnly())
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		resp, err := kv.Get(ctx, key, clientv3.WithCountOnly())
 		if err != nil {
 			return apifence.EtcdState{}, err
 		}

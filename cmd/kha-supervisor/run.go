@@ -153,7 +153,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger, notify func(s
 		log.Error("cannot register metrics", "err", err)
 		return exitFailure
 	}
-	fence, err := newAPIFence(cfg, etcdState(cli), log) // apifence.go; nil when api_fence.mode = off
+	fence, err := newAPIFence(cfg, etcdState(pool.Hedged(), group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster).Leader(), cfg.Etcd.RequestTimeout), log) // apifence.go; nil when api_fence.mode = off
 	if err != nil {
 		log.Error("cannot set up the fence at the API server", "err", err)
 		return exitFailure
