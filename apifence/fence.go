@@ -166,7 +166,7 @@ func (f *Fence) tellStranger(unit string, p gate.Peer) {
 	if fn == nil {
 		return
 	}
-	if _, told := f.strangers.LoadOrStore(fmt.Sprintf("%s/%d", unit, p.PID), true); told {
+	if _, told := f.strangers.LoadOrStore(fmt.Sprintf("%s/%d/%s", unit, p.PID, p.Cgroup), true); told {
 		return
 	}
 	(*fn)(unit, p)

@@ -58,6 +58,14 @@ func freePort(t *testing.T) int {
 
 func startPlane(t *testing.T) *plane {
 	t.Helper()
+	return startPlaneAt(t, "127.0.0.1", "127.0.0.1")
+}
+
+// startPlaneAt starts one apiserver per address (each binds and advertises
+// it: distinct loopback addresses are distinct apiservers to the cluster's
+// endpoint reconciler).
+func startPlaneAt(t *testing.T, addrs ...string) *plane {
+	t.Helper()
 	bins, err := build.Lookup("", build.DefaultVersion)
 	if err != nil {
 		t.Fatal(err) // the tag says the caller wants the real binaries: fail, do not skip
@@ -72,12 +80,12 @@ func startPlane(t *testing.T) *plane {
 	// One after the other: both issue their certificates into the one CA
 	// directory, and Start re-issues them.
 	var files kube.Files
-	for i := range 2 {
+	for i, addr := range addrs {
 		s := kube.APIServer{
 			Binary: bins.Path("kube-apiserver"), Dir: filepath.Join(dir, fmt.Sprintf("apiserver-%d", i)), CA: ca,
 			Etcd: kube.Etcd{Endpoints: etcd.Endpoints(), CAFile: ca.CertFile,
 				CertFile: etcd.ClientCert().CertFile, KeyFile: etcd.ClientCert().KeyFile, Prefix: "/apifence-test"},
-			Address: "127.0.0.1", Port: freePort(t),
+			Address: addr, Port: freePort(t),
 		}
 		start := time.Now()
 		f, err := s.Start(context.WithoutCancel(t.Context()))
