@@ -58,13 +58,15 @@ func freePort(t *testing.T) int {
 
 func startPlane(t *testing.T) *plane {
 	t.Helper()
-	return startPlaneAt(t, "127.0.0.1", "127.0.0.1")
+	return startPlaneAt(t, false, "127.0.0.1", "127.0.0.1")
 }
 
-// startPlaneAt starts one apiserver per address (each binds and advertises
-// it: distinct loopback addresses are distinct apiservers to the cluster's
-// endpoint reconciler).
-func startPlaneAt(t *testing.T, addrs ...string) *plane {
+// startPlaneAt starts one apiserver per address, which it binds. Loopback
+// addresses turn the endpoint reconciler off (lab/kube/args.go), so the
+// cluster knows its apiservers by their identity leases alone, one per host
+// name: with hostnames each runs under its own, its address (a name that
+// resolves to itself).
+func startPlaneAt(t *testing.T, hostnames bool, addrs ...string) *plane {
 	t.Helper()
 	bins, err := build.Lookup("", build.DefaultVersion)
 	if err != nil {
@@ -86,6 +88,9 @@ func startPlaneAt(t *testing.T, addrs ...string) *plane {
 			Etcd: kube.Etcd{Endpoints: etcd.Endpoints(), CAFile: ca.CertFile,
 				CertFile: etcd.ClientCert().CertFile, KeyFile: etcd.ClientCert().KeyFile, Prefix: "/apifence-test"},
 			Address: addr, Port: freePort(t),
+		}
+		if hostnames {
+			s.Hostname = addr
 		}
 		start := time.Now()
 		f, err := s.Start(context.WithoutCancel(t.Context()))

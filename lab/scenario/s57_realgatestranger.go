@@ -26,6 +26,12 @@ const (
 	strangerPods      = 5
 	strangerConfig    = "/etc/kubernetes/kha-lab-hand-scheduler.yaml"
 	strangerPodPrefix = "kha-lab-hand-"
+	// strangerBinary is a copy of the scheduler under another name: the
+	// supervisor's stray scan kills a copy of a managed executable (same
+	// file, or same base name: scenario 29) at its exec, before it could
+	// reach the gate. A copy under another name is what it cannot tell (a
+	// component built or packaged elsewhere): the gate is the layer left.
+	strangerBinary = "/var/tmp/kha-lab-hand-sched"
 )
 
 // Scenario 57 (real plane, issue 23 item 4): a second kube-scheduler
@@ -33,11 +39,13 @@ const (
 // a transient unit of its own. It presents the scheduler's certificate to
 // the leader's API gate, which would stamp the current token on its
 // writes; the gate must refuse it because it does not run in
-// kube-scheduler.service's cgroup. Judged at the apiservers' audit logs:
+// kube-scheduler.service's cgroup. The copy runs under another file name,
+// which the stray scan does not recognise (strangerBinary). Judged at the
+// apiservers' audit logs:
 // none of its pods is bound, while the real scheduler keeps binding.
 func init() {
 	plane.Register(plane.Scenario{ID: 57, Name: "real: second scheduler on the leader through its gate",
-		Fault: "kube-scheduler started by hand on the leader (systemd-run, its own unit) with the gated kubeconfig, for 12 s",
+		Fault: "a renamed copy of kube-scheduler started by hand on the leader (systemd-run, its own unit) with the gated kubeconfig, for 12 s",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			n := t.Node()
 			admin := t.R.Clients[0]
@@ -70,9 +78,12 @@ func init() {
 			if err != nil {
 				return cleanup, err
 			}
+			if out, err := n.Exec(ctx, "cp", c.Binary, strangerBinary); err != nil {
+				return cleanup, fmt.Errorf("copy the scheduler: %w: %s", err, out)
+			}
 			since := time.Now()
 			if out, err := n.Exec(ctx, "systemd-run", "--unit", strangerUnit, "--collect", "--",
-				c.Binary, "--config="+strangerConfig, "--secure-port=0", "-v=2"); err != nil {
+				strangerBinary, "--config="+strangerConfig, "--secure-port=0", "-v=2"); err != nil {
 				return cleanup, fmt.Errorf("start the stranger: %w: %s", err, out)
 			}
 			t.Mark("hand-start")
