@@ -43,11 +43,18 @@ type Options struct {
 	ClientCAs      *x509.CertPool // the cluster CA, for the components' client certificates
 	ConfirmTimeout time.Duration  // bounds Publish
 	Group          string         // the election group (config cluster): Publisher.Group
+	Etcd           EtcdFunc       // kha's etcd cluster ID and revision: Publisher.Etcd
 	// Webhook, if set, is the loopback host:port of the token webhook
 	// (clusters older than 1.30; gate or token mode), served on every node whatever
 	// its state: it judges by the parameter, not by this node's term.
 	Webhook string
-	Log     *slog.Logger
+	// Peers, if set, admits to each gate only the processes of its unit
+	// (gate/peer.go): the daemon sets gate.ProcPeers; nil checks nothing.
+	Peers gate.Peers
+	// SelfCheckEvery is the leader's self-check period (selfcheck.go);
+	// DefaultSelfCheckEvery if zero.
+	SelfCheckEvery time.Duration
+	Log            *slog.Logger
 }
 
 // Fence is the supervisor's side of the fence at the API server: the
@@ -66,6 +73,10 @@ type Fence struct {
 	cut       atomic.Int64 // the largest token a Cut ended: never published again
 	held      atomic.Int64 // the token the apiservers hold, as last written or read
 	handover  atomic.Pointer[Handover]
+	selfEvery time.Duration
+	watch     watch
+	stranger  atomic.Pointer[func(unit string, p gate.Peer)]
+	strangers sync.Map // "unit/pid" already told: a client retrying every second is one event
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -87,9 +98,9 @@ func New(o Options) (*Fence, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log}
+	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log, selfEvery: o.SelfCheckEvery}
 	if o.Mode == ModeToken {
-		f.pub = &Publisher{Endpoints: o.Upstreams, Group: o.Group}
+		f.pub = &Publisher{Endpoints: o.Upstreams, Group: o.Group, Etcd: o.Etcd}
 	}
 	closed := gate.TermFunc(func() gate.Term { return gate.Term{Reason: "the supervisor is starting"} })
 	f.term.Store(&closed)
@@ -98,7 +109,8 @@ func New(o Options) (*Fence, error) {
 		if err == nil {
 			var g *gate.Gate
 			g, err = gate.Listen(gate.Config{Unit: spec.Unit, Listen: spec.Addr, Serving: serving, ClientCAs: o.ClientCAs,
-				Upstreams: o.Upstreams, Term: f.gateTerm, Log: o.Log})
+				Upstreams: o.Upstreams, Term: f.gateTerm, Peers: o.Peers, Log: o.Log,
+				OnStranger: func(p gate.Peer, _ error) { f.tellStranger(spec.Unit, p) }})
 			f.gates = append(f.gates, g)
 		}
 		if err != nil {
@@ -145,6 +157,21 @@ func gateTerm(t fencing.Term, now time.Time) gate.Term {
 	return gate.Term{Open: true, Token: t.Token}
 }
 
+// OnStranger sets who hears of a process a gate refused (the supervisor's
+// stray-process record).
+func (f *Fence) OnStranger(fn func(unit string, p gate.Peer)) { f.stranger.Store(&fn) }
+
+func (f *Fence) tellStranger(unit string, p gate.Peer) {
+	fn := f.stranger.Load()
+	if fn == nil {
+		return
+	}
+	if _, told := f.strangers.LoadOrStore(fmt.Sprintf("%s/%d/%s", unit, p.PID, p.Cgroup), true); told {
+		return
+	}
+	(*fn)(unit, p)
+}
+
 // gateTerm is the supervisor's term, closed until this term's token is
 // published (in gate mode: until the promotion got past the barrier).
 func (f *Fence) gateTerm() gate.Term {
@@ -176,6 +203,7 @@ func (f *Fence) Serve() {
 	}
 	if f.pub != nil {
 		go f.refreshHeld(ctx)
+		go f.selfCheck(ctx)
 	}
 }
 
@@ -185,6 +213,7 @@ func (f *Fence) refreshHeld(ctx context.Context) {
 		if tok, err := f.pub.Read(rctx); err == nil {
 			f.held.Store(tok)
 		}
+		f.checkSet(rctx)
 		cancel()
 		if sleep(ctx, 10*time.Second) != nil {
 			return
@@ -279,6 +308,13 @@ type Status struct {
 	Down     []string          // apiservers some gate skips after a failed connection
 	// Webhook is the token webhook's address and decisions, when it runs.
 	Webhook *WebhookStatus
+	// Refused counts, per unit, the connections its gate refused because
+	// the process was not the unit's.
+	Refused map[string]int64
+	// Unfenced are the apiservers that admitted a stale token at the
+	// leader's last self-check; Unlisted those the cluster knows and
+	// api_fence.apiservers lacks (selfcheck.go).
+	Unfenced, Unlisted []string
 }
 
 // WebhookStatus is the webhook part of Status.
@@ -289,10 +325,11 @@ type WebhookStatus struct {
 
 // Status reports the mode, the held token and the gates.
 func (f *Fence) Status() Status {
-	st := Status{Mode: f.mode, Token: f.held.Load(), Gates: map[string]string{}}
+	st := Status{Mode: f.mode, Token: f.held.Load(), Gates: map[string]string{}, Refused: map[string]int64{}}
 	down := map[string]bool{}
 	for _, g := range f.gates {
 		st.Gates[g.Unit()] = g.Addr()
+		st.Refused[g.Unit()] = g.Refused()
 		_, d := g.Upstreams()
 		for _, h := range d {
 			if !down[h] {
@@ -302,6 +339,7 @@ func (f *Fence) Status() Status {
 		}
 	}
 	st.Handover = f.handover.Load()
+	st.Unfenced, st.Unlisted = f.watch.get()
 	if f.webhook != nil {
 		st.Webhook = &WebhookStatus{Addr: f.webhook.Addr(), WebhookCounts: f.webhook.Counts()}
 	}

@@ -3,6 +3,7 @@ package apifence
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
@@ -126,4 +128,18 @@ func termAt(now time.Time, in time.Duration, tm fencing.Term) fencing.Term {
 	d := fencing.NewDeadlineClock(w, fencing.IdentityClock{})
 	d.Renewed("election", now.Add(in-w.Span(w.TTL)), w.TTL)
 	return d.Term(tm)
+}
+
+// A stranger's client retries: the supervisor hears of each process once
+// (its history would otherwise grow by one event per connection).
+func TestFenceTellsOfEachStrangerOnce(t *testing.T) {
+	f := &Fence{}
+	var heard []string
+	f.OnStranger(func(unit string, p gate.Peer) { heard = append(heard, fmt.Sprintf("%s/%d", unit, p.PID)) })
+	for _, pid := range []int{7, 7, 8, 7} {
+		f.tellStranger("kube-scheduler.service", gate.Peer{PID: pid})
+	}
+	if len(heard) != 2 {
+		t.Errorf("heard %v, want each PID once", heard)
+	}
 }

@@ -87,6 +87,13 @@ func testGate(t *testing.T, p *plane, sup *rest.Config) {
 		t.Errorf("through a closed gate: %v, want 503 from the gate", err)
 	}
 	gd.term.set(gate.Term{Open: true, Token: 101})
+	// A component certificate with an O field (kubernetes-the-hard-way's):
+	// the gate impersonates that group too, which the ClusterRole must
+	// allow (issue 23 item 5(c): 403 on every request before).
+	withO := gd.throughGate(p.config(t, 0, "system:kube-scheduler", "system:kube-scheduler"))
+	if err := writeEvent(t, withO, "via-gate-with-o"); err != nil {
+		t.Errorf("scheduler certificate with O=system:kube-scheduler through the gate: %v", err)
+	}
 
 	// A controller's service-account token: authenticated by TokenReview.
 	admin := clientset(t, p.config(t, 0, "admin", "system:masters"))

@@ -15,6 +15,7 @@ import (
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -57,6 +58,16 @@ func freePort(t *testing.T) int {
 
 func startPlane(t *testing.T) *plane {
 	t.Helper()
+	return startPlaneAt(t, false, "127.0.0.1", "127.0.0.1")
+}
+
+// startPlaneAt starts one apiserver per address, which it binds. Loopback
+// addresses turn the endpoint reconciler off (lab/kube/args.go), so the
+// cluster knows its apiservers by their identity leases alone, one per host
+// name: with hostnames each runs under its own, its address (a name that
+// resolves to itself).
+func startPlaneAt(t *testing.T, hostnames bool, addrs ...string) *plane {
+	t.Helper()
 	bins, err := build.Lookup("", build.DefaultVersion)
 	if err != nil {
 		t.Fatal(err) // the tag says the caller wants the real binaries: fail, do not skip
@@ -71,12 +82,15 @@ func startPlane(t *testing.T) *plane {
 	// One after the other: both issue their certificates into the one CA
 	// directory, and Start re-issues them.
 	var files kube.Files
-	for i := range 2 {
+	for i, addr := range addrs {
 		s := kube.APIServer{
 			Binary: bins.Path("kube-apiserver"), Dir: filepath.Join(dir, fmt.Sprintf("apiserver-%d", i)), CA: ca,
 			Etcd: kube.Etcd{Endpoints: etcd.Endpoints(), CAFile: ca.CertFile,
 				CertFile: etcd.ClientCert().CertFile, KeyFile: etcd.ClientCert().KeyFile, Prefix: "/apifence-test"},
-			Address: "127.0.0.1", Port: freePort(t),
+			Address: addr, Port: freePort(t),
+		}
+		if hostnames {
+			s.Hostname = addr
 		}
 		start := time.Now()
 		f, err := s.Start(context.WithoutCancel(t.Context()))
@@ -147,6 +161,10 @@ func install(t *testing.T, cs kubernetes.Interface, objs []any) {
 			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
 		case *admv1.ValidatingAdmissionPolicyBinding:
 			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *flowv1.PriorityLevelConfiguration:
+			_, err = cs.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, o, metav1.CreateOptions{})
+		case *flowv1.FlowSchema:
+			_, err = cs.FlowcontrolV1().FlowSchemas().Create(ctx, o, metav1.CreateOptions{})
 		case *admv1.ValidatingWebhookConfiguration:
 			_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, o, metav1.CreateOptions{})
 		default:

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
+	flowv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -87,6 +88,13 @@ type Manifests struct {
 	ClusterBind   *rbacv1.ClusterRoleBinding
 	Role          *rbacv1.Role
 	RoleBind      *rbacv1.RoleBinding
+	EndpointsRole *rbacv1.Role
+	EndpointsBind *rbacv1.RoleBinding
+	// Priority and FlowSchema keep the supervisor's requests, and the
+	// confirmation's probes, out of the levels a loaded cluster saturates
+	// (flowcontrol.go).
+	Priority      *flowv1.PriorityLevelConfiguration
+	FlowSchema    *flowv1.FlowSchema
 	supervisorSet []string
 }
 
@@ -183,6 +191,7 @@ func Build(o ManifestOptions) Manifests {
 		Spec:       admv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: GuardName, ValidationActions: []admv1.ValidationAction{admv1.Deny}},
 	}
 	m.rbac()
+	m.flowControl()
 	return m
 }
 
@@ -196,6 +205,12 @@ func (m *Manifests) rbac() {
 		ObjectMeta: metav1.ObjectMeta{Name: RoleName},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}, ResourceNames: ComponentUsers},
+			// The gates forward a client certificate's O as groups; the
+			// components' certificates name their own user as group
+			// where they have one (kubernetes-the-hard-way, kops). No
+			// other group: system:masters would make this credential
+			// cluster-admin. A certificate with another O gets 403.
+			{APIGroups: []string{""}, Resources: []string{"groups"}, Verbs: []string{"impersonate"}, ResourceNames: ComponentUsers},
 			// Any value: the token changes every term.
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/" + gate.TokenExtra}, Verbs: []string{"impersonate"}},
 			// The gates authenticate bearer tokens as the apiserver would.
@@ -214,7 +229,25 @@ func (m *Manifests) rbac() {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}, ResourceNames: ControllerServiceAccounts},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}, ResourceNames: []string{ParamName}},
+			// The apiservers the cluster knows (apiservers.go): their
+			// identity leases.
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list"}},
 		},
+	}
+	m.EndpointsRole = &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: metav1.ObjectMeta{Name: RoleName, Namespace: "default"},
+		Rules: []rbacv1.PolicyRule{
+			// The apiservers the cluster knows (apiservers.go): the
+			// kubernetes service's endpoints, every apiserver's address.
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get"}, ResourceNames: []string{"kubernetes"}},
+		},
+	}
+	m.EndpointsBind = &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: RoleName, Namespace: "default"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: RoleName},
+		Subjects:   subjects,
 	}
 	m.RoleBind = &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
@@ -228,14 +261,14 @@ func (m *Manifests) rbac() {
 // parameter, then the policies and bindings (the token policy's binding
 // last, so nothing is denied for a missing parameter meanwhile).
 func (m Manifests) Objects() []any {
-	return []any{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind, m.Param,
+	return []any{m.Priority, m.FlowSchema, m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind, m.EndpointsRole, m.EndpointsBind, m.Param,
 		m.Guard, m.GuardBinding, m.Policy, m.Binding}
 }
 
 // RBAC lists only the supervisors' RBAC objects: what the gates need in
 // gate mode, before the policy is installed.
 func (m Manifests) RBAC() []any {
-	return []any{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind}
+	return []any{m.ClusterRole, m.ClusterBind, m.Role, m.RoleBind, m.EndpointsRole, m.EndpointsBind}
 }
 
 // YAML renders every object as one multi-document stream for kubectl apply.
@@ -329,5 +362,5 @@ func BuildWebhook(o WebhookOptions) []any {
 			}},
 		}},
 	}
-	return append(m.RBAC(), m.Param, cfg)
+	return append(append([]any{m.Priority, m.FlowSchema}, m.RBAC()...), m.Param, cfg)
 }

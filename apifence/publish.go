@@ -38,6 +38,9 @@ type Publisher struct {
 	// otherwise take the token from each other, and a node configured into
 	// the wrong group would fence out the real leader.
 	Group string
+	// Etcd, if set, names kha's etcd cluster (recorded in the parameter
+	// beside Group) and its revision (lineage.go).
+	Etcd EtcdFunc
 }
 
 // Published is what a successful Publish did.
@@ -55,7 +58,8 @@ var ErrOtherGroup = errors.New("the parameter belongs to another group")
 // this node's term is over, whatever its lease says.
 var ErrNewerToken = errors.New("the parameter holds a newer fencing token")
 
-// Publish writes token to the parameter (guarded by resourceVersion;
+// Publish checks that the endpoints are every apiserver the cluster
+// knows (CheckSet), writes token to the parameter (guarded by resourceVersion;
 // refusing to replace a newer token), then waits until, on every endpoint,
 // a dry-run write carrying token is admitted and one carrying the previous
 // token is refused by the policy. ctx bounds the whole.
@@ -63,6 +67,9 @@ func (p *Publisher) Publish(ctx context.Context, token int64) (Published, error)
 	start := time.Now()
 	if len(p.Endpoints) == 0 {
 		return Published{}, errors.New("api fence: no apiserver endpoints")
+	}
+	if _, err := CheckSet(ctx, p.Endpoints); err != nil { // apiservers.go
+		return Published{}, err
 	}
 	prev, err := p.write(ctx, token)
 	if err != nil {
@@ -114,10 +121,18 @@ func (p *Publisher) confirmAll(ctx context.Context, token, stale int64) ([]strin
 
 // write returns the token the parameter held before.
 func (p *Publisher) write(ctx context.Context, token int64) (int64, error) {
+	var st *EtcdState
+	if p.Etcd != nil {
+		s, err := p.Etcd(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("api fence: read kha's etcd cluster ID and revision: %w", err)
+		}
+		st = &s
+	}
 	var last error
 	for ctx.Err() == nil {
 		for _, ep := range p.Endpoints {
-			prev, err := writeOn(ctx, ep, token, p.Group)
+			prev, err := writeOn(ctx, ep, token, p.Group, st)
 			if err == nil || errors.Is(err, ErrNewerToken) || errors.Is(err, ErrOtherGroup) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 				return prev, err
 			}
@@ -138,7 +153,7 @@ func getParam(ctx context.Context, api *kubeapi.Client) (*kubeapi.ConfigMap, err
 	return cm, api.Do(ctx, "GET", paramPath, nil, nil, cm)
 }
 
-func writeOn(ctx context.Context, ep *rest.Config, token int64, group string) (int64, error) {
+func writeOn(ctx context.Context, ep *rest.Config, token int64, group string, st *EtcdState) (int64, error) {
 	api, err := kubeapi.New(ep)
 	if err != nil {
 		return 0, err
@@ -159,6 +174,9 @@ func writeOn(ctx context.Context, ep *rest.Config, token int64, group string) (i
 	if g := cm.Data["group"]; g != "" && group != "" && g != group {
 		return prev, fmt.Errorf("api fence: %w: %s/%s data.group is %q, this node's cluster is %q; not starting units", ErrOtherGroup, Namespace, ParamName, g, group)
 	}
+	if err := checkLineage(cm, prev, token, st); err != nil {
+		return prev, err
+	}
 	switch {
 	case prev > token:
 		return prev, fmt.Errorf("api fence: %w (%d > ours %d); not starting units", ErrNewerToken, prev, token)
@@ -172,6 +190,7 @@ func writeOn(ctx context.Context, ep *rest.Config, token int64, group string) (i
 	if group != "" {
 		cm.Data["group"] = group
 	}
+	record(cm, st)
 	cm.APIVersion, cm.Kind = "v1", "ConfigMap"
 	// Update carries the Get's resourceVersion: a concurrent writer makes
 	// this a conflict, and the loop reads again.

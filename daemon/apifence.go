@@ -1,19 +1,24 @@
 package daemon
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
+	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/etcdconn"
 )
 
 // apiFence adapts apifence.Fence to the supervisor's APIFence and status.
@@ -24,7 +29,7 @@ type apiFence struct {
 
 func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	st := f.Status()
-	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down}
+	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down, Unfenced: st.Unfenced, Unlisted: st.Unlisted}
 	if h := st.Handover; h != nil {
 		out.Published, out.PublishedAt, out.TookMS = h.Token, h.At, h.Took.Milliseconds()
 	}
@@ -56,7 +61,7 @@ func Upstreams(a config.APIFence) ([]*rest.Config, error) {
 }
 
 // newAPIFence builds the fence the configuration asks for; nil when off.
-func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
+func newAPIFence(cfg config.Config, etcd apifence.EtcdFunc, log *slog.Logger) (*apiFence, error) {
 	a := cfg.APIFence
 	if !a.Enabled() {
 		return nil, nil
@@ -82,11 +87,34 @@ func newAPIFence(cfg config.Config, log *slog.Logger) (*apiFence, error) {
 		specs = append(specs, apifence.GateSpec{Unit: g.Unit, Addr: g.Addr})
 	}
 	f, err := apifence.New(apifence.Options{Mode: a.Mode, Upstreams: ups, Gates: specs, StateDir: a.StateDir,
-		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Webhook: a.Webhook, Log: log})
+		ClientCAs: pool, ConfirmTimeout: a.ConfirmTimeout, Group: cfg.Cluster, Etcd: etcd, Webhook: a.Webhook, Log: log,
+		// Only the unit's own processes may use its gate (issue 23 item 4).
+		Peers: gate.ProcPeers{}})
 	if err != nil {
 		return nil, err
 	}
 	return &apiFence{Fence: f, upstreamHost: ups[0].Host}, nil
+}
+
+// etcdState names kha's etcd cluster and its current revision for the
+// parameter's record (apifence/lineage.go): the header of a linearizable
+// count-only Get of the election key, through the renewals' hedged pool
+// (the clients the leader has just proven) and within the key prefix (a
+// least-privilege etcd user may read nothing else), bounded by
+// etcd.request_timeout.
+func etcdState(kv etcdconn.KV, key string, timeout time.Duration) apifence.EtcdFunc {
+	return func(ctx context.Context) (apifence.EtcdState, error) {
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		resp, err := kv.Get(ctx, key, clientv3.WithCountOnly())
+		if err != nil {
+			return apifence.EtcdState{}, err
+		}
+		return apifence.EtcdState{ClusterID: resp.Header.ClusterId, Revision: resp.Header.Revision}, nil
+	}
 }
 
 // iface is the supervisor's APIFence: a nil *apiFence must become a nil
@@ -110,6 +138,7 @@ func (f *apiFence) start(sup *supervisor.Supervisor, reg prometheus.Registerer, 
 		return
 	}
 	f.SetTerm(sup.Term)
+	f.OnStranger(func(unit string, p gate.Peer) { sup.ReportGateStranger(unit, p.PID, p.Cmdline, p.Cgroup) })
 	f.Serve()
 }
 
@@ -141,7 +170,7 @@ func apiFenceLine(st *supervisor.APIFenceStatus) string {
 	if len(st.Down) > 0 {
 		line += "; apiservers down (gates skip them): " + strings.Join(st.Down, ", ")
 	}
-	return line
+	return line + apifence.AlarmText(st.Unfenced, st.Unlisted)
 }
 
 func tokenText(t int64) string {

@@ -15,7 +15,7 @@ type apiFenceCollector struct {
 	status    func() supervisor.Status
 	apiserver []string // configured, for kha_api_fence_apiserver_down
 
-	modeD, tokenD, termD, matchD, handoverD, handoverAtD, downD, decisionsD *prometheus.Desc
+	modeD, tokenD, termD, matchD, handoverD, handoverAtD, downD, decisionsD, unfencedD, unlistedD, refusedD *prometheus.Desc
 }
 
 // DescribeAPIFence is the API fence's collector with no fence or
@@ -37,12 +37,17 @@ func newAPIFenceCollector(mode string, f *apiFence, status func() supervisor.Sta
 		handoverD:   d("kha_api_fence_handover_seconds", "How long this node's last token handover took (write and confirmation on every apiserver)."),
 		handoverAtD: d("kha_api_fence_handover_timestamp_seconds", "When this node's last token handover was confirmed on every apiserver (Unix time)."),
 		downD:       d("kha_api_fence_apiserver_down", "1 while a gate skips this apiserver after a failed connection.", "apiserver"),
-		decisionsD:  d("kha_api_fence_webhook_decisions_total", "The token webhook's answers: admitted, denied (a fenced write without the current token), unfenced (not a managed user's write).", "decision"),
+		unfencedD: d("kha_api_fence_unfenced", "1 when the leader's last self-check found this apiserver admitting a write with a stale fencing token "+
+			"(the policy unbound, in Audit, or changed): the fence is off there.", "apiserver"),
+		unlistedD: d("kha_api_fence_unlisted_apiservers", "How many apiservers the cluster knows that api_fence.apiservers does not list (token mode promotions fail while any)."),
+		refusedD: d("kha_api_fence_gate_refused_total", "Connections a unit's API gate refused because the process at the other end does not run in the unit "+
+			"(a second copy with the unit's kubeconfig); each is logged as an ERROR with its PID and command line.", "unit"),
+		decisionsD: d("kha_api_fence_webhook_decisions_total", "The token webhook's answers: admitted, denied (a fenced write without the current token), unfenced (not a managed user's write).", "decision"),
 	}
 }
 
 func (c *apiFenceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.modeD, c.tokenD, c.termD, c.matchD, c.handoverD, c.handoverAtD, c.downD, c.decisionsD} {
+	for _, d := range []*prometheus.Desc{c.modeD, c.tokenD, c.termD, c.matchD, c.handoverD, c.handoverAtD, c.downD, c.decisionsD, c.unfencedD, c.unlistedD, c.refusedD} {
 		ch <- d
 	}
 }
@@ -72,10 +77,24 @@ func (c *apiFenceCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, h := range st.Down {
 		down[h] = true
 	}
+	unfenced := map[string]bool{}
+	for _, h := range st.Unfenced {
+		unfenced[h] = true
+	}
 	for _, h := range c.apiserver {
 		gauge(c.downD, b2f(down[h]), h)
+		if c.mode == config.APIFenceToken {
+			gauge(c.unfencedD, b2f(unfenced[h]), h)
+		}
 	}
-	if w := c.fence.Status().Webhook; w != nil {
+	if c.mode == config.APIFenceToken {
+		gauge(c.unlistedD, float64(len(st.Unlisted)))
+	}
+	fst := c.fence.Status()
+	for unit, n := range fst.Refused {
+		ch <- prometheus.MustNewConstMetric(c.refusedD, prometheus.CounterValue, float64(n), unit)
+	}
+	if w := fst.Webhook; w != nil {
 		for _, x := range []struct {
 			name string
 			n    int64

@@ -88,7 +88,7 @@ func Run(ctx context.Context, o Options) int {
 	if m == nil {
 		return code
 	}
-	fence, err := newAPIFence(cfg, log) // apifence.go; nil when api_fence.mode = off
+	fence, err := newAPIFence(cfg, etcdState(conns.pool.Hedged(), group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster).Leader(), cfg.Etcd.RequestTimeout), log) // apifence.go; nil when api_fence.mode = off
 	if err != nil {
 		log.Error("cannot set up the fence at the API server", "err", err)
 		return ExitFailure

@@ -126,4 +126,9 @@ type APIFence struct {
 	Published   int64     `json:"published,omitempty"`
 	PublishedAt time.Time `json:"published_at,omitzero"`
 	TookMS      int64     `json:"took_ms,omitempty"`
+	// Unfenced: apiservers that admitted a stale token at this member's
+	// last self-check (leader); Unlisted: apiservers the cluster knows and
+	// its api_fence.apiservers lacks.
+	Unfenced []string `json:"apiservers_unfenced,omitempty"`
+	Unlisted []string `json:"apiservers_unlisted,omitempty"`
 }

@@ -159,7 +159,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{"KhaSupervisorFenced", "KhaNoLeader", "KhaTwoLeaders", "KhaRenewalFailures", "KhaDropinMismatch",
 		"KhaStrayProcess", "KhaMemberDown", "KhaNoEligibleStandby", "KhaMissingPeers", "KhaConfigMismatch",
-		"KhaAPIFenceTokenMismatch", "KhaHealthProbeFailing"} {
+		"KhaAPIFenceTokenMismatch", "KhaHealthProbeFailing", "KhaAPIFenceOff", "KhaAPIFenceUnlistedAPIServer"} {
 		if !alerts[want] {
 			t.Errorf("%s has no %s alert", alertsFile, want)
 		}

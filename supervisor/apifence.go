@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
@@ -36,6 +37,11 @@ type APIFenceStatus struct {
 	// apiservers the gates skip after a failed connection.
 	Webhook string   `json:"webhook,omitempty"`
 	Down    []string `json:"apiservers_down,omitempty"`
+	// Unfenced: apiservers that admitted a stale token at the leader's
+	// last self-check; Unlisted: apiservers the cluster knows and
+	// api_fence.apiservers lacks.
+	Unfenced []string `json:"apiservers_unfenced,omitempty"`
+	Unlisted []string `json:"apiservers_unlisted,omitempty"`
 }
 
 // APIFenceReporter is optional: an APIFence that reports its state.
@@ -71,10 +77,24 @@ func (s *Supervisor) apiFenceStatus() *APIFenceStatus {
 	return &st
 }
 
+// ReportGateStranger records a process that an API gate refused because it
+// does not run in the gated unit (apifence/gate/peer.go): counted with the
+// stray processes and recorded in the history as a rogue process, like the
+// stray scan's finds. Safe from any goroutine.
+func (s *Supervisor) ReportGateStranger(unit string, pid int, cmdline, cgroup string) {
+	s.snap.mu.Lock()
+	s.snap.st.StrayProcesses++
+	state := s.snap.st.State
+	s.snap.mu.Unlock()
+	s.recordHistory(group.Event{At: s.now(), Node: s.cfg.Node, From: state, To: state, Kind: "rogue_process",
+		Reason: fmt.Sprintf("pid %d (%s, cgroup %s) used the API gate of %s from outside the unit: refused (403)", pid, cmdline, cgroup, unit)})
+}
+
 // apiFenceRecord is the record's part, nil when the fence is off.
 func apiFenceRecord(st *APIFenceStatus) *group.APIFence {
 	if st == nil {
 		return nil
 	}
-	return &group.APIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS}
+	return &group.APIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS,
+		Unfenced: st.Unfenced, Unlisted: st.Unlisted}
 }

@@ -217,3 +217,24 @@ func TestStrayCopyIsKilledAtExec(t *testing.T) {
 		t.Fatalf("leader is %s after the stray was killed", leader.State())
 	}
 }
+
+// TestGateStrangerIsRecordedAsARogueProcess (issue 23 item 4): a process
+// an API gate refused is counted with the strays and recorded in the
+// history, as the stray scan's finds are.
+func TestGateStrangerIsRecordedAsARogueProcess(t *testing.T) {
+	w := newWorld(t)
+	a := w.Start("m1", func(*config.Config) {})
+	leaderOf(t, a)
+	a.Sup.ReportGateStranger("kube-scheduler.service", 4242, "kube-scheduler --kubeconfig=/etc/kubernetes/scheduler.conf", "/user.slice/session-9.scope")
+	var evs []group.Event
+	waitFor(t, "a rogue_process history event", 5*time.Second, func() bool {
+		evs = rogueEvents(t, w.Admin, a.Sup.Keys(), a.Name)
+		return len(evs) > 0
+	})
+	if !strings.Contains(evs[0].Reason, "pid 4242") || !strings.Contains(evs[0].Reason, "API gate of kube-scheduler.service") {
+		t.Fatalf("history event %+v does not name the PID and the gate", evs[0])
+	}
+	if n := a.Sup.Status().StrayProcesses; n != 1 {
+		t.Fatalf("status counts %d strays, want 1", n)
+	}
+}

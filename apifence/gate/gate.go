@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -82,7 +83,12 @@ type Config struct {
 	// Reviewer checks bearer tokens; nil builds a cached TokenReview client
 	// from Upstream.
 	Reviewer Reviewer
-	Log      *slog.Logger
+	// Peers, if set, admits only connections from processes in Unit's
+	// cgroup (peer.go); others get 403. OnStranger, if set, hears of each
+	// refused connection.
+	Peers      Peers
+	OnStranger func(Peer, error)
+	Log        *slog.Logger
 }
 
 // Gate is one running gate. Create with Listen.
@@ -99,6 +105,8 @@ type Gate struct {
 	mu     sync.Mutex
 	epoch  context.Context // cancelled by Cut: every request in flight ends
 	cancel context.CancelFunc
+
+	refused atomic.Int64 // connections refused for their process
 }
 
 // Listen checks cfg, binds the loopback port and returns the gate; call
@@ -154,6 +162,7 @@ func Listen(cfg Config) (*Gate, error) {
 	}
 	g.srv = &http.Server{
 		Handler:           http.HandlerFunc(g.serve),
+		ConnContext:       g.connContext, // peer.go
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 		TLSConfig: &tls.Config{
@@ -279,6 +288,11 @@ func (g *Gate) serve(w http.ResponseWriter, r *http.Request) {
 	if !t.Open {
 		writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable",
 			fmt.Sprintf("kha-supervisor gate for %s: this node's term is not open: %s", g.cfg.Unit, t.Reason))
+		return
+	}
+	if p, err := g.checkPeer(r.Context()); err != nil {
+		writeStatus(w, http.StatusForbidden, "Forbidden",
+			fmt.Sprintf("kha-supervisor gate for %s: refused: %v (%s); only the unit's own processes may use its gate", g.cfg.Unit, err, p))
 		return
 	}
 	user, err := g.authenticate(r)

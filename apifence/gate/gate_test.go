@@ -95,7 +95,7 @@ type fixture struct {
 	local   *localca.CA
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB, with ...func(*Config)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	cluster, err := pki.NewCA(filepath.Join(dir, "cluster"))
@@ -112,12 +112,16 @@ func newFixture(t testing.TB) *fixture {
 	}
 	up := newUpstream(t)
 	tm := &term{seq: []Term{{Open: true, Token: 7}}}
-	g, err := Listen(Config{
+	cfg := Config{
 		Unit: "kube-scheduler.service", Serving: serving, ClientCAs: cluster.Pool(), Term: tm.fn,
 		Upstream: &rest.Config{Host: up.srv.URL, BearerToken: "supervisor-credential", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
 		Reviewer: fakeReviewer{"sa-token": {Name: "system:serviceaccount:kube-system:replicaset-controller",
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}},
-	})
+	}
+	for _, w := range with {
+		w(&cfg)
+	}
+	g, err := Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,6 +224,9 @@ func apiFenceClusterLine(cs group.ClusterStatus) string {
 	if lead != nil && lead.Published == cs.Token && !lead.PublishedAt.IsZero() {
 		fmt.Fprintf(&b, " (handed over at %s in %d ms)", stamp(lead.PublishedAt), lead.TookMS)
 	}
+	if lead != nil {
+		b.WriteString(apifence.AlarmText(lead.Unfenced, lead.Unlisted))
+	}
 	if len(modes) > 1 {
 		var parts []string
 		for _, mode := range config.APIFenceModes {

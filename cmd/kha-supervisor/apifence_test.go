@@ -94,6 +94,8 @@ func TestAPIFenceClusterLine(t *testing.T) {
 	}
 	lead := rec("m1", "token", 101)
 	lead.APIFence.Published, lead.APIFence.PublishedAt, lead.APIFence.TookMS = 101, at, 250
+	unfenced := rec("m1", "token", 101)
+	unfenced.APIFence.Unfenced, unfenced.APIFence.Unlisted = []string{"https://10.0.0.2:6443"}, []string{"10.0.0.3 (in the endpoints of service default/kubernetes)"}
 	for name, c := range map[string]struct {
 		cs   group.ClusterStatus
 		want []string
@@ -102,6 +104,8 @@ func TestAPIFenceClusterLine(t *testing.T) {
 		"off everywhere": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{rec("m1", "", 0), rec("m2", "", 0)}}, none: true},
 		"held by the leader": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{lead, rec("m2", "token", 101)}},
 			want: []string{"leader's mode token", "hold token 101, the leader's", "in 250 ms"}},
+		"the fence off somewhere": {cs: group.ClusterStatus{Leader: "m1", Token: 101, Members: []group.Record{unfenced, rec("m2", "token", 101)}},
+			want: []string{"FENCE OFF: a stale token was admitted by https://10.0.0.2:6443", "apiservers not in api_fence.apiservers (promotions fail): 10.0.0.3"}},
 		"mismatch and a member off": {cs: group.ClusterStatus{Leader: "m2", Token: 102, Members: []group.Record{lead, rec("m2", "token", 101), rec("m3", "", 0)}},
 			want: []string{"hold token 101, the leader's is 102: MISMATCH", "members differ in api_fence.mode (off: m3; token: m1,m2)"}},
 	} {

@@ -126,3 +126,12 @@ func TestCheckConfigRefusesHTTPSProbeWithoutTrust(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q: want %d naming %s:3: health.probes", code, stderr, exitConfig, p)
 	}
 }
+
+// Token mode without api_fence.apiservers: exit 2, the key named.
+func TestCheckConfigRefusesTokenModeWithoutTheApiservers(t *testing.T) {
+	file := checkConfigFile(t, "node = \"m1\"\n[api_fence]\nmode = \"token\"\n")
+	code, _, errs := runCheckConfig(t, "-c", file)
+	if code != exitConfig || !strings.Contains(errs, "api_fence.apiservers") {
+		t.Fatalf("exit %d, stderr %q; want %d naming api_fence.apiservers", code, errs, exitConfig)
+	}
+}

@@ -26,8 +26,10 @@ type APIFence struct {
 	// Kubeconfig is the supervisor's own credential for the apiservers.
 	Kubeconfig string `toml:"kubeconfig"`
 	// APIServers lists every apiserver endpoint the token is confirmed on
-	// (https://host:port); empty means the kubeconfig's server only. The
-	// gates forward to the first that gives a connection, in this order.
+	// (https://host:port); token mode requires it (each publication checks
+	// it against the apiservers the cluster knows); in gate mode empty
+	// means the kubeconfig's server only. The gates forward to the first
+	// that gives a connection, in this order.
 	APIServers []string `toml:"apiservers"`
 	// StateDir keeps the gates' local CA and serving certificates (0600).
 	StateDir string `toml:"state_dir"`
@@ -148,6 +150,12 @@ func checkAPIFence(c Config) *Error {
 	}
 	if !a.Enabled() {
 		return nil
+	}
+	if a.Mode == APIFenceToken && len(a.APIServers) == 0 {
+		// The kubeconfig's server alone is often a load balancer: the
+		// confirmation's two probes could reach different backends, and
+		// an apiserver behind it would never be confirmed.
+		return refuse(c, "api_fence.apiservers", `token mode needs every apiserver listed (https://host:port each), e.g. ["https://10.0.0.11:6443", "https://10.0.0.12:6443"]`)
 	}
 	if _, _, err := readLimited(a.Kubeconfig); err != nil {
 		return unreadable(c, "api_fence.kubeconfig", err)

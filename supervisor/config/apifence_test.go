@@ -17,7 +17,10 @@ func TestAPIFenceRefusals(t *testing.T) {
 		{"gate without address", `gates = ["kube-scheduler.service"]`, "api_fence.gates", "UNIT=127.0.0.1:PORT"},
 		{"two gates on one port", `gates = ["kube-scheduler.service=127.0.0.1:1", "kube-controller-manager.service=127.0.0.1:1"]`, "api_fence.gates", "two gates"},
 		{"gate for an unmanaged unit", "mode = \"gate\"\ngates = [\"x.service=127.0.0.1:1\"]", "api_fence.gates", "not in units.managed"},
-		{"token mode without the kubeconfig file", "mode = \"token\"\nkubeconfig = \"/nonexistent/k.conf\"", "api_fence.kubeconfig", "/nonexistent/k.conf"},
+		{"token mode without the kubeconfig file", "mode = \"token\"\napiservers = [\"https://10.0.0.1:6443\"]\nkubeconfig = \"/nonexistent/k.conf\"", "api_fence.kubeconfig", "/nonexistent/k.conf"},
+		// Without the list only the kubeconfig's server would be confirmed:
+		// often a load balancer, behind which an apiserver is never asked.
+		{"token mode without apiservers", "mode = \"token\"\nkubeconfig = \"/nonexistent/k.conf\"", "api_fence.apiservers", "every apiserver"},
 		{"webhook off loopback", "mode = \"token\"\nwebhook = \"10.0.0.1:16443\"", "api_fence.webhook", "loopback"},
 		{"webhook without a port", "mode = \"token\"\nwebhook = \"127.0.0.1\"", "api_fence.webhook", "loopback host:port"},
 		{"webhook with the fence off", "webhook = \"127.0.0.1:16443\"", "api_fence.webhook", `"gate" or "token"`},

@@ -1,0 +1,137 @@
+package apifence
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The fence watches itself. An admission policy cannot guard its own
+// objects (ValidatingAdmissionPolicy objects are exempt from policies), so
+// deleting the policy's binding, or setting it to Audit, would silently
+// disable the fence until the next promotion. The leader therefore sends,
+// every SelfCheckEvery, the confirmation's stale probe (a dry-run write
+// carrying token 0) to every listed apiserver: each must refuse it by the
+// policy. One that admits it is unfenced: an ERROR, status, /healthz and
+// kha_api_fence_unfenced say so until it refuses again. Every node also
+// re-checks the apiserver set (apiservers.go) with its token read.
+
+// DefaultSelfCheckEvery is how often the leader re-checks: one dry run per
+// apiserver, negligible next to the components' traffic; an alert a few
+// seconds late costs nothing the fence has not already lost. Not a
+// configuration key: nothing is gained by checking less often.
+const DefaultSelfCheckEvery = 5 * time.Second
+
+// selfCheckLogEvery repeats the ERROR while the fence stays off.
+const selfCheckLogEvery = time.Minute
+
+// watch is the self-check's and the set check's last findings.
+type watch struct {
+	mu       sync.Mutex
+	unfenced []string // apiservers that admitted a stale token at the last check
+	unlisted []string // apiservers the cluster knows and api_fence.apiservers lacks
+	logged   time.Time
+}
+
+func (w *watch) get() (unfenced, unlisted []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.unfenced), slices.Clone(w.unlisted)
+}
+
+// selfCheck runs until ctx ends.
+func (f *Fence) selfCheck(ctx context.Context) {
+	every := f.selfEvery
+	if every <= 0 {
+		every = DefaultSelfCheckEvery
+	}
+	for {
+		if tok := f.published.Load(); tok != 0 {
+			f.checkStale(ctx, tok)
+		} else {
+			f.setUnfenced(nil, 0) // not the leader: nothing to vouch for
+		}
+		if sleep(ctx, every) != nil {
+			return
+		}
+	}
+}
+
+// checkStale probes every endpoint at once with token 0.
+func (f *Fence) checkStale(ctx context.Context, token int64) {
+	type result struct {
+		host     string
+		admitted bool
+	}
+	ch := make(chan result, len(f.pub.Endpoints))
+	for _, ep := range f.pub.Endpoints {
+		go func() {
+			ok, err := probe(ctx, ep, 0)
+			// Only an admission counts: a refusal other than the
+			// policy's (unreachable, 429, the webhook unreachable) says
+			// nothing either way, and the gates report unreachable ones.
+			ch <- result{ep.Host, ok && err == nil}
+		}()
+	}
+	var bad []string
+	for range f.pub.Endpoints {
+		if r := <-ch; r.admitted {
+			bad = append(bad, r.host)
+		}
+	}
+	slices.Sort(bad)
+	f.setUnfenced(bad, token)
+}
+
+func (f *Fence) setUnfenced(bad []string, token int64) {
+	w := &f.watch
+	w.mu.Lock()
+	changed := !slices.Equal(bad, w.unfenced)
+	w.unfenced = bad
+	repeat := len(bad) > 0 && (changed || time.Since(w.logged) >= selfCheckLogEvery)
+	if repeat {
+		w.logged = time.Now()
+	}
+	w.mu.Unlock()
+	switch {
+	case repeat:
+		// The causes and the remedy are in docs/troubleshooting.md (one
+		// literal message, so that internal/logcatalog finds it).
+		f.log.Error("api fence is OFF on these apiservers: a dry-run write with a stale fencing token was admitted",
+			"unfenced", bad, "token", token)
+	case changed && token != 0:
+		f.log.Info("api fence: every listed apiserver refuses a stale token again", "token", token)
+	}
+}
+
+// checkSet re-checks the apiserver set for status (every node).
+func (f *Fence) checkSet(ctx context.Context) {
+	unlisted, err := CheckSet(ctx, f.pub.Endpoints)
+	if err != nil && !errors.Is(err, ErrUnlisted) {
+		return // unknown: keep the last finding
+	}
+	w := &f.watch
+	w.mu.Lock()
+	changed := !slices.Equal(unlisted, w.unlisted)
+	w.unlisted = unlisted
+	w.mu.Unlock()
+	if changed && len(unlisted) > 0 {
+		f.log.Error("api fence: the cluster has apiservers api_fence.apiservers does not list; promotions fail until they are added", "err", err)
+	}
+}
+
+// AlarmText is what /healthz and status add when the fence is off
+// somewhere or the apiserver list is incomplete; empty when neither.
+func AlarmText(unfenced, unlisted []string) string {
+	var s string
+	if len(unfenced) > 0 {
+		s += "; FENCE OFF: a stale token was admitted by " + strings.Join(unfenced, ", ") + " (re-apply `kha-supervisor api-fence manifests`)"
+	}
+	if len(unlisted) > 0 {
+		s += "; apiservers not in api_fence.apiservers (promotions fail): " + strings.Join(unlisted, ", ")
+	}
+	return s
+}
