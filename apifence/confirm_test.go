@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -25,6 +26,9 @@ type admissionServer struct {
 	mu     *sync.Mutex
 	cached func() string // the token this apiserver's admission cache holds
 	etcdOK bool          // what /readyz?verbose says of its etcd check
+	// webhookDown: its node's supervisor is stopped, so every managed write
+	// gets the apiserver's failure to call the token webhook.
+	webhookDown bool
 }
 
 func (s *admissionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -44,6 +48,15 @@ func (s *admissionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if strings.HasPrefix(strings.ToLower(k), "impersonate-extra-") && len(v) > 0 {
 				got = v[0]
 			}
+		}
+		if s.webhookDown {
+			st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: 500,
+				Reason: metav1.StatusReasonInternalError, Message: `Internal error occurred: failed calling webhook "` + WebhookName +
+					`": failed to call webhook: Post "https://127.0.0.1:16443/validate?timeout=5s": dial tcp 127.0.0.1:16443: connect: connection refused`}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(500)
+			_ = json.NewEncoder(w).Encode(&st)
+			return
 		}
 		if got == s.cached() {
 			w.Header().Set("Content-Type", "application/json")
@@ -73,6 +86,38 @@ func deadEndpoint(t *testing.T) *rest.Config {
 	host := srv.URL
 	srv.Close()
 	return &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+}
+
+// silentEndpoint is an apiserver that takes connections and never answers
+// (a frozen one, or one behind a link that drops every packet after the
+// handshake).
+func silentEndpoint(t *testing.T) *rest.Config {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	return &rest.Config{Host: "https://" + ln.Addr().String(), TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 }
 
 // The rack cut in token mode (scenario 55): the new leader cannot reach
@@ -110,6 +155,17 @@ func TestConfirmExcusesOnlyApiserversThatCannotStoreAWrite(t *testing.T) {
 		{"one with etcd, its cache stale", func(t *testing.T, p *paramServer, mu *sync.Mutex) []*rest.Config {
 			return []*rest.Config{endpoint(t, stale(p, mu, true))}
 		}, true, 0},
+		// Issue 23 item 5a: a stopped supervisor's apiserver refuses every
+		// managed write (failurePolicy Fail) with a healthy /readyz.
+		{"one whose node's webhook is down", func(t *testing.T, p *paramServer, mu *sync.Mutex) []*rest.Config {
+			s := stale(p, mu, true)
+			s.webhookDown = true
+			return []*rest.Config{endpoint(t, s)}
+		}, false, 1},
+		// Issue 23 item 5d: frozen, or every packet dropped.
+		{"one that never answers", func(t *testing.T, p *paramServer, mu *sync.Mutex) []*rest.Config {
+			return []*rest.Config{silentEndpoint(t)}
+		}, false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
@@ -130,6 +186,7 @@ func TestConfirmExcusesOnlyApiserversThatCannotStoreAWrite(t *testing.T) {
 			if len(got.Excused) != tc.excused {
 				t.Fatalf("excused %v, want %d", got.Excused, tc.excused)
 			}
+			t.Logf("published in %v, excused %v", got.Took.Round(time.Millisecond), got.Excused)
 		})
 	}
 }

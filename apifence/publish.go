@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -231,24 +232,28 @@ func (p *Publisher) Read(ctx context.Context) (int64, error) {
 	return 0, errors.Join(errs...)
 }
 
-// confirm polls one apiserver until its admission (which reads the
-// parameter from an informer cache) admits the new token and refuses the
-// stale one, or until two attempts in a row found it unable to store a
-// write (excused).
+// confirm polls one apiserver until its admission admits the new token and
+// refuses the stale one, or until two attempts in a row found it unable to
+// take a managed write (excused): its etcd check fails or it does not
+// answer its readiness check, or it answers every managed write with the
+// failure to call the token webhook (its node's supervisor is stopped:
+// failurePolicy Fail refuses them all). Each attempt sends both probes and
+// the readiness check at once, so that an apiserver that drops every packet
+// is excused after two readiness timeouts (about 2 s), not after two rounds
+// of three timeouts one after the other.
+//
+// Excusing an apiserver no longer rests on its cache: the webhook, which
+// every apiserver calls for every managed write, judges by a quorum read of
+// the parameter (docs/architecture.md, "The webhook as the authority").
 func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale int64) (excused bool, err error) {
 	var last string
 	unable := 0
 	for {
-		okNew, newErr := probe(ctx, ep, token)
-		var okOld bool
-		var oldErr error
-		if answered(newErr) {
-			okOld, oldErr = probe(ctx, ep, stale)
-			if okNew && !okOld && IsPolicyDenial(oldErr) {
-				return false, nil
-			}
+		r := attempt(ctx, ep, token, stale)
+		if r.okNew && !r.okOld && IsPolicyDenial(r.oldErr) {
+			return false, nil
 		}
-		if etcdDown(ctx, ep) {
+		if r.down || (webhookUnreachable(r.newErr) && webhookUnreachable(r.oldErr)) {
 			unable++
 		} else {
 			unable = 0
@@ -256,11 +261,43 @@ func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale i
 		if unable >= 2 {
 			return true, nil
 		}
-		last = fmt.Sprintf("token %d: %s; token %d: %s", token, answer(okNew, newErr), stale, answer(okOld, oldErr))
+		last = fmt.Sprintf("token %d: %s; token %d: %s", token, answer(r.okNew, r.newErr), stale, answer(r.okOld, r.oldErr))
 		if err := sleep(ctx, p.poll()); err != nil {
 			return false, fmt.Errorf("%w (last: %s)", err, last)
 		}
 	}
+}
+
+// attemptResult is one confirmation attempt on one apiserver.
+type attemptResult struct {
+	okNew, okOld   bool
+	newErr, oldErr error
+	down           bool // etcdDown's verdict
+}
+
+// attempt sends the probe with the new token, the probe with the stale one
+// and the readiness check at once. A readiness check that finds the
+// apiserver unable to store a write ends the probes: they could not be
+// answered sooner than it.
+func attempt(ctx context.Context, ep *rest.Config, token, stale int64) attemptResult {
+	var r attemptResult
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.okNew, r.newErr = probe(pctx, ep, token) })
+	wg.Go(func() { r.okOld, r.oldErr = probe(pctx, ep, stale) })
+	if r.down = etcdDown(ctx, ep); r.down {
+		cancel()
+	}
+	wg.Wait()
+	return r
+}
+
+// webhookUnreachable reports whether err is the apiserver's failure to call
+// the token webhook: with failurePolicy Fail it refuses every managed write
+// then, whatever the token.
+func webhookUnreachable(err error) bool {
+	return err != nil && apierrors.IsInternalError(err) && strings.Contains(err.Error(), `failed calling webhook "`+WebhookName+`"`)
 }
 
 // answered reports whether the apiserver answered (admitted, or refused
@@ -279,7 +316,7 @@ func etcdDown(ctx context.Context, ep *rest.Config) bool {
 	if err != nil {
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, strings.TrimSuffix(ep.Host, "/")+"/readyz?verbose", nil)
 	if err != nil {
@@ -307,6 +344,12 @@ func answer(ok bool, err error) string {
 // probeTimeout bounds one confirmation request: an apiserver that does not
 // answer within it counts as unreachable for that attempt.
 const probeTimeout = 2 * time.Second
+
+// readyTimeout bounds one readiness check: an apiserver that does not
+// answer /readyz within it counts as unable to store a write for that
+// attempt. /readyz is answered without etcd or admission; a second is
+// ample on a loaded machine.
+const readyTimeout = time.Second
 
 // probe sends a dry-run event create as ProbeUser with the token extra and
 // reports whether it was admitted.

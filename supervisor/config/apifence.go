@@ -42,13 +42,19 @@ type APIFence struct {
 	// ConfirmTimeout bounds the token handover at promotion (write plus
 	// confirmation on every apiserver).
 	ConfirmTimeout time.Duration `toml:"confirm_timeout"`
-	// Webhook is the loopback host:port of the token webhook for clusters
-	// older than 1.30 ("" = none; gate or token mode: it is served before
-	// its registration is applied, and judges by the parameter whatever the
-	// mode): each apiserver calls its own node's supervisor there
-	// (`api-fence manifests --webhook`).
+	// Webhook is the loopback host:port of the token webhook, which judges
+	// every managed write by the parameter read with a quorum read: each
+	// apiserver calls its own node's supervisor there (`api-fence
+	// manifests` registers it beside the policy; with --webhook instead of
+	// it, for clusters older than 1.30). Gate and token mode serve it at
+	// DefaultWebhookAddr unless the file sets it; "" (gate mode only)
+	// serves none.
 	Webhook string `toml:"webhook"`
 }
+
+// DefaultWebhookAddr is where gate and token mode serve the token webhook
+// unless api_fence.webhook says otherwise.
+const DefaultWebhookAddr = "127.0.0.1:16443"
 
 // API fence modes.
 const (
@@ -196,6 +202,12 @@ func checkGates(c Config) *Error {
 func checkWebhook(c Config) *Error {
 	a := c.APIFence
 	if a.Webhook == "" {
+		if a.Mode == APIFenceToken {
+			// The policy alone judges by each apiserver's cache, which a
+			// paused or healed apiserver holds stale (docs/architecture.md,
+			// "The webhook as the authority").
+			return refuse(c, "api_fence.webhook", "token mode needs the webhook (a loopback host:port, default %q): it is the authority on a stale token", DefaultWebhookAddr)
+		}
 		return nil
 	}
 	host, port, err := net.SplitHostPort(a.Webhook)
