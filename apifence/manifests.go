@@ -28,7 +28,7 @@ const (
 	ParamName = "kha-fencing-token"
 	// PolicyName is the token policy; GuardName the policy that lets only
 	// the supervisors change the parameter.
-	PolicyName = "kha-fencing-token"
+	PolicyName = gate.PolicyName
 	GuardName  = "kha-fencing-token-guard"
 	// RoleName names the supervisor's RBAC objects.
 	RoleName = "kha-supervisor:api-fence"
@@ -326,6 +326,23 @@ type WebhookOptions struct {
 // admins.
 func BuildWebhook(o WebhookOptions) []any {
 	m := Build(o.ManifestOptions)
+	return append(append([]any{m.Priority, m.FlowSchema}, m.RBAC()...), m.Param, WebhookConfiguration(o))
+}
+
+// BuildToken returns token mode's manifests: the policy set (Build) and the
+// webhook's registration beside it. The policy refuses a stale token at
+// once wherever the apiserver's cache is current; the webhook, which reads
+// the parameter with a quorum read, refuses it where the cache is behind (a
+// paused or healed apiserver). docs/architecture.md, "The webhook as the
+// authority".
+func BuildToken(o WebhookOptions) []any {
+	return append(Build(o.ManifestOptions).Objects(), WebhookConfiguration(o))
+}
+
+// WebhookConfiguration registers the token webhook: every apiserver calls
+// its own node's supervisor at o.URL for every managed write, failurePolicy
+// Fail.
+func WebhookConfiguration(o WebhookOptions) *admv1.ValidatingWebhookConfiguration {
 	url := o.URL
 	if url == "" {
 		url = DefaultWebhookURL
@@ -335,7 +352,7 @@ func BuildWebhook(o WebhookOptions) []any {
 	equivalent := admv1.Equivalent
 	all := admv1.AllScopes
 	timeout := int32(5)
-	cfg := &admv1.ValidatingWebhookConfiguration{
+	return &admv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
 		Webhooks: []admv1.ValidatingWebhook{{
@@ -362,5 +379,4 @@ func BuildWebhook(o WebhookOptions) []any {
 			}},
 		}},
 	}
-	return append(append([]any{m.Priority, m.FlowSchema}, m.RBAC()...), m.Param, cfg)
 }

@@ -37,6 +37,13 @@ type Options struct {
 	// DialTimeout bounds a TCP connect, so that a silent (cut off) apiserver
 	// costs that long and not client-go's 30 s; DefaultDialTimeout if zero.
 	DialTimeout time.Duration
+	// Retry, if set, recognises an answer that stored nothing and that
+	// another apiserver may not give (the token policy's refusal from an
+	// apiserver whose parameter cache is behind): the request goes on to
+	// the next apiserver, if its body can be sent again, and the one that
+	// answered so is tried after the others while held down. It sees the
+	// status and the first MaxRefusal bytes of the body.
+	Retry func(status int, body []byte) bool
 }
 
 // Set is the failover round tripper. Safe for concurrent use.
@@ -45,6 +52,7 @@ type Set struct {
 	rts   []http.RoundTripper
 	hold  time.Duration
 	now   func() time.Time
+	retry func(status int, body []byte) bool
 
 	mu   sync.Mutex
 	down []time.Time // marked down until
@@ -63,7 +71,7 @@ func New(cfgs []*rest.Config, o Options) (*Set, error) {
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
-	s := &Set{hold: o.Hold, now: time.Now, down: make([]time.Time, len(cfgs))}
+	s := &Set{hold: o.Hold, now: time.Now, down: make([]time.Time, len(cfgs)), retry: o.Retry}
 	for _, c := range cfgs {
 		u, err := url.Parse(c.Host)
 		if err != nil || u.Host == "" || u.Scheme == "" {
@@ -152,16 +160,25 @@ const MaxReplay = 1 << 20
 // replayable for that (GetBody) when it is small. Then even a
 // non-idempotent write is safe to send again. Any other failure is
 // returned as it is (the client retries as it would against the
-// apiserver). Every failure marks the apiserver down.
+// apiserver). Every failure marks the apiserver down. An answer that
+// Options.Retry recognises (nothing stored) goes on to the next apiserver
+// in the same way, but for the last one tried, whose answer is returned.
 func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
 	body, err := replayable(r)
 	if err != nil {
 		return nil, err
 	}
 	var errs []error
-	for _, i := range s.order() {
+	order := s.order()
+	for n, i := range order {
 		resp, gotConn, err := s.try(r, i, body)
 		if err == nil {
+			if n < len(order)-1 && !body.consumed() && s.refused(resp) {
+				// Nothing was stored there: the next apiserver may admit it.
+				s.mark(i, true)
+				_ = resp.Body.Close()
+				continue
+			}
 			s.mark(i, false)
 			return resp, nil
 		}
@@ -175,6 +192,24 @@ func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	return nil, fmt.Errorf("no apiserver answered: %w", errors.Join(errs...))
+}
+
+// MaxRefusal is how much of an answer's body Options.Retry sees.
+const MaxRefusal = 64 << 10
+
+// refused reports whether resp is an answer Options.Retry sends on. It
+// reads the body of a 4xx answer (at most MaxRefusal bytes) and puts back
+// what it read, so that the answer can still be returned whole.
+func (s *Set) refused(resp *http.Response) bool {
+	if s.retry == nil || resp.StatusCode < 400 || resp.StatusCode >= 500 {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, MaxRefusal))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return err == nil && s.retry(resp.StatusCode, head)
 }
 
 func (s *Set) try(r *http.Request, i int, body *replayBody) (*http.Response, bool, error) {

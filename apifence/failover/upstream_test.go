@@ -138,3 +138,49 @@ func TestNewRefusesNoneAndBadHosts(t *testing.T) {
 		t.Errorf("bad host: %v", err)
 	}
 }
+
+// An apiserver whose parameter cache is behind (healed after a cut) refuses
+// the new term's token with the policy's 422; nothing was stored, so the
+// write goes on to the next apiserver instead of failing the component
+// (issue 23 item 2). Any other answer is returned as it is.
+func TestRefusedByAStaleApiserverGoesToTheNext(t *testing.T) {
+	var staleHits, okHits, otherHits atomic.Int64
+	refuse := func(hits *atomic.Int64, code int, msg string) *httptest.Server {
+		s := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			_, _ = io.ReadAll(r.Body)
+			w.Header().Set("X-Server", "refusing")
+			w.WriteHeader(code)
+			_, _ = io.WriteString(w, msg)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	denial := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"events is forbidden: ValidatingAdmissionPolicy 'kha-fencing-token' with binding 'kha-fencing-token' denied request","reason":"Invalid","code":422}`
+	stale := refuse(&staleHits, http.StatusUnprocessableEntity, denial)
+	ok := server(t, "second", &okHits)
+	set, err := New([]*rest.Config{cfg(stale), cfg(ok)}, Options{Retry: func(code int, body []byte) bool {
+		return code == http.StatusUnprocessableEntity && strings.Contains(string(body), "kha-fencing-token")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, echo, err := post(t, set, "binding")
+	if err != nil || who != "second" || echo != "binding" {
+		t.Fatalf("a write the first apiserver's stale policy refused: answered by %q with %q (%v), want the second's echo", who, echo, err)
+	}
+	if staleHits.Load() != 1 || okHits.Load() != 1 {
+		t.Errorf("hits: stale %d, second %d; want 1 and 1", staleHits.Load(), okHits.Load())
+	}
+	// Another 422 (a real validation error) is the answer.
+	other := refuse(&otherHits, http.StatusUnprocessableEntity, `{"kind":"Status","message":"Pod \"x\" is invalid","reason":"Invalid","code":422}`)
+	set2, err := New([]*rest.Config{cfg(other), cfg(ok)}, Options{Retry: func(code int, body []byte) bool {
+		return code == http.StatusUnprocessableEntity && strings.Contains(string(body), "kha-fencing-token")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, _, _ := post(t, set2, "pod"); who != "refusing" || okHits.Load() != 1 {
+		t.Errorf("a validation error went on to %q (second's hits %d)", who, okHits.Load())
+	}
+}

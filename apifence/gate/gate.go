@@ -13,6 +13,7 @@
 package gate
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -40,6 +41,17 @@ import (
 // TokenExtra is the user extra that carries the fencing token; the
 // admission policy compares it with its parameter.
 const TokenExtra = "kha.io/fencing-token"
+
+// PolicyName names the token policy and the webhook (apifence.PolicyName);
+// their refusals carry it.
+const PolicyName = "kha-fencing-token"
+
+// tokenRefusal recognises the token policy's or the webhook's refusal (422
+// naming PolicyName): nothing was stored, and another apiserver whose
+// cache of the parameter is current may admit the same write.
+func tokenRefusal(status int, body []byte) bool {
+	return status == http.StatusUnprocessableEntity && bytes.Contains(body, []byte(PolicyName))
+}
 
 // copyBufferSize is the proxy's copy buffer: large enough for a LIST to
 // stream at hundreds of MB/s, small enough for dozens of idle watches.
@@ -125,7 +137,7 @@ func Listen(cfg Config) (*Gate, error) {
 		ups[i] = rest.CopyConfig(u)
 		ups[i].DisableCompression = true
 	}
-	base, err := failover.New(ups, failover.Options{})
+	base, err := failover.New(ups, failover.Options{Retry: tokenRefusal})
 	if err != nil {
 		return nil, fmt.Errorf("gate %s: %w", cfg.Unit, err)
 	}

@@ -23,7 +23,7 @@ func apiFenceCommand(e env) *cobra.Command {
 	c := &cobra.Command{
 		Use:     "api-fence",
 		GroupID: groupNode,
-		Short:   "the fence at the API server: api-fence manifests|status",
+		Short:   "the fence at the API server: api-fence manifests|status|ca",
 		Long: `The fence at the API server (api_fence.mode): the admission policy that refuses the managed components' writes without the current fencing token, and the token the API servers hold.
 See docs/operations.md, "Fencing at the API server".`,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -31,7 +31,7 @@ See docs/operations.md, "Fencing at the API server".`,
 			return exit(exitConfig)
 		},
 	}
-	c.AddCommand(apiFenceManifestsCommand(e), apiFenceStatusCommand(e))
+	c.AddCommand(apiFenceManifestsCommand(e), apiFenceStatusCommand(e), apiFenceCACommand(e))
 	return c
 }
 
@@ -42,9 +42,9 @@ func apiFenceManifestsCommand(e env) *cobra.Command {
 	var wh webhookFlags
 	c := &cobra.Command{
 		Use:   "manifests",
-		Short: "print the ValidatingAdmissionPolicy, its binding, the parameter, the guard and the RBAC to kubectl apply",
-		Long: `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; and the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter).
-With --webhook (clusters older than 1.30): the RBAC, the parameter and a ValidatingWebhookConfiguration with the same rule, failurePolicy Fail, calling each apiserver's own node's supervisor at --webhook-url, trusting every --ca-bundle.`,
+		Short: "print the ValidatingAdmissionPolicy, its binding, the token webhook's registration, the parameter, the guard and the RBAC to kubectl apply",
+		Long: `Print, as one YAML stream for kubectl apply: the ValidatingAdmissionPolicy that denies CREATE, UPDATE and DELETE on every resource and subresource by system:kube-scheduler, system:kube-controller-manager and the controller-manager's service accounts unless their user extra kha.io/fencing-token equals the parameter's token; its binding (a missing parameter denies); the parameter ConfigMap kube-system/kha-fencing-token; a policy that lets only the supervisors change it; the supervisors' RBAC (impersonation of those users and of the token extra, TokenReview, the parameter); and the ValidatingWebhookConfiguration of the token webhook, the authority where an apiserver's cache of the parameter is behind (a paused or healed apiserver): every apiserver calls its own node's supervisor at --webhook-url for every managed write, failurePolicy Fail, trusting every --ca-bundle (each node's gate CA: ` + "`kha-supervisor api-fence ca`" + ` on each node prints it). Every supervisor must serve the webhook (api_fence.mode gate or token) before this is applied.
+With --webhook (clusters older than 1.30): the RBAC, the parameter and the webhook's registration, without the policies.`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			// Without a token the parameter refuses every managed write
@@ -55,13 +55,16 @@ With --webhook (clusters older than 1.30): the RBAC, the parameter and a Validat
 					"or --token 0 when no member leads and none should write until a leader publishes its own"))
 			}
 			if wh.on {
-				return exit(apiFenceWebhookManifests(e, users, token, wh))
+				return exit(apiFenceWebhookManifests(e, users, token, wh, apifence.BuildWebhook))
 			}
-			return exit(apiFenceManifests(e, users, token, rbacOnly))
+			if rbacOnly {
+				return exit(apiFenceManifests(e, users, token, rbacOnly))
+			}
+			return exit(apiFenceWebhookManifests(e, users, token, wh, apifence.BuildToken))
 		},
 	}
 	fs := c.Flags()
-	fs.BoolVar(&wh.on, "webhook", false, "for clusters older than 1.30: print the ValidatingWebhookConfiguration (the same rule, served by every supervisor at api_fence.webhook) instead of the policies")
+	fs.BoolVar(&wh.on, "webhook", false, "for clusters older than 1.30: print the webhook's registration without the policies")
 	fs.StringVar(&wh.url, "webhook-url", apifence.DefaultWebhookURL, "`URL` each apiserver calls (its own node's supervisor: loopback, api_fence.webhook's port)")
 	fs.StringArrayVar(&wh.caFiles, "ca-bundle", nil, "`file` with a node's gate CA (state_dir/gate-ca.crt), repeatable: every node's; default this node's "+localca.CertFile(localca.DefaultStateDir))
 	fs.StringArrayVar(&users, "supervisor-user", nil, "`user` of the supervisors' own credential (repeatable; default "+apifence.DefaultSupervisorUser+")")
@@ -100,9 +103,11 @@ type webhookFlags struct {
 	caFiles []string
 }
 
-// apiFenceWebhookManifests prints the webhook variant: RBAC, parameter,
-// ValidatingWebhookConfiguration with every node's gate CA as caBundle.
-func apiFenceWebhookManifests(e env, users []string, token int64, wh webhookFlags) int {
+// apiFenceWebhookManifests prints what build gives (token mode's policy set
+// and webhook, or the webhook variant: RBAC, parameter,
+// ValidatingWebhookConfiguration) with every node's gate CA as the
+// webhook's caBundle.
+func apiFenceWebhookManifests(e env, users []string, token int64, wh webhookFlags, build func(apifence.WebhookOptions) []any) int {
 	u, err := url.Parse(wh.url)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return fail(e, exitConfig, "api-fence manifests: --webhook-url %q must be https://host:port/path", wh.url)
@@ -130,13 +135,40 @@ func apiFenceWebhookManifests(e env, users []string, token int64, wh webhookFlag
 		}
 		bundle = append(bundle, b...)
 	}
-	objs := apifence.BuildWebhook(apifence.WebhookOptions{ManifestOptions: apifence.ManifestOptions{SupervisorUsers: users, Token: token},
+	objs := build(apifence.WebhookOptions{ManifestOptions: apifence.ManifestOptions{SupervisorUsers: users, Token: token},
 		URL: wh.url, CABundle: bundle})
 	y, err := apifence.Render(objs)
 	if err != nil {
 		return fail(e, exitFailure, "%v", err)
 	}
 	_, _ = e.stdout.Write(y)
+	return exitOK
+}
+
+func apiFenceCACommand(e env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ca",
+		Short: "print this node's gate CA (creating it if missing), for api-fence manifests --ca-bundle",
+		Long: `Print this node's gate CA certificate (PEM), the CA that signs its gates' and its token webhook's serving certificates; create it in api_fence.state_dir first if the fence has not run yet.
+Collect every node's into files and pass each to ` + "`api-fence manifests --ca-bundle`" + `: every apiserver calls its own node's webhook, so the webhook's registration must trust every node's CA.`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return exit(apiFenceCA(e, nodeConfigPath(e, c)))
+		},
+	}
+}
+
+func apiFenceCA(e env, configFile string) int {
+	cfg, err := config.Load(configFile)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitConfig
+	}
+	ca, err := localca.Open(cfg.APIFence.StateDir)
+	if err != nil {
+		return fail(e, exitFailure, "api-fence ca: %v", err)
+	}
+	_, _ = e.stdout.Write(ca.PEM())
 	return exitOK
 }
 

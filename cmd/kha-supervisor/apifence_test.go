@@ -15,6 +15,36 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
+// testCA is a fresh node gate CA's certificate file.
+func testCA(t *testing.T) string {
+	t.Helper()
+	ca, err := localca.Open(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return localca.CertFile(ca.Dir)
+}
+
+// api-fence ca prints the node's gate CA, creating it when missing, and
+// prints the same one the next time.
+func TestAPIFenceCAPrintsTheNodesCA(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	cfg := writeConfig(t, "node = \"m1\"\n[api_fence]\nstate_dir = \""+state+"\"\n")
+	code, first, errOut := runCmd(t, "api-fence", "ca", "-c", cfg)
+	if code != exitOK || !strings.HasPrefix(first, "-----BEGIN CERTIFICATE-----") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, first, errOut)
+	}
+	if b, err := os.ReadFile(localca.CertFile(state)); err != nil || string(b) != first {
+		t.Errorf("printed CA differs from %s (%v)", localca.CertFile(state), err)
+	}
+	if _, again, _ := runCmd(t, "api-fence", "ca", "-c", cfg); again != first {
+		t.Error("a second api-fence ca printed another CA")
+	}
+	if code, _, _ := runCmd(t, "api-fence", "ca", "-c", filepath.Join(t.TempDir(), "none.toml")); code != exitConfig {
+		t.Errorf("missing config: exit %d, want %d", code, exitConfig)
+	}
+}
+
 // TestAPIFenceManifestsWebhook: --webhook prints RBAC, the parameter and
 // the ValidatingWebhookConfiguration with every given node's CA and the
 // URL, and no policy; bad flags exit with the configuration code.

@@ -95,10 +95,11 @@ func TestAPIFenceManifestsNeedsAToken(t *testing.T) {
 			t.Errorf("%v: exit %d stdout %d bytes stderr %q; want %d and the refusal", args, code, len(out), errOut, exitConfig)
 		}
 	}
-	if code, out, errOut := runCmd(t, "api-fence", "manifests", "--token", "0"); code != exitOK || strings.Contains(out, "token: \"") {
+	ca := testCA(t)
+	if code, out, errOut := runCmd(t, "api-fence", "manifests", "--token", "0", "--ca-bundle", ca); code != exitOK || strings.Contains(out, "token: \"") {
 		t.Errorf("--token 0: exit %d (%s), or a token in the parameter", code, errOut)
 	}
-	if code, out, _ := runCmd(t, "api-fence", "manifests", "--token", "12"); code != exitOK || !strings.Contains(out, `token: "12"`) {
+	if code, out, _ := runCmd(t, "api-fence", "manifests", "--token", "12", "--ca-bundle", ca); code != exitOK || !strings.Contains(out, `token: "12"`) {
 		t.Errorf("--token 12: exit %d, parameter without token 12", code)
 	}
 	if code, _, errOut := runCmd(t, "api-fence", "manifests", "--rbac-only"); code != exitOK {

@@ -100,11 +100,14 @@ func TestInstallKubeconfigRefusals(t *testing.T) {
 }
 
 func TestAPIFenceManifestsPrintsThePolicy(t *testing.T) {
-	code, out, errOut := runCmd(t, "api-fence", "manifests", "--token", "0", "--supervisor-user", "kha-m1", "--supervisor-user", "kha-m2")
+	code, out, errOut := runCmd(t, "api-fence", "manifests", "--token", "0", "--supervisor-user", "kha-m1", "--supervisor-user", "kha-m2", "--ca-bundle", testCA(t))
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	// Token mode: the policy set and the webhook's registration beside it
+	// (issue 23 item 1: the webhook is the authority on a stale token).
 	for _, want := range []string{"kind: ValidatingAdmissionPolicy\n", "kind: ValidatingAdmissionPolicyBinding", "parameterNotFoundAction: Deny",
+		"kind: ValidatingWebhookConfiguration", "url: " + apifence.DefaultWebhookURL, "failurePolicy: Fail", "caBundle: ",
 		"'*/*'", "kind: ConfigMap", "name: " + apifence.ParamName, "userextras/kha.io/fencing-token", "name: kha-m2", "has(request.userInfo.extra)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("manifests lack %q", want)

@@ -98,33 +98,21 @@ func waitNewToken(ctx context.Context, p *plane.Plane, old int64) error {
 // the old leader's scheduler with token; it counts the writes sent and
 // those refused with the policy's message.
 func sendStale(ctx context.Context, t *plane.Trial, token int64) (sent, refused int, err error) {
-	admin := t.R.Clients[0]
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "stale-", Namespace: probe.DefaultNamespace},
-		Spec: corev1.PodSpec{SchedulerName: "kha-stale-term", Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}}},
+	pod, err := stalePod(ctx, t)
+	if err != nil {
+		return 0, 0, err
 	}
-	// Retried: this client is otherwise idle (the prober has its own), and
-	// its pooled connection may have been closed under it (seen: "use of
-	// closed network connection", twice in a row, in both token modes).
-	var created *corev1.Pod
-	for try := 1; ; try++ {
-		if created, err = admin.CoreV1().Pods(probe.DefaultNamespace).Create(ctx, pod, metav1.CreateOptions{}); err == nil {
-			break
-		}
-		if try == 3 {
-			return 0, 0, fmt.Errorf("the pod to bind (%d tries): %w", try, err)
-		}
-		if err := Sleep(ctx, 500*time.Millisecond); err != nil {
-			return 0, 0, err
-		}
-	}
-	pod = created
 	defer func() {
-		_ = admin.CoreV1().Pods(probe.DefaultNamespace).Delete(context.WithoutCancel(ctx), pod.Name, *metav1.NewDeleteOptions(0))
+		_ = t.R.Clients[0].CoreV1().Pods(probe.DefaultNamespace).Delete(context.WithoutCancel(ctx), pod, *metav1.NewDeleteOptions(0))
 	}()
+	return sendStaleTo(ctx, t, token, pod, lab.MasterNames)
+}
+
+// sendStaleTo sends staleWrites events and bindings of pod to each of
+// servers' apiservers as the old leader's scheduler with token.
+func sendStaleTo(ctx context.Context, t *plane.Trial, token int64, pod string, servers []string) (sent, refused int, err error) {
 	var unexpected []string
-	for _, server := range lab.MasterNames {
+	for _, server := range servers {
 		c, err := t.R.P.StaleScheduler(t.Leader, server, token)
 		if err != nil {
 			return sent, refused, err
@@ -132,7 +120,7 @@ func sendStale(ctx context.Context, t *plane.Trial, token int64) (sent, refused 
 		for i := range staleWrites {
 			for _, w := range []func() error{
 				func() error { return staleEvent(ctx, c, i) },
-				func() error { return staleBind(ctx, c, pod.Name) },
+				func() error { return staleBind(ctx, c, pod) },
 			} {
 				sent++
 				switch err := w(); {

@@ -179,6 +179,11 @@ func (p *Plane) StartSupervisor(ctx context.Context, n *master.Node, mode Mode) 
 // token as well (the last 55 runs of this lab, and fence2's).
 func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	if mode.Fence != FenceToken {
+		// Without a supervisor serving the token webhook its registration
+		// refuses every managed write (failurePolicy Fail).
+		if _, err := p.kubectl(ctx, nil, "delete", "validatingwebhookconfiguration", "kha-fencing-token", "--ignore-not-found"); err != nil {
+			return err
+		}
 		have, err := p.kubectl(ctx, nil, "get", "validatingadmissionpolicybinding", "kha-fencing-token", "--ignore-not-found", "-o", "name")
 		if err != nil {
 			return err
@@ -200,8 +205,17 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 		return err
 	}
 	// --token 0: the parameter is only created when missing, before any
-	// token-mode leader; the first promotion publishes its token.
-	y, err := p.manifests(ctx, "--token", "0")
+	// token-mode leader; the first promotion publishes its token. The
+	// webhook's registration trusts both masters' gate CAs.
+	bundle, err := p.gateCAs(ctx)
+	if err != nil {
+		// A supervisor from before the webhook became token mode's
+		// authority (no `api-fence ca`): the policy alone, as then; the
+		// scenarios that need the webhook (58, 59) fail on it.
+		p.Log.Warn("plane: token mode without the webhook: a master's supervisor cannot print its gate CA", "err", err)
+		bundle = nil
+	}
+	y, err := p.manifests(ctx, append([]string{"--token", "0"}, bundle...)...)
 	if err != nil {
 		return err
 	}
@@ -235,6 +249,29 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	_, err = p.kubectl(ctx, nil, "patch", "validatingadmissionpolicybinding", "kha-fencing-token", "--type", "merge",
 		"-p", `{"spec":{"validationActions":["Deny"]}}`)
 	return err
+}
+
+// gateCAs collects each master's gate CA as an operator would (`kha-supervisor
+// api-fence ca` on each node) into the lab's shared directory, and returns
+// the --ca-bundle arguments naming them.
+func (p *Plane) gateCAs(ctx context.Context) ([]string, error) {
+	nodes, err := p.Lab.Masters()
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	for _, m := range lab.MasterNames {
+		pem, err := nodes[m].Exec(ctx, layout.Binary, "api-fence", "ca", "-c", lab.SupervisorConfig)
+		if err != nil {
+			return nil, fmt.Errorf("plane: the gate CA of %s: %w", m, err)
+		}
+		path := p.Lab.SharedPath("kube", "gate-ca-"+m+".crt")
+		if err := os.WriteFile(path, pem, 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "--ca-bundle", path)
+	}
+	return args, nil
 }
 
 // manifests runs the lab's kha-supervisor api-fence manifests.
