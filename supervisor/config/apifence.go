@@ -46,14 +46,12 @@ type APIFence struct {
 	// every managed write by the parameter read with a quorum read: each
 	// apiserver calls its own node's supervisor there (`api-fence
 	// manifests` registers it beside the policy; with --webhook instead of
-	// it, for clusters older than 1.30). Gate and token mode serve it at
-	// DefaultWebhookAddr unless the file sets it; "" (gate mode only)
-	// serves none.
+	// it, for clusters older than 1.30). Gate and token mode serve it;
+	// "" (gate mode only) serves none.
 	Webhook string `toml:"webhook"`
 }
 
-// DefaultWebhookAddr is where gate and token mode serve the token webhook
-// unless api_fence.webhook says otherwise.
+// DefaultWebhookAddr is api_fence.webhook's default.
 const DefaultWebhookAddr = "127.0.0.1:16443"
 
 // API fence modes.
@@ -79,6 +77,8 @@ func DefaultAPIFence() APIFence {
 			"kube-scheduler.service=127.0.0.1:16442",
 		},
 		ConfirmTimeout: 10 * time.Second,
+		// Used only once the mode is not off, as the gates.
+		Webhook: DefaultWebhookAddr,
 	}
 }
 
@@ -216,9 +216,6 @@ func checkWebhook(c Config) *Error {
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return refuse(c, "api_fence.webhook", "port must be 1-65535")
-	}
-	if !a.Enabled() {
-		return refuse(c, "api_fence.webhook", "needs api_fence.mode = \"gate\" or \"token\" (gate while installing, token after)")
 	}
 	gates, _ := a.GateList()
 	for _, g := range gates {

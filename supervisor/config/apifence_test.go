@@ -23,7 +23,7 @@ func TestAPIFenceRefusals(t *testing.T) {
 		{"token mode without apiservers", "mode = \"token\"\nkubeconfig = \"/nonexistent/k.conf\"", "api_fence.apiservers", "every apiserver"},
 		{"webhook off loopback", "mode = \"token\"\nwebhook = \"10.0.0.1:16443\"", "api_fence.webhook", "loopback"},
 		{"webhook without a port", "mode = \"token\"\nwebhook = \"127.0.0.1\"", "api_fence.webhook", "loopback host:port"},
-		{"webhook with the fence off", "webhook = \"127.0.0.1:16443\"", "api_fence.webhook", `"gate" or "token"`},
+		{"token mode without the webhook", "mode = \"token\"\nwebhook = \"\"", "api_fence.webhook", "token mode needs the webhook"},
 		{"webhook on a gate's port", "mode = \"token\"\nwebhook = \"127.0.0.1:16442\"", "api_fence.webhook", "gate of kube-scheduler.service"},
 		{"zero confirm timeout", `confirm_timeout = "0s"`, "api_fence.confirm_timeout", "positive"},
 	} {

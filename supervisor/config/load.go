@@ -167,13 +167,6 @@ func decode(file string, data []byte) (*document, error) {
 	if err := d.resolveProfile(); err != nil {
 		return nil, err
 	}
-	// The fence serves its token webhook unless the file says otherwise:
-	// in token mode it is the authority on a stale token (an apiserver's
-	// policy reads a cache that can be behind), and in gate mode it must
-	// already answer when the rollout registers it.
-	if d.cfg.APIFence.Enabled() && !d.md.IsDefined("api_fence", "webhook") {
-		d.cfg.APIFence.Webhook = DefaultWebhookAddr
-	}
 	// syslog and most tools say "warning"; slog and this file say "warn".
 	if d.cfg.Log.Level == "warning" {
 		d.cfg.Log.Level = "warn"
