@@ -3,11 +3,14 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
@@ -72,15 +75,35 @@ func injectPausedAPIServer(ctx context.Context, t *plane.Trial, alone bool) (fun
 			admin := t.R.Clients[0]
 			_ = admin.CoreV1().Pods(probe.DefaultNamespace).Delete(context.WithoutCancel(ctx), pod, *metav1.NewDeleteOptions(0))
 		}()
+		// The other master must have published its token first (the
+		// service may resume before: a trial saw the thaw 3 s in).
+		if err := waitNewToken(ctx, p, old); err != nil {
+			_ = thaw()
+			return err
+		}
+		// A resumed gate's queue: a burst sent to the frozen apiserver
+		// just before the thaw waits in its sockets and is served the
+		// moment it thaws, racing its parameter informer.
+		queued, err := queueStale(ctx, t, old)
+		if err != nil {
+			_ = thaw()
+			return err
+		}
+		if err := Sleep(ctx, 300*time.Millisecond); err != nil {
+			_ = thaw()
+			return err
+		}
 		if err := thaw(); err != nil {
 			return err
 		}
 		t.Mark("thawed")
-		// At once, as the resumed gate's queued writes would arrive.
+		qSent, qRefused := queued()
+		// Then at once, as the resumed gate's next writes would arrive.
 		sent, refused, err := sendStaleTo(ctx, t, old, pod, []string{t.Leader})
 		t.Mark("stale-end")
-		t.Figures("stale_sent", float64(sent))
-		t.Figures("stale_refused_at_client", float64(refused))
+		t.Figures("stale_sent", float64(sent+qSent))
+		t.Figures("stale_queued", float64(qSent))
+		t.Figures("stale_refused_at_client", float64(refused+qRefused))
 		if alone {
 			if _, serr := n.Systemctl(ctx, "start", lab.SupervisorUnit); serr != nil && err == nil {
 				err = serr
@@ -88,6 +111,30 @@ func injectPausedAPIServer(ctx context.Context, t *plane.Trial, alone bool) (fun
 		}
 		return err
 	}, nil
+}
+
+// staleBurst is how many writes queueStale sends at once.
+const staleBurst = 50
+
+// queueStale sends staleBurst events with the old token to the trial's
+// leader's (frozen) apiserver from its namespace, all at once, and returns
+// how to wait for their answers: how many were sent and refused by the
+// token policy or webhook.
+func queueStale(ctx context.Context, t *plane.Trial, token int64) (func() (sent, refused int), error) {
+	c, err := t.R.P.StaleScheduler(t.Leader, t.Leader, token)
+	if err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for i := range staleBurst {
+		wg.Go(func() {
+			if err := staleEvent(ctx, c, 1000+i); apifence.IsPolicyDenial(err) {
+				refused.Add(1)
+			}
+		})
+	}
+	return func() (int, int) { wg.Wait(); return staleBurst, int(refused.Load()) }, nil
 }
 
 // stalePod creates the pod the stale bindings try to bind (left pending:

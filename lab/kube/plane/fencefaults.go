@@ -49,6 +49,9 @@ func (p *Plane) StaleScheduler(from, server string, token int64) (kubernetes.Int
 			return p.Lab.Topo.DialContext(ctx, from, network, addr)
 		},
 		Timeout: 5 * time.Second,
+		// No client-side rate limit: a resumed gate forwards its queue at
+		// once (scenarios 58 and 59 queue a burst at a frozen apiserver).
+		QPS: -1,
 		Impersonate: rest.ImpersonationConfig{UserName: "system:kube-scheduler",
 			Extra: map[string][]string{gate.TokenExtra: {strconv.FormatInt(token, 10)}}},
 	}
