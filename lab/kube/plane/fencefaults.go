@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,48 +96,110 @@ const freezerRoot = "/sys/fs/cgroup/freezer"
 // clocks go on, unlike a paused VM whose hypervisor restores kvmclock:
 // the supervisor sees its deadline passed at once on the thaw, so the lab
 // shows the units' part of the resume, not a supervisor that believes its
-// lease valid. Thaw undoes it.
+// lease valid. Thaw undoes it. n's kube-apiserver is a process of the
+// host in n's network namespace, outside the container: Freeze leaves it
+// running (FreezeMaster freezes it too).
 func (p *Plane) Freeze(n *master.Node) (thaw func() error, err error) {
-	cg := filepath.Join(freezerRoot, p.Lab.Config().Prefix+"-freeze-"+n.Name)
+	return p.freeze(n.Name, func(procs string) (int, error) { return moveNamespace(n.Leader, procs) })
+}
+
+// FreezeMaster freezes master n together with its own kube-apiserver, in
+// one freezer cgroup frozen at one instant, as a paused VM that runs its
+// apiserver stops whole: the apiserver's requests in flight (received,
+// not yet sent to etcd) stay inside it until the thaw, which thaws both
+// at once.
+func (p *Plane) FreezeMaster(n *master.Node) (thaw func() error, err error) {
+	a, err := p.APIServer(n.Name)
+	if err != nil {
+		return nil, err
+	}
+	return p.freeze(n.Name, func(procs string) (int, error) {
+		moved, err := moveNamespace(n.Leader, procs)
+		if err != nil {
+			return moved, err
+		}
+		m, err := moveAPIServer(a, procs)
+		return moved + m, err
+	})
+}
+
+// FreezeAPIServer freezes only master m's kube-apiserver (its master and
+// components run on, their requests to it hang until the thaw).
+func (p *Plane) FreezeAPIServer(m string) (thaw func() error, err error) {
+	a, err := p.APIServer(m)
+	if err != nil {
+		return nil, err
+	}
+	return p.freeze(m+"-apiserver", func(procs string) (int, error) { return moveAPIServer(a, procs) })
+}
+
+// moveAPIServer moves a's process (every thread: cgroup v1's cgroup.procs
+// moves the thread group) into procs' cgroup unless it is there; 1 when
+// it moved it.
+func moveAPIServer(a kube.APIServer, procs string) (int, error) {
+	id, ok := a.Running()
+	if !ok {
+		return 0, fmt.Errorf("plane: freezer: no kube-apiserver running in %s", a.Dir)
+	}
+	pid := strconv.Itoa(id.PID)
+	in, _ := os.ReadFile(procs)
+	if slices.Contains(strings.Fields(string(in)), pid) {
+		return 0, nil
+	}
+	if err := os.WriteFile(procs, []byte(pid), 0o644); err != nil {
+		return 0, fmt.Errorf("plane: freezer: move kube-apiserver %s: %w", pid, err)
+	}
+	return 1, nil
+}
+
+// freeze moves what collect moves into the freezer cgroup named for name
+// and freezes it, until collect moves nothing more (a process may fork
+// while being frozen).
+func (p *Plane) freeze(name string, collect func(procs string) (int, error)) (thaw func() error, err error) {
+	cg := filepath.Join(freezerRoot, p.Lab.Config().Prefix+"-freeze-"+name)
 	if err := os.MkdirAll(cg, 0o755); err != nil {
 		return nil, fmt.Errorf("plane: freezer: %w", err)
 	}
-	thaw = func() error {
-		err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("THAWED"), 0o644)
-		// Thawed processes fork into the cgroup meanwhile (seen: "device
-		// or resource busy" on the first removal): move until it is empty.
-		// Threads and exiting tasks keep it busy a moment longer (seen
-		// after the move loop alone): move what "tasks" lists too and
-		// retry the removal for up to 5 s.
-		var rmErr error
-		for range 100 {
-			for _, list := range []string{"cgroup.procs", "tasks"} {
-				ids, _ := os.ReadFile(filepath.Join(cg, list))
-				for _, id := range strings.Fields(string(ids)) {
-					_ = os.WriteFile(filepath.Join(freezerRoot, list), []byte(id), 0o644)
-				}
-			}
-			if rmErr = os.Remove(cg); rmErr == nil || errors.Is(rmErr, os.ErrNotExist) {
-				rmErr = nil
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return errors.Join(err, rmErr)
-	}
+	thaw = func() error { return thawCgroup(cg) }
 	for range 10 {
-		moved, err := moveNamespace(n.Leader, filepath.Join(cg, "cgroup.procs"))
+		moved, err := collect(filepath.Join(cg, "cgroup.procs"))
 		if err != nil {
 			return nil, errors.Join(err, thaw())
 		}
 		if err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("FROZEN"), 0o644); err != nil {
-			return nil, errors.Join(fmt.Errorf("plane: freeze %s: %w", n.Name, err), thaw())
+			return nil, errors.Join(fmt.Errorf("plane: freeze %s: %w", name, err), thaw())
 		}
 		if moved == 0 {
 			return thaw, nil
 		}
 	}
-	return nil, errors.Join(fmt.Errorf("plane: %s kept forking while being frozen", n.Name), thaw())
+	return nil, errors.Join(fmt.Errorf("plane: %s kept forking while being frozen", name), thaw())
+}
+
+// thawCgroup thaws freezer cgroup cg, moves its processes back to the
+// root and removes it.
+func thawCgroup(cg string) error {
+	err := os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("THAWED"), 0o644)
+	// Thawed processes fork into the cgroup meanwhile (seen: "device
+	// or resource busy" on the first removal): move until it is empty.
+	// Threads and exiting tasks keep it busy a moment longer (seen
+	// after the move loop alone): move what "tasks" lists too and
+	// retry the removal for up to 5 s.
+	var rmErr error
+	for range 100 {
+		for _, list := range []string{"cgroup.procs", "tasks"} {
+			ids, _ := os.ReadFile(filepath.Join(cg, list))
+			for _, id := range strings.Fields(string(ids)) {
+				_ = os.WriteFile(filepath.Join(freezerRoot, list), []byte(id), 0o644)
+			}
+		}
+		if rmErr = os.Remove(cg); rmErr == nil || errors.Is(rmErr, os.ErrNotExist) {
+			rmErr = nil
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.Join(err, rmErr)
 }
 
 // moveNamespace moves every process in pid1's PID namespace not yet in
