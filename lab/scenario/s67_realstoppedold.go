@@ -11,6 +11,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/master"
 )
 
 // Scenario 67 (real plane, issue 22 item 2): the leader's supervisor and
@@ -33,16 +34,9 @@ func init() {
 			if t.Mode.LeaderElect {
 				units = plane.Units
 			}
-			var pids []string
-			for _, u := range units {
-				pid, err := n.MainPID(ctx, u)
-				if err != nil {
-					return nil, err
-				}
-				if pid <= 0 {
-					return nil, fmt.Errorf("%s does not run on %s", u, t.Leader)
-				}
-				pids = append(pids, strconv.Itoa(pid))
+			pids, err := mainPIDs(ctx, n, units)
+			if err != nil {
+				return nil, err
 			}
 			if err := t.R.AnyFrom(ctx, t.Leader, func(ctx context.Context, c kubernetes.Interface) error { return scaleBurst(ctx, c, burstPods) }); err != nil {
 				return nil, fmt.Errorf("scale the burst: %w", err)
@@ -72,4 +66,33 @@ func init() {
 			}, nil
 		},
 		Judge: func(t *plane.Trial, evs []audit.Event, res *plane.Result) { judgeThawed(t, evs, res) }})
+}
+
+// mainPIDs are the units' main processes on n, waiting up to 20 s for a
+// unit still starting (seen: the controller-manager without a main PID at
+// the fault, its start retried after systemd's status=219/CGROUP).
+func mainPIDs(ctx context.Context, n *master.Node, units []string) ([]string, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var pids []string
+		var missing error
+		for _, u := range units {
+			pid, err := n.MainPID(ctx, u)
+			if err != nil {
+				return nil, err
+			}
+			if pid <= 0 {
+				missing = fmt.Errorf("%s does not run on %s", u, n.Name)
+				break
+			}
+			pids = append(pids, strconv.Itoa(pid))
+		}
+		if missing == nil {
+			return pids, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, missing
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
