@@ -219,8 +219,16 @@ func (p *Prober) createOne(ctx context.Context) {
 	p.mu.Unlock()
 }
 
+// unboundKept is how long a probe pod may stay unbound before observe
+// deletes it: far beyond any bound a trial judges (90 s), and short enough
+// that a stalled scheduler does not pile up thousands of pods whose LIST
+// times out at a loaded apiserver (5136 in a real-plane soak).
+const unboundKept = 2 * time.Minute
+
 // observe lists the namespace: binds, ReplicaSet pods, and deletes bound
-// probe pods (they would only pile up: nothing runs them).
+// probe pods (they would only pile up: nothing runs them), its own left
+// unbound longer than unboundKept, and those of earlier probers that are
+// bound or as old.
 func (p *Prober) observe(ctx context.Context) {
 	var list corev1.PodList
 	if err := p.any(ctx, func(ctx context.Context, c *kubeapi.Client) error {
@@ -248,11 +256,18 @@ func (p *Prober) observe(ctx context.Context) {
 			}
 			continue
 		}
-		if rec, ok := p.pods[pod.Name]; ok && pod.Spec.NodeName != "" {
+		rec, ok := p.pods[pod.Name]
+		switch {
+		case ok && pod.Spec.NodeName != "":
 			if rec.Bound.IsZero() {
 				rec.Bound, rec.Node = now, pod.Spec.NodeName
 			}
 			done = append(done, pod.Name)
+		case ok && now.Sub(rec.Created) > unboundKept:
+			// Its record stays: the figures count it unbound.
+			done = append(done, pod.Name)
+		case !ok && pod.Labels["app"] == "probe" && (pod.Spec.NodeName != "" || now.Sub(pod.CreationTimestamp.Time) > unboundKept):
+			done = append(done, pod.Name) // an earlier prober's
 		}
 	}
 	if active-1 > p.maxExtra {

@@ -21,7 +21,7 @@ import (
 func init() {
 	register("run", "run scenarios of the failure matrix: run all (1-15) | run operator (16-22) | run issues (23-36) | run 1 4 5 [--repeat N]", runRun)
 	register("report", "print the Markdown report of saved runs (default: every matrix run; --latest)", runReport)
-	register("soak", "random faults back to back: soak --duration 30m --seed 1", runSoak)
+	register("soak", "random faults back to back: soak --duration 30m --seed 1 (real plane: soak --plane real --mode off|gate|token)", runSoak)
 	register("list", "list the scenarios", runList)
 }
 
@@ -155,8 +155,12 @@ func runSoak(ctx context.Context, args []string) error {
 	f.register(&fs)
 	d := fs.Duration("duration", 30*time.Minute, "how long to inject faults")
 	seed := fs.Uint64("seed", 1, "random seed (the same seed draws the same faults)")
+	mode := fs.String("mode", "off", "real plane only: api_fence.mode of the supervisors: off, gate or token")
 	if _, err := parse("soak", args, &fs); err != nil {
 		return err
+	}
+	if f.plane == lab.PlaneReal {
+		return runRealSoak(ctx, f, *d, *seed, *mode)
 	}
 	l, env, err := openEnv(ctx, &f)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
 // Scenario 60 (real plane, issue 22): the leader's rack is cut while its
@@ -34,6 +35,17 @@ func init() {
 	plane.Register(plane.Scenario{ID: 60, Name: "real: rack cut during a burst of creates, healed at the takeover",
 		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, the scheduler leader's rack cut %s later and healed %s after the cut began", burstPods, burstLead, burstHeal),
 		Prepare: s.prepare, Inject: s.inject, Judge: s.judge})
+	// Scenario 66 (issue 22 item 2): the same burst and cut, healed the
+	// moment the prober sees the other master act (its scheduler binding
+	// or its controller-manager replacing a pod), so the heal lands after
+	// the new term's first writes whenever the takeover comes inside
+	// burstHeal, before the cut apiserver's TCP user timeout drops its
+	// queued frames; at the latest burstHeal after the cut (then before the
+	// takeover, as scenario 60).
+	s66 := &burstTrial{healOnTakeover: true}
+	plane.Register(plane.Scenario{ID: 66, Name: "real: rack cut during a burst of creates, healed at the other master's first act",
+		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, the scheduler leader's rack cut %s later and healed when the other master acts (at the latest %s after the cut)", burstPods, burstLead, burstHeal),
+		Prepare: s66.prepare, Inject: s66.inject, Judge: s66.judge})
 }
 
 const (
@@ -49,6 +61,11 @@ const (
 
 type burstTrial struct {
 	healed chan error
+	// healOnTakeover (scenario 66): heal as soon as the prober sees the
+	// other master act (a probe pod created after the cut bound, or a
+	// ReplicaSet pod deleted after it replaced), at the latest burstHeal
+	// after the cut began.
+	healOnTakeover bool
 }
 
 // prepare leaves the burst ReplicaSet at zero pods.
@@ -130,12 +147,7 @@ func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.C
 	t.Mark("cut_done")
 	s.healed = make(chan error, 1)
 	go func() {
-		var err error
-		select {
-		case <-time.After(time.Until(t.Marks["cut"].Add(burstHeal))):
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
+		err := s.waitHeal(ctx, t)
 		t.Mark("heal")
 		herr := topo.Heal(context.WithoutCancel(ctx), a, b)
 		t.Mark("healed")
@@ -149,6 +161,45 @@ func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.C
 			return ctx.Err()
 		}
 	}, nil
+}
+
+// waitHeal waits until the heal is due: burstHeal after the cut began, or
+// (healOnTakeover) the first sign of the other master acting if earlier.
+func (s *burstTrial) waitHeal(ctx context.Context, t *plane.Trial) error {
+	latest := t.Marks["cut"].Add(burstHeal)
+	for time.Now().Before(latest) {
+		if s.healOnTakeover && tookOver(t.R.Prober.Snapshot(), t.Marks["cut_done"]) {
+			t.Mark("takeover_seen")
+			return nil
+		}
+		wait := 50 * time.Millisecond
+		if !s.healOnTakeover {
+			wait = time.Until(latest)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// tookOver: a probe pod created after since is bound, or a ReplicaSet pod
+// deleted after since was replaced (only the other master can, its rack
+// being cut).
+func tookOver(snap probe.Snapshot, since time.Time) bool {
+	for _, p := range snap.Pods {
+		if p.Created.After(since) && !p.Bound.IsZero() {
+			return true
+		}
+	}
+	for _, d := range snap.Deletions {
+		if d.At.After(since) && !d.Replaced.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // judge records when the heal landed after the cut.
@@ -166,4 +217,13 @@ func (s *burstTrial) judge(t *plane.Trial, _ []audit.Event, res *plane.Result) {
 	res.Figures["heal_ms"] = float64(healed.Sub(heal).Milliseconds())
 	res.Notes = append(res.Notes, fmt.Sprintf("burst of %d: cut in %s, healed %s after the cut (in %s)", burstPods,
 		t.Marks["cut_done"].Sub(cut).Round(time.Millisecond), heal.Sub(cut).Round(time.Millisecond), healed.Sub(heal).Round(time.Millisecond)))
+	if !s.healOnTakeover {
+		return
+	}
+	if seen, ok := t.Marks["takeover_seen"]; ok {
+		res.Figures["takeover_seen_ms"] = float64(seen.Sub(cut).Milliseconds())
+		res.Notes = append(res.Notes, fmt.Sprintf("healed on the other master's first act, seen %s after the cut: inside the TCP user timeout", seen.Sub(cut).Round(time.Millisecond)))
+	} else {
+		res.Notes = append(res.Notes, fmt.Sprintf("the other master had not acted %s after the cut: healed before the takeover (not the point this scenario aims at)", burstHeal))
+	}
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+)
+
+// soakModes maps --mode to api_fence.mode.
+var soakModes = map[string]string{"off": "", "gate": plane.FenceGate, "token": plane.FenceToken}
+
+// runRealSoak is `kha-lab soak --plane real`: random real-plane faults
+// (plane.Runner.Soak), every trial's etcd case kept while it runs and
+// removed when it passed; a failed one keeps its case, the run's
+// results and the seed.
+func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, modeName string) error {
+	fence, ok := soakModes[modeName]
+	if !ok || d <= 0 {
+		fmt.Fprintf(os.Stderr, "kha-lab soak: --mode %q: want off, gate or token; --duration %s: want > 0\n", modeName, d)
+		return errUsage
+	}
+	profile := lab.Fast
+	if f.profile == "default" {
+		profile = lab.Default
+	}
+	mode := plane.KhaMode(profile)
+	if fence != "" {
+		mode = plane.FencedMode(profile, fence)
+	}
+	r, dir, err := openRunner(ctx, f)
+	if err != nil {
+		return err
+	}
+	stamp := time.Now().UTC().Format("20060102T150405")
+	base := filepath.Join(dir, fmt.Sprintf("soak-%s-%s-seed%d", stamp, modeName, seed))
+	cases := base + "-cases"
+	if err := os.Setenv(plane.KeepCommitsEnv, cases); err != nil {
+		return err
+	}
+	fmt.Printf("soak: seed %d (replay: kha-lab soak --plane real --mode %s --seed %d), results in %s.json\n", seed, modeName, seed, base)
+	o := plane.SoakOptions{Duration: d, Seed: seed, Mode: mode, Progress: os.Stdout,
+		Save: func(rs []plane.Result) error {
+			dropPassedCases(rs)
+			b, _ := json.MarshalIndent(rs, "", "  ")
+			return os.WriteFile(base+".json", b, 0o644)
+		}}
+	results, err := r.Soak(ctx, o)
+	var end []string
+	if err == nil {
+		end = r.EndCheck(ctx, mode)
+	}
+	var sum bytes.Buffer
+	plane.SoakSummary(&sum, seed, mode.Name, results, end)
+	_, _ = io.Copy(os.Stdout, bytes.NewReader(sum.Bytes()))
+	if werr := os.WriteFile(base+".md", sum.Bytes(), 0o644); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return err
+	}
+	for _, res := range results {
+		if !res.Pass {
+			return fmt.Errorf("the soak failed (seed %d): see %s.md and the kept cases in %s", seed, base, cases)
+		}
+	}
+	if len(end) > 0 {
+		return errors.New("the soak ended without one leader running every unit alone: " + strings.Join(end, "; "))
+	}
+	return nil
+}
+
+// dropPassedCases removes the etcd judge's case of every passed trial
+// (each result names its case in a note).
+func dropPassedCases(rs []plane.Result) {
+	for _, res := range rs {
+		if !res.Pass {
+			continue
+		}
+		for _, n := range res.Notes {
+			if p, ok := strings.CutPrefix(n, "etcd judge: case kept in "); ok {
+				_ = os.Remove(p)
+			}
+		}
+	}
+}

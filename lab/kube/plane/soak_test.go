@@ -1,0 +1,127 @@
+package plane
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+)
+
+func TestSoakDrawsReplayFromTheSeed(t *testing.T) {
+	o := SoakOptions{Seed: 7, Faults: []int{1, 2, 3, 4}, Second: []int{3, 9}}
+	a, b := SoakDraws(o, 200), SoakDraws(o, 200)
+	if !slices.Equal(a, b) {
+		t.Fatal("the same seed drew different faults")
+	}
+	o.Seed = 8
+	if slices.Equal(a, SoakDraws(o, 200)) {
+		t.Error("seeds 7 and 8 drew the same 200 faults")
+	}
+	if got := SoakDraws(SoakOptions{Seed: 7, Faults: o.Faults, Second: o.Second}, 10); !slices.Equal(got, a[:10]) {
+		t.Error("the first 10 draws depend on how many are drawn")
+	}
+	overlaps := 0
+	for _, d := range a {
+		if !slices.Contains(o.Faults, d.First) {
+			t.Errorf("first fault %d not in %v", d.First, o.Faults)
+		}
+		if d.Hold < 0 || d.Hold > 20*time.Second {
+			t.Errorf("hold %s outside [0, 20 s]", d.Hold)
+		}
+		if d.Second == 0 {
+			continue
+		}
+		overlaps++
+		if d.Second == d.First || !slices.Contains(o.Second, d.Second) {
+			t.Errorf("second fault %d on top of %d: want another of %v", d.Second, d.First, o.Second)
+		}
+		if d.Offset < 0 || d.Offset >= 3*time.Second {
+			t.Errorf("offset %s outside [0, 3 s)", d.Offset)
+		}
+	}
+	// One in five on average: 200 draws give 40, far from 0 or 200.
+	if overlaps < 15 || overlaps > 70 {
+		t.Errorf("%d overlaps in 200 draws, want about 40", overlaps)
+	}
+}
+
+func TestSoakComposesTwoFaults(t *testing.T) {
+	var log []string
+	fault := func(id int) Scenario {
+		name := string(rune('a' + id - 900))
+		return Scenario{ID: id, Name: "real: " + name, Fault: name,
+			Prepare: func(context.Context, *Trial) error { log = append(log, "prepare "+name); return nil },
+			Inject: func(context.Context, *Trial) (func(context.Context) error, error) {
+				log = append(log, "inject "+name)
+				return func(context.Context) error { log = append(log, "heal "+name); return errors.New("heal " + name) }, nil
+			},
+			Judge: func(_ *Trial, _ []audit.Event, res *Result) { res.Notes = append(res.Notes, "judged "+name) }}
+	}
+	Register(fault(900))
+	Register(fault(901))
+	defer delete(scenarios, 900)
+	defer delete(scenarios, 901)
+	s := SoakDraw{First: 900, Second: 901, Offset: time.Millisecond, Hold: time.Millisecond}.scenario()
+	ctx := context.Background()
+	if err := s.Prepare(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	heal, err := s.Inject(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Hold(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	herr := heal(ctx)
+	if herr == nil || !strings.Contains(herr.Error(), "heal a") || !strings.Contains(herr.Error(), "heal b") {
+		t.Errorf("heal error %v: want both heals' errors", herr)
+	}
+	want := []string{"prepare a", "prepare b", "inject a", "inject b", "heal b", "heal a"}
+	if !slices.Equal(log, want) {
+		t.Errorf("order %v, want %v", log, want)
+	}
+	var res Result
+	s.Judge(nil, nil, &res)
+	if !slices.Equal(res.Notes, []string{"judged a", "judged b"}) {
+		t.Errorf("judges %v, want both", res.Notes)
+	}
+	if s.ID != 900 || s.Name != "real: a + b" {
+		t.Errorf("composed scenario %d %q", s.ID, s.Name)
+	}
+}
+
+func TestCheckSoakRefuses(t *testing.T) {
+	if err := CheckSoak(SoakOptions{Faults: []int{12345}, Mode: Modes["kha-fast"]}); err == nil || !strings.Contains(err.Error(), "12345") {
+		t.Errorf("an unknown fault: %v, want it named", err)
+	}
+	Register(Scenario{ID: 902, Name: "real: x"})
+	defer delete(scenarios, 902)
+	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["le-tuned"]}); err == nil || !strings.Contains(err.Error(), "le-tuned") {
+		t.Errorf("a leader-election mode: %v, want it refused by name", err)
+	}
+	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["kha-fast"]}); err != nil {
+		t.Errorf("a fitting soak refused: %v", err)
+	}
+}
+
+func TestSoakSummaryCountsWhatMustBeZero(t *testing.T) {
+	rs := []Result{
+		{Scenario: "real: cut", Repeat: 1, SchedMS: 6000, CMMS: 9000, Pass: true},
+		{Scenario: "real: cut", Repeat: 2, SchedMS: 8000, CMMS: 7000, Pass: true},
+		{Scenario: "real: freeze", Repeat: 3, SchedMS: 5000, LateCommits: 2, Problems: nil, Pass: false},
+	}
+	var b strings.Builder
+	SoakSummary(&b, 42, "kha-fast", rs, []string{"at the end: 2 kube-scheduler processes on m2, want 0 (a stray)"})
+	s := b.String()
+	for _, want := range []string{"seed 42", "3 faults, 2 passed", "late commits at etcd 2", "| cut | 2 | 2 | 7.00 s [6.00-8.00] | 8.00 s [7.00-9.00] | 0 | 0 |",
+		"FAILED #3 real: freeze", "FAILED at the end: 2 kube-scheduler", "--seed 42"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary lacks %q:\n%s", want, s)
+		}
+	}
+}
