@@ -116,4 +116,4 @@ demo: deps build lab packages
 .PHONY: test-kube
 test-kube:
 	$(GO) test -count=1 -tags kube -timeout 60m -run TestKubeSmoke -v ./lab/kube/plane/
-	$(GO) test -count=1 -tags kube -timeout 20m -run TestAPIFence -v ./apifence/
+	$(GO) test -count=1 -tags kube -timeout 20m -run TestAPIFence -v ./lab/kube/apifence/
