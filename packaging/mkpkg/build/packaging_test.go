@@ -1,4 +1,4 @@
-package packaging
+package build
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ var (
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
