@@ -141,6 +141,7 @@ var wantFiles = map[string]entry{
 	"/usr/share/doc/kha-supervisor/troubleshooting.md":                                  {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/configuration.md":                                    {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/architecture.md":                                     {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/tour.md":                                             {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/failure-modes.md":                                    {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/operator-scenarios.md":                               {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/sidebyside.svg":                                      {"-rw-r--r--", "root/root"},
