@@ -1,7 +1,8 @@
-// Package layoutdoc holds one test: the layout table of docs/architecture.md
-// is the tree. Every folder that holds Go code, in every module, is covered by
-// a row (its own, or its parent's row naming it in backticks), every folder a
-// row names exists, and every Go file a row names is in that row's folders.
+// Package layoutdoc holds docs/architecture.md's pictures to the tree. The
+// layout table: every folder that holds Go code, in every module, is covered
+// by a row (its own, or its parent's row naming it in backticks), every folder
+// a row names exists, and every Go file a row names is in that row's folders.
+// The lifecycle diagram: the same as supervisor/state.go's.
 package layoutdoc
 
 import (
@@ -167,4 +168,44 @@ func under(dirs []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestLifecycleDiagram: the lifecycle diagram in architecture.md is the one
+// beside the table in supervisor/state.go (TestEveryEdgeTakenIsInTheTable
+// holds the code to that table).
+func TestLifecycleDiagram(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n## The lifecycle\n")
+	_, block, ok2 := strings.Cut(after, "```\n")
+	block, _, ok3 := strings.Cut(block, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatalf("%s: no diagram under \"## The lifecycle\"", doc)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "supervisor", "state.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code []string
+	in := false
+	for _, l := range strings.Split(string(src), "\n") {
+		switch {
+		case strings.HasPrefix(l, "//\t"):
+			in = true
+			code = append(code, strings.TrimPrefix(l, "//\t"))
+		case in && l == "//":
+			code = append(code, "")
+		case in:
+			in = false
+		}
+		if !in && len(code) > 0 {
+			break
+		}
+	}
+	want := strings.TrimSpace(strings.Join(code, "\n"))
+	if got := strings.TrimSpace(block); got != want || want == "" {
+		t.Errorf("the lifecycle diagram in %s differs from supervisor/state.go's:\n%s\nstate.go:\n%s", doc, got, want)
+	}
 }
