@@ -5,6 +5,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 export CGO_ENABLED := 0
 
+# The Go modules (go.work): the product at the root, whose go.mod is the
+# dependency list a packager audits, and the tooling, each with its own go.mod
+# (lab/, cmd/kha-lab/, packaging/mkpkg/). A plain `go test ./...` at the root
+# covers the product only; the targets below take every module in go.work.
+TOOL_MODULES := $(patsubst $(CURDIR)/%,./%,$(filter-out $(CURDIR),$(shell GOWORK=$(CURDIR)/go.work $(GO) list -m -f '{{.Dir}}')))
+
 .PHONY: all build deps test vet clean
 
 all: build
@@ -12,12 +18,15 @@ all: build
 deps:
 	./scripts/deps.sh
 
+# What ships is built from the root go.mod alone (GOWORK=off), as
+# packaging/mkpkg builds it for the packages.
 build:
 	mkdir -p bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kha-supervisor ./cmd/kha-supervisor
+	GOWORK=off $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kha-supervisor ./cmd/kha-supervisor
 
+# Each module on its own (GOWORK=off): its go.mod must hold all it needs.
 vet:
-	$(GO) vet ./...
+	@set -e; for m in . $(TOOL_MODULES); do echo "go vet $$m/..."; (cd $$m && GOWORK=off $(GO) vet ./...); done
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
 # Unit and integration tests. Integration tests need root, nspawn and etcd;
@@ -27,16 +36,20 @@ vet:
 # about 6 minutes on a quiet 2-core machine, then cached): the smoke failover
 # judged at the apiservers' audit logs, and the API fence against two real
 # apiservers (test-kube).
+# The product's tests run on exactly the dependencies it ships (GOWORK=off);
+# the tooling's in the workspace, since they build kha-lab and kha-supervisor
+# from the root.
 test: deps build vet
-	$(GO) test -count=1 -timeout 25m ./...
+	GOWORK=off $(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 25m $(addsuffix /...,$(TOOL_MODULES))
 	$(MAKE) test-kube
 
 clean:
 	rm -rf bin dist
 
-# Packages (packaging/, nfpm as a library): dist/kha-supervisor_V_{amd64,arm64}.deb
+# Packages (packaging/mkpkg, its own module: nfpm as a library): dist/kha-supervisor_V_{amd64,arm64}.deb
 # and dist/kha-supervisor-V-1.{x86_64,aarch64}.rpm, reproducible: two builds of
-# one commit are byte-identical. V comes from git describe (packaging/version.go);
+# one commit are byte-identical. V comes from git describe (packaging/mkpkg/build/version.go);
 # PKG_VERSION=... overrides it; PKG_ARCH=amd64 builds one architecture only.
 PKG_ARCH ?= amd64,arm64
 .PHONY: packages package-check
@@ -133,4 +146,4 @@ demo: deps build lab packages
 .PHONY: test-kube
 test-kube:
 	$(GO) test -count=1 -tags kube -timeout 60m -run TestKubeSmoke -v ./lab/kube/plane/
-	$(GO) test -count=1 -tags kube -timeout 20m -run TestAPIFence -v ./apifence/
+	$(GO) test -count=1 -tags kube -timeout 20m -run TestAPIFence -v ./lab/kube/apifence/

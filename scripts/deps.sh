@@ -17,4 +17,8 @@ if [ ${#need[@]} -gt 0 ]; then
     systemctl disable --now prometheus.service >/dev/null
   fi
 fi
-go mod download
+# Every module's own requirements (go.work lists them; each is also built on
+# its own, GOWORK=off, as `make vet` and the packages do).
+for dir in $(go list -m -f '{{.Dir}}'); do
+  (cd "$dir" && GOWORK=off go mod download)
+done

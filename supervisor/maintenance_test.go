@@ -8,9 +8,9 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/group"
+	"github.com/kha-supervisor/kha-supervisor/internal/etcdload"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
-	"github.com/kha-supervisor/kha-supervisor/lab/etcdload"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )

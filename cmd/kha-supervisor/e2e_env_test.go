@@ -31,10 +31,10 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/etcdtest"
+	"github.com/kha-supervisor/kha-supervisor/internal/netns"
 	"github.com/kha-supervisor/kha-supervisor/internal/nspawn"
 	"github.com/kha-supervisor/kha-supervisor/internal/tcpproxy"
 	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
-	"github.com/kha-supervisor/kha-supervisor/lab/topo"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 )
 
@@ -269,7 +269,7 @@ func newE2ECluster(t testing.TB, p e2eProfile) *e2eCluster {
 		if err := os.Link(bin, filepath.Join(n.lab, "bin", "kha-supervisor")); err != nil {
 			t.Fatal(err)
 		}
-		err := topo.Do(n.c.NetNS(), func() error {
+		err := netns.Do(n.c.NetNS(), func() error {
 			var err error
 			n.proxies, err = tcpproxy.NewGroup(targets...)
 			return err

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
-	"github.com/kha-supervisor/kha-supervisor/packaging"
+	packaging "github.com/kha-supervisor/kha-supervisor/packaging/mkpkg/build"
 )
 
 var t0 = time.Date(2026, 11, 29, 17, 0, 0, 0, time.UTC)

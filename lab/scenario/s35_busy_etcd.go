@@ -10,8 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/internal/etcdload"
 	"github.com/kha-supervisor/kha-supervisor/lab"
-	"github.com/kha-supervisor/kha-supervisor/lab/etcdload"
 )
 
 // Scenario 35 (issue 11.7): the lab's etcd busy and under maintenance, as

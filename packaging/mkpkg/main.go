@@ -1,7 +1,7 @@
 // Command mkpkg builds kha-supervisor's deb and rpm packages (`make
 // packages`): go run ./packaging/mkpkg [-out dist] [-arch amd64,arm64]
 // [-format deb,rpm] [-version V]. The version defaults to the one derived
-// from `git describe` (packaging.GitVersion); -print-version prints it and
+// from `git describe` (build.GitVersion); -print-version prints it and
 // exits. It prints one line per package: path, size and sha256.
 package main
 
@@ -16,7 +16,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/kha-supervisor/kha-supervisor/packaging"
+	"github.com/kha-supervisor/kha-supervisor/packaging/mkpkg/build"
 )
 
 func main() {
@@ -39,14 +39,14 @@ func main() {
 	if *printVersion {
 		v := *version
 		if v == "" {
-			if v, err = packaging.GitVersion(ctx, absRoot); err != nil {
+			if v, err = build.GitVersion(ctx, absRoot); err != nil {
 				fatal(log, err)
 			}
 		}
 		fmt.Println(v)
 		return
 	}
-	arts, err := packaging.Build(ctx, packaging.Options{
+	arts, err := build.Build(ctx, build.Options{
 		Root:    absRoot,
 		OutDir:  *out,
 		Version: *version,

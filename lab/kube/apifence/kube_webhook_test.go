@@ -26,7 +26,7 @@ import (
 // refused, other users are unaffected. Then a gate whose first apiserver
 // is down forwards to the second.
 //
-//	go test -tags kube -timeout 20m -run TestAPIFenceWebhook ./apifence/
+//	go test -tags kube -timeout 20m -run TestAPIFenceWebhook ./lab/kube/apifence/
 func TestAPIFenceWebhookAgainstRealAPIServers(t *testing.T) {
 	p := startPlane(t)
 	admin := clientset(t, p.config(t, 0, "admin", "system:masters"))

@@ -1,4 +1,4 @@
-package packaging
+package build
 
 import (
 	"os"
@@ -17,7 +17,7 @@ const docDir = "/usr/share/doc/kha-supervisor/"
 // take from the repository, by its repository path.
 func shippedDocs(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile("nfpm.yaml")
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "nfpm.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

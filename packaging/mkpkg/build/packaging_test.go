@@ -1,4 +1,4 @@
-package packaging
+package build
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ var (
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +141,7 @@ var wantFiles = map[string]entry{
 	"/usr/share/doc/kha-supervisor/troubleshooting.md":                                  {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/configuration.md":                                    {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/architecture.md":                                     {"-rw-r--r--", "root/root"},
+	"/usr/share/doc/kha-supervisor/tour.md":                                             {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/failure-modes.md":                                    {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/operator-scenarios.md":                               {"-rw-r--r--", "root/root"},
 	"/usr/share/doc/kha-supervisor/sidebyside.svg":                                      {"-rw-r--r--", "root/root"},

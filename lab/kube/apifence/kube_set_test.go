@@ -20,7 +20,7 @@ import (
 // fails naming it, and the token is not moved; with all three listed it
 // succeeds.
 //
-//	go test -tags kube -timeout 20m -run TestAPIFenceRefusesAnUnlisted ./apifence/
+//	go test -tags kube -timeout 20m -run TestAPIFenceRefusesAnUnlisted ./lab/kube/apifence/
 func TestAPIFenceRefusesAnUnlistedThirdAPIServer(t *testing.T) {
 	p := startPlaneAt(t, true, "127.0.0.1", "127.0.0.2", "127.0.0.3")
 	admin := clientset(t, p.config(t, 0, "admin", "system:masters"))

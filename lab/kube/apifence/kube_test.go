@@ -228,7 +228,7 @@ func wantDenied(t *testing.T, what string, err error) {
 // TestAPIFenceAgainstRealAPIServers: two real kube-apiservers on one etcd,
 // the manifests installed, the token published and confirmed on both.
 //
-//	go test -tags kube -timeout 20m -run TestAPIFence ./apifence/
+//	go test -tags kube -timeout 20m -run TestAPIFence ./lab/kube/apifence/
 func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 	p := startPlane(t)
 	admin := clientset(t, p.config(t, 0, "admin", "system:masters"))

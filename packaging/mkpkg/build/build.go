@@ -1,8 +1,10 @@
-// Package packaging builds kha-supervisor's deb and rpm packages with nfpm,
-// used as a library: `make packages` runs it through packaging/mkpkg, and the
-// tests call Build into a temporary directory.
+// Package build builds kha-supervisor's deb and rpm packages with nfpm,
+// used as a library: `make packages` runs it through packaging/mkpkg (this
+// module's command), and the tests call Build into a temporary directory.
+// It is its own module, so that nfpm and what it pulls in (go-git among
+// them) stay out of the product's go.mod.
 //
-// The static parts live next to this file: nfpm.yaml (metadata and the file
+// The static parts live in the repository's packaging/: nfpm.yaml (metadata and the file
 // list), systemd/kha-supervisor.service, scripts/{deb,rpm}/, man/, completion/.
 // Build adds what must be generated: the binary (go build, stamped with the
 // version), the drop-ins for the default managed units (rendered by
@@ -12,7 +14,7 @@
 // Builds are reproducible: every timestamp is SourceDateEpoch, the binary is
 // built with -trimpath and an empty build id, gzip streams carry no name or
 // time, file modes are set explicitly, and the rpm build host is fixed.
-package packaging
+package build
 
 import (
 	"bytes"
@@ -149,8 +151,10 @@ func BuildBinary(ctx context.Context, goCmd, root, arch, version, dst string) er
 		"-ldflags", "-s -w -buildid= -X main.version="+version,
 		"-o", dst, "./cmd/kha-supervisor")
 	cmd.Dir = root
+	// GOWORK=off: what ships is built from the root go.mod alone, whatever
+	// versions the tooling modules of go.work would select.
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch,
-		"GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=")
+		"GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=", "GOWORK=off")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
