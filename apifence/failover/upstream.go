@@ -169,6 +169,15 @@ func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	var errs []error
+	// held is a refusal Options.Retry sent on: the answer if no other
+	// apiserver gives a better one.
+	var held *http.Response
+	answer := func(err error) (*http.Response, error) {
+		if held != nil {
+			return held, nil
+		}
+		return nil, err
+	}
 	order := s.order()
 	for n, i := range order {
 		resp, gotConn, err := s.try(r, i, body)
@@ -176,22 +185,28 @@ func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
 			if n < len(order)-1 && !body.consumed() && s.refused(resp) {
 				// Nothing was stored there: the next apiserver may admit it.
 				s.mark(i, true)
-				_ = resp.Body.Close()
+				if held != nil {
+					_ = held.Body.Close()
+				}
+				held = resp
 				continue
 			}
 			s.mark(i, false)
+			if held != nil {
+				_ = held.Body.Close()
+			}
 			return resp, nil
 		}
 		if r.Context().Err() != nil {
-			return nil, err
+			return answer(err)
 		}
 		s.mark(i, true)
 		errs = append(errs, fmt.Errorf("%s: %w", s.hosts[i].Host, err))
 		if (gotConn && !isDial(err)) || body.consumed() {
-			return nil, err
+			return answer(err)
 		}
 	}
-	return nil, fmt.Errorf("no apiserver answered: %w", errors.Join(errs...))
+	return answer(fmt.Errorf("no apiserver answered: %w", errors.Join(errs...)))
 }
 
 // MaxRefusal is how much of an answer's body Options.Retry sees.

@@ -172,6 +172,17 @@ func TestRefusedByAStaleApiserverGoesToTheNext(t *testing.T) {
 	if staleHits.Load() != 1 || okHits.Load() != 1 {
 		t.Errorf("hits: stale %d, second %d; want 1 and 1", staleHits.Load(), okHits.Load())
 	}
+	// With no other apiserver to give a better answer (the next one is
+	// down), the refusal is the answer, not the dial error.
+	set3, err := New([]*rest.Config{cfg(stale), deadConfig(t)}, Options{Retry: func(code int, body []byte) bool {
+		return code == http.StatusUnprocessableEntity && strings.Contains(string(body), "kha-fencing-token")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, echo, err := post(t, set3, "binding"); err != nil || who != "refusing" || !strings.Contains(echo, "kha-fencing-token") {
+		t.Errorf("refused, next apiserver down: answered by %q with %q (%v), want the refusal", who, echo, err)
+	}
 	// Another 422 (a real validation error) is the answer.
 	other := refuse(&otherHits, http.StatusUnprocessableEntity, `{"kind":"Status","message":"Pod \"x\" is invalid","reason":"Invalid","code":422}`)
 	set2, err := New([]*rest.Config{cfg(other), cfg(ok)}, Options{Retry: func(code int, body []byte) bool {
@@ -183,4 +194,12 @@ func TestRefusedByAStaleApiserverGoesToTheNext(t *testing.T) {
 	if who, _, _ := post(t, set2, "pod"); who != "refusing" || okHits.Load() != 1 {
 		t.Errorf("a validation error went on to %q (second's hits %d)", who, okHits.Load())
 	}
+}
+
+// deadConfig is an apiserver nothing listens on.
+func deadConfig(t *testing.T) *rest.Config {
+	s := httptest.NewTLSServer(http.NotFoundHandler())
+	u := s.URL
+	s.Close()
+	return &rest.Config{Host: u, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 }
