@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence/failover"
@@ -64,7 +65,10 @@ type Fence struct {
 	mode    string
 	gates   []*gate.Gate
 	webhook *Webhook
-	pub     *Publisher
+	pub     *Publisher // token mode: writes and confirms the token
+	// param, in gate mode, writes the term's token into a parameter that
+	// exists, without confirming it (followParam).
+	param   *Publisher
 	timeout time.Duration
 	log     *slog.Logger
 
@@ -101,6 +105,8 @@ func New(o Options) (*Fence, error) {
 	f := &Fence{mode: o.Mode, timeout: o.ConfirmTimeout, log: o.Log, selfEvery: o.SelfCheckEvery}
 	if o.Mode == ModeToken {
 		f.pub = &Publisher{Endpoints: o.Upstreams, Group: o.Group, Etcd: o.Etcd}
+	} else {
+		f.param = &Publisher{Endpoints: o.Upstreams, Group: o.Group, Etcd: o.Etcd}
 	}
 	closed := gate.TermFunc(func() gate.Term { return gate.Term{Reason: "the supervisor is starting"} })
 	f.term.Store(&closed)
@@ -223,7 +229,9 @@ func (f *Fence) refreshHeld(ctx context.Context) {
 
 // Publish is called at promotion after the barrier, before the units
 // start. In token mode it writes and confirms the token (bounded by the
-// confirm timeout); in gate mode it only opens the gates for this term.
+// confirm timeout); in gate mode it opens the gates for this term and, in
+// the background, writes the token into the parameter if one exists
+// (followParam).
 func (f *Fence) Publish(ctx context.Context, token int64) error {
 	if token <= f.cut.Load() {
 		return fmt.Errorf("api fence: term %d was already cut", token)
@@ -252,7 +260,48 @@ func (f *Fence) Publish(ctx context.Context, token int64) error {
 		f.published.Store(0)
 		return fmt.Errorf("api fence: term %d was cut while publishing", token)
 	}
+	if f.param != nil {
+		go f.followParam(context.WithoutCancel(ctx), token)
+	}
 	return nil
+}
+
+// followTimeout bounds followParam when no confirm timeout is set.
+const followTimeout = 10 * time.Second
+
+// followParam is gate mode's part in a cluster whose token policy is
+// installed: the rollout (docs/operations.md, "Fencing at the API server")
+// applies the policy while every master still runs in gate mode, and a
+// gate-mode leader promoted then would find the parameter holding its
+// predecessor's token and every write of its units refused. So a gate-mode
+// promotion writes its token into the parameter when the parameter exists,
+// with the same guards as token mode (never back to an older token, never
+// another group's parameter), but neither confirms it nor waits for it:
+// gate mode promises nothing at the apiservers, and its units must not
+// start later for it. A missing parameter is the normal gate-mode cluster;
+// any other failure is a warning, since an enforcing policy then refuses
+// this term's writes.
+func (f *Fence) followParam(ctx context.Context, token int64) {
+	timeout := f.timeout
+	if timeout <= 0 {
+		timeout = followTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if token <= f.cut.Load() {
+		return // the term ended before its token was written: leave it
+	}
+	prev, err := f.param.write(ctx, token)
+	switch {
+	case apierrors.IsNotFound(err):
+		f.log.Debug("gate mode: no fencing-token parameter in the cluster, nothing to follow", "token", token)
+	case err != nil:
+		f.log.Warn("gate mode: could not write this term's fencing token into the parameter; if its token policy enforces, the apiservers refuse this term's writes (gate mode starts the units all the same)",
+			"token", token, "err", err)
+	default:
+		f.held.Store(token)
+		f.log.Info("gate mode: fencing token written into the parameter (not confirmed)", "token", token, "previous", prev)
+	}
 }
 
 // Cut closes the gates for this term and ends every connection at once.

@@ -3,11 +3,15 @@ package apifence
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +21,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
 	"github.com/kha-supervisor/kha-supervisor/fencing"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 	"github.com/kha-supervisor/kha-supervisor/internal/pki"
 )
 
@@ -26,7 +31,13 @@ import (
 // while the supervisor's term still says open.
 func TestFenceGateModeOpensOnlyAfterPublishAndCutCloses(t *testing.T) {
 	var hits atomic.Int64
-	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == paramPath { // no parameter: a gate-mode cluster without the policy
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, http.StatusNotFound)
+			return
+		}
+		hits.Add(1)
+	}))
 	defer up.Close()
 	dir := t.TempDir()
 	cluster, err := pki.NewCA(filepath.Join(dir, "cluster"))
@@ -141,5 +152,101 @@ func TestFenceTellsOfEachStrangerOnce(t *testing.T) {
 	}
 	if len(heard) != 2 {
 		t.Errorf("heard %v, want each PID once", heard)
+	}
+}
+
+// lockedParam is paramServer (group_test.go) safe for a background writer: GET returns it,
+// PUT replaces it (resourceVersion checked), and every PUT is kept.
+type lockedParam struct {
+	mu   sync.Mutex
+	cm   kubeapi.ConfigMap
+	rv   int
+	puts []string // the tokens PUT
+}
+
+func (ps *lockedParam) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if r.URL.Path != paramPath {
+		http.Error(w, "not here", http.StatusTeapot)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		ps.cm.ResourceVersion = strconv.Itoa(ps.rv)
+		_ = json.NewEncoder(w).Encode(ps.cm)
+	case http.MethodPut:
+		var cm kubeapi.ConfigMap
+		if err := json.NewDecoder(r.Body).Decode(&cm); err != nil || cm.ResourceVersion != strconv.Itoa(ps.rv) {
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`, http.StatusConflict)
+			return
+		}
+		ps.rv++
+		ps.cm = cm
+		ps.puts = append(ps.puts, cm.Data["token"])
+		_ = json.NewEncoder(w).Encode(cm)
+	}
+}
+
+func (ps *lockedParam) token() (string, []string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.cm.Data["token"], slices.Clone(ps.puts)
+}
+
+// TestFenceGateModeFollowsAnInstalledParameter (issue 23 item 5e): the
+// rollout installs the token policy while every master still runs in gate
+// mode. A gate-mode promotion then writes its token into the parameter
+// (never back to an older one, never into another group's), without
+// confirming it and without holding the promotion up; with no parameter
+// it writes nothing (the gate-mode test above). On the code before, the
+// parameter kept the predecessor's token and an enforcing policy refused
+// every write of the new term.
+func TestFenceGateModeFollowsAnInstalledParameter(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		held, group string
+		want        string
+		wantPuts    int
+	}{
+		{"predecessor's token", "4", "lab", "5", 1},
+		{"newer token kept", "7", "lab", "7", 0},
+		{"another group's parameter", "4", "other", "4", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := &lockedParam{cm: kubeapi.ConfigMap{Data: map[string]string{"token": tc.held, "group": tc.group}}}
+			up := httptest.NewTLSServer(ps)
+			defer up.Close()
+			f, err := New(Options{Mode: ModeGate, StateDir: filepath.Join(t.TempDir(), "state"), Group: "lab",
+				Upstreams:      []*rest.Config{{Host: up.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}},
+				ConfirmTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			start := time.Now()
+			if err := f.Publish(context.Background(), 5); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("gate-mode Publish took %s: it must not wait for the parameter", took)
+			}
+			wait := 5 * time.Second
+			if tc.wantPuts == 0 {
+				wait = time.Second // no PUT may come: look once after a while
+			}
+			deadline := time.Now().Add(wait)
+			for {
+				got, puts := ps.token()
+				done := tc.wantPuts > 0 && got == tc.want && len(puts) == tc.wantPuts
+				if done || time.Now().After(deadline) {
+					if got != tc.want || len(puts) != tc.wantPuts {
+						t.Errorf("parameter token %q after PUTs %v, want %q after %d", got, puts, tc.want, tc.wantPuts)
+					}
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ package apifence_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -95,4 +96,51 @@ func testFenceTokenMode(t *testing.T, p *plane, sup []*rest.Config) {
 func isConnErr(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "connection reset")
+}
+
+// testGateModeFollows (issue 23 item 5e): the rollout's step 4 installs
+// the enforcing policy while the masters still run in gate mode. A
+// gate-mode leader promoted then (token 110, the parameter at an older
+// term's 103) writes its token into the parameter itself, so its units'
+// writes are admitted within moments. On the code before, gate mode never
+// wrote the parameter and every write of the new term was refused.
+func testGateModeFollows(t *testing.T, p *plane, sup []*rest.Config) {
+	state := filepath.Join(t.TempDir(), "state")
+	f, err := apifence.New(apifence.Options{Mode: apifence.ModeGate, Upstreams: sup, StateDir: state, ClientCAs: p.ca.Pool(),
+		Gates: []apifence.GateSpec{{Unit: "kube-scheduler.service", Addr: "127.0.0.1:0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.SetTerm(func() fencing.Term {
+		d := fencing.NewDeadlineClock(fencing.Window{TTL: time.Hour, StopMax: time.Second}, fencing.IdentityClock{})
+		d.Renewed("election", time.Now(), time.Hour)
+		return d.Term(fencing.Term{State: "active", Token: 110, Open: true})
+	})
+	f.Serve()
+	local, err := localca.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := rest.CopyConfig(p.config(t, 0, "system:kube-scheduler"))
+	sched.Host = "https://" + f.Status().Gates["kube-scheduler.service"]
+	sched.TLSClientConfig.CAFile, sched.TLSClientConfig.CAData = "", local.PEM()
+	start := time.Now()
+	if err := f.Publish(t.Context(), 110); err != nil {
+		t.Fatalf("gate-mode Publish(110): %v", err)
+	}
+	var last error
+	for i := 0; time.Since(start) < 10*time.Second; i++ {
+		if last = writeEvent(t, sched, fmt.Sprintf("gate-follows-%d", i)); last == nil {
+			t.Logf("a write through the gate-mode leader's gate admitted %s after its promotion", time.Since(start).Round(time.Millisecond))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last != nil {
+		t.Errorf("10 s after a gate-mode promotion its units' writes are still refused: %v", last)
+	}
+	for i := range sup {
+		wantDenied(t, fmt.Sprintf("apiserver %d: token 103 after the gate-mode term 110", i), writeEvent(t, asScheduler(sup[i], "103"), "gate-follows-stale"))
+	}
 }

@@ -321,4 +321,5 @@ func TestAPIFenceAgainstRealAPIServers(t *testing.T) {
 	t.Run("performance", func(t *testing.T) { testPerformance(t, p, sup[0]) })
 	t.Run("audit", func(t *testing.T) { judgeAudit(t, p, switchStart, switchDone) })
 	t.Run("fence", func(t *testing.T) { testFenceTokenMode(t, p, sup) })
+	t.Run("gate-mode-follows", func(t *testing.T) { testGateModeFollows(t, p, sup) })
 }
