@@ -208,6 +208,11 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	// token-mode leader; the first promotion publishes its token. The
 	// webhook's registration trusts both masters' gate CAs.
 	bundle, err := p.gateCAs(ctx)
+	if mode.PolicyOnly {
+		if _, err := p.kubectl(ctx, nil, "delete", "validatingwebhookconfiguration", "kha-fencing-token", "--ignore-not-found"); err != nil {
+			return err
+		}
+	}
 	if err != nil {
 		// A supervisor from before the webhook became token mode's
 		// authority (no `api-fence ca`): the policy alone, as then; the
@@ -221,9 +226,12 @@ func (p *Plane) ApplyFence(ctx context.Context, mode Mode) error {
 	}
 	var rest, param [][]byte
 	for _, doc := range bytes.Split(y, []byte("\n---\n")) {
-		if bytes.Contains(doc, []byte("\nkind: ConfigMap\n")) {
+		switch {
+		case bytes.Contains(doc, []byte("\nkind: ConfigMap\n")):
 			param = append(param, doc)
-		} else {
+		case mode.PolicyOnly && bytes.Contains(doc, []byte("\nkind: ValidatingWebhookConfiguration\n")):
+			// the policy alone (Mode.PolicyOnly)
+		default:
 			rest = append(rest, doc)
 		}
 	}

@@ -22,6 +22,11 @@ type Mode struct {
 	// Fence is api_fence.mode of the kha modes: "" (off), "gate" or
 	// "token" (fence.go).
 	Fence string
+	// PolicyOnly, in token mode, leaves the token webhook unregistered:
+	// the policy alone judges, from each apiserver's cache (the design
+	// before the webhook became the authority; scenario 61 measures what
+	// the webhook closes).
+	PolicyOnly bool
 	// Balanced points the components' kubeconfig at the master's local
 	// balancer (both apiservers behind it) instead of its own apiserver:
 	// the layout of scenario 48, set by the scenario, not by the mode's
@@ -47,8 +52,13 @@ var Modes = map[string]Mode{
 	"kha-fast-token":    FencedMode(lab.Fast, FenceToken),
 	"kha-fast-gate":     FencedMode(lab.Fast, FenceGate),
 	"kha-default-token": FencedMode(lab.Default, FenceToken),
-	"le-defaults":       {Name: "le-defaults", LeaderElect: true},
-	"le-tuned":          {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
+	"kha-fast-token-policy": func() Mode {
+		m := FencedMode(lab.Fast, FenceToken)
+		m.Name, m.PolicyOnly = m.Name+"-policy", true
+		return m
+	}(),
+	"le-defaults": {Name: "le-defaults", LeaderElect: true},
+	"le-tuned":    {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
 }
 
 // ParseModes parses a comma list of mode names.
