@@ -364,6 +364,9 @@ type Status struct {
 	// leader's last self-check; Unlisted those the cluster knows and
 	// api_fence.apiservers lacks (selfcheck.go).
 	Unfenced, Unlisted []string
+	// WebhookOff is what is wrong with the token webhook's registration
+	// at the leader's last self-check ("" in force or not checked).
+	WebhookOff string
 }
 
 // WebhookStatus is the webhook part of Status.
@@ -388,7 +391,7 @@ func (f *Fence) Status() Status {
 		}
 	}
 	st.Handover = f.handover.Load()
-	st.Unfenced, st.Unlisted = f.watch.get()
+	st.Unfenced, st.Unlisted, st.WebhookOff = f.watch.get()
 	if f.webhook != nil {
 		st.Webhook = &WebhookStatus{Addr: f.webhook.Addr(), WebhookCounts: f.webhook.Counts()}
 	}

@@ -215,6 +215,9 @@ func (m *Manifests) rbac() {
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/" + gate.TokenExtra}, Verbs: []string{"impersonate"}},
 			// The gates authenticate bearer tokens as the apiserver would.
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			// The leader's self-check reads the token webhook's
+			// registration (webhookcheck.go).
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"get"}, ResourceNames: []string{PolicyName}},
 		},
 	}
 	m.ClusterBind = &rbacv1.ClusterRoleBinding{

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // The fence watches itself. An admission policy cannot guard its own
@@ -33,13 +35,15 @@ type watch struct {
 	mu       sync.Mutex
 	unfenced []string // apiservers that admitted a stale token at the last check
 	unlisted []string // apiservers the cluster knows and api_fence.apiservers lacks
+	webhook  string   // what is wrong with the token webhook's registration (webhookcheck.go)
 	logged   time.Time
+	whLogged time.Time
 }
 
-func (w *watch) get() (unfenced, unlisted []string) {
+func (w *watch) get() (unfenced, unlisted []string, webhook string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.unfenced), slices.Clone(w.unlisted)
+	return slices.Clone(w.unfenced), slices.Clone(w.unlisted), w.webhook
 }
 
 // selfCheck runs until ctx ends.
@@ -51,8 +55,10 @@ func (f *Fence) selfCheck(ctx context.Context) {
 	for {
 		if tok := f.published.Load(); tok != 0 {
 			f.checkStale(ctx, tok)
+			f.checkWebhook(ctx)
 		} else {
 			f.setUnfenced(nil, 0) // not the leader: nothing to vouch for
+			f.setWebhook("")
 		}
 		if sleep(ctx, every) != nil {
 			return
@@ -107,6 +113,45 @@ func (f *Fence) setUnfenced(bad []string, token int64) {
 	}
 }
 
+// checkWebhook reads the token webhook's registration from the first
+// apiserver that answers (webhookcheck.go); an unknown answer keeps the
+// last finding.
+func (f *Fence) checkWebhook(ctx context.Context) {
+	for _, ep := range f.pub.Endpoints {
+		api, err := kubeapi.New(ep)
+		if err != nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		problem, err := WebhookProblem(rctx, api)
+		cancel()
+		if err == nil {
+			f.setWebhook(problem)
+			return
+		}
+	}
+}
+
+func (f *Fence) setWebhook(problem string) {
+	w := &f.watch
+	w.mu.Lock()
+	changed := problem != w.webhook
+	was := w.webhook
+	w.webhook = problem
+	repeat := problem != "" && (changed || time.Since(w.whLogged) >= selfCheckLogEvery)
+	if repeat {
+		w.whLogged = time.Now()
+	}
+	w.mu.Unlock()
+	switch {
+	case repeat:
+		f.log.Error("api fence: the token webhook is not in force: an apiserver whose cache of the parameter is behind admits a stale token",
+			"problem", problem)
+	case changed && was != "":
+		f.log.Info("api fence: the token webhook's registration is in place again")
+	}
+}
+
 // checkSet re-checks the apiserver set for status (every node).
 func (f *Fence) checkSet(ctx context.Context) {
 	unlisted, err := CheckSet(ctx, f.pub.Endpoints)
@@ -124,11 +169,15 @@ func (f *Fence) checkSet(ctx context.Context) {
 }
 
 // AlarmText is what /healthz and status add when the fence is off
-// somewhere or the apiserver list is incomplete; empty when neither.
-func AlarmText(unfenced, unlisted []string) string {
+// somewhere, the token webhook is not in force (webhook: the problem) or
+// the apiserver list is incomplete; empty when none.
+func AlarmText(unfenced, unlisted []string, webhook string) string {
 	var s string
 	if len(unfenced) > 0 {
 		s += "; FENCE OFF: a stale token was admitted by " + strings.Join(unfenced, ", ") + " (re-apply `kha-supervisor api-fence manifests`)"
+	}
+	if webhook != "" {
+		s += "; WEBHOOK OFF: " + webhook + " (re-apply `kha-supervisor api-fence manifests` with every node's --ca-bundle)"
 	}
 	if len(unlisted) > 0 {
 		s += "; apiservers not in api_fence.apiservers (promotions fail): " + strings.Join(unlisted, ", ")

@@ -29,7 +29,7 @@ type apiFence struct {
 
 func (f apiFence) APIFenceStatus() supervisor.APIFenceStatus {
 	st := f.Status()
-	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down, Unfenced: st.Unfenced, Unlisted: st.Unlisted}
+	out := supervisor.APIFenceStatus{Mode: st.Mode, Token: st.Token, Gates: st.Gates, Down: st.Down, Unfenced: st.Unfenced, Unlisted: st.Unlisted, WebhookOff: st.WebhookOff}
 	if h := st.Handover; h != nil {
 		out.Published, out.PublishedAt, out.TookMS = h.Token, h.At, h.Took.Milliseconds()
 	}
@@ -170,7 +170,7 @@ func apiFenceLine(st *supervisor.APIFenceStatus) string {
 	if len(st.Down) > 0 {
 		line += "; apiservers down (gates skip them): " + strings.Join(st.Down, ", ")
 	}
-	return line + apifence.AlarmText(st.Unfenced, st.Unlisted)
+	return line + apifence.AlarmText(st.Unfenced, st.Unlisted, st.WebhookOff)
 }
 
 func tokenText(t int64) string {

@@ -15,7 +15,7 @@ type apiFenceCollector struct {
 	status    func() supervisor.Status
 	apiserver []string // configured, for kha_api_fence_apiserver_down
 
-	modeD, tokenD, termD, matchD, handoverD, handoverAtD, downD, decisionsD, unfencedD, unlistedD, refusedD *prometheus.Desc
+	modeD, tokenD, termD, matchD, handoverD, handoverAtD, downD, decisionsD, unfencedD, unlistedD, refusedD, webhookD *prometheus.Desc
 }
 
 // DescribeAPIFence is the API fence's collector with no fence or
@@ -39,6 +39,8 @@ func newAPIFenceCollector(mode string, f *apiFence, status func() supervisor.Sta
 		downD:       d("kha_api_fence_apiserver_down", "1 while a gate skips this apiserver after a failed connection.", "apiserver"),
 		unfencedD: d("kha_api_fence_unfenced", "1 when the leader's last self-check found this apiserver admitting a write with a stale fencing token "+
 			"(the policy unbound, in Audit, or changed): the fence is off there.", "apiserver"),
+		webhookD: d("kha_api_fence_webhook_registered", "Token mode, on the leader: 1 when its last self-check found the token webhook's registration in force "+
+			"(present, failurePolicy Fail), 0 when missing or weakened: an apiserver whose cache of the parameter is behind then admits a stale token."),
 		unlistedD: d("kha_api_fence_unlisted_apiservers", "How many apiservers the cluster knows that api_fence.apiservers does not list (token mode promotions fail while any)."),
 		refusedD: d("kha_api_fence_gate_refused_total", "Connections a unit's API gate refused because the process at the other end does not run in the unit "+
 			"(a second copy with the unit's kubeconfig); each is logged as an ERROR with its PID and command line.", "unit"),
@@ -47,7 +49,7 @@ func newAPIFenceCollector(mode string, f *apiFence, status func() supervisor.Sta
 }
 
 func (c *apiFenceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.modeD, c.tokenD, c.termD, c.matchD, c.handoverD, c.handoverAtD, c.downD, c.decisionsD, c.unfencedD, c.unlistedD, c.refusedD} {
+	for _, d := range []*prometheus.Desc{c.modeD, c.tokenD, c.termD, c.matchD, c.handoverD, c.handoverAtD, c.downD, c.decisionsD, c.unfencedD, c.unlistedD, c.refusedD, c.webhookD} {
 		ch <- d
 	}
 }
@@ -89,6 +91,9 @@ func (c *apiFenceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.mode == config.APIFenceToken {
 		gauge(c.unlistedD, float64(len(st.Unlisted)))
+		if st.Published != 0 && st.Published == st.Term { // the leader: it checks
+			gauge(c.webhookD, b2f(st.WebhookOff == ""))
+		}
 	}
 	fst := c.fence.Status()
 	for unit, n := range fst.Refused {

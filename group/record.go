@@ -131,4 +131,7 @@ type APIFence struct {
 	// its api_fence.apiservers lacks.
 	Unfenced []string `json:"apiservers_unfenced,omitempty"`
 	Unlisted []string `json:"apiservers_unlisted,omitempty"`
+	// WebhookOff: what is wrong with the token webhook's registration at
+	// this member's last self-check (leader; "" in force or not checked).
+	WebhookOff string `json:"webhook_off,omitempty"`
 }

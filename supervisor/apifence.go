@@ -42,6 +42,9 @@ type APIFenceStatus struct {
 	// api_fence.apiservers lacks.
 	Unfenced []string `json:"apiservers_unfenced,omitempty"`
 	Unlisted []string `json:"apiservers_unlisted,omitempty"`
+	// WebhookOff: what is wrong with the token webhook's registration at
+	// the leader's last self-check ("" in force or not checked).
+	WebhookOff string `json:"webhook_off,omitempty"`
 }
 
 // APIFenceReporter is optional: an APIFence that reports its state.
@@ -96,5 +99,5 @@ func apiFenceRecord(st *APIFenceStatus) *group.APIFence {
 		return nil
 	}
 	return &group.APIFence{Mode: st.Mode, Token: st.Token, Published: st.Published, PublishedAt: st.PublishedAt, TookMS: st.TookMS,
-		Unfenced: st.Unfenced, Unlisted: st.Unlisted}
+		Unfenced: st.Unfenced, Unlisted: st.Unlisted, WebhookOff: st.WebhookOff}
 }

@@ -257,7 +257,7 @@ func apiFenceClusterLine(cs group.ClusterStatus) string {
 		fmt.Fprintf(&b, " (handed over at %s in %d ms)", stamp(lead.PublishedAt), lead.TookMS)
 	}
 	if lead != nil {
-		b.WriteString(apifence.AlarmText(lead.Unfenced, lead.Unlisted))
+		b.WriteString(apifence.AlarmText(lead.Unfenced, lead.Unlisted, lead.WebhookOff))
 	}
 	if len(modes) > 1 {
 		var parts []string

@@ -6,15 +6,18 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/apifence/gate"
 	"github.com/kha-supervisor/kha-supervisor/apifence/localca"
+	"github.com/kha-supervisor/kha-supervisor/internal/kubeapi"
 )
 
 // TestAPIFenceWebhookAgainstRealAPIServers: two real kube-apiservers
@@ -34,7 +37,7 @@ func TestAPIFenceWebhookAgainstRealAPIServers(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	f, err := apifence.New(apifence.Options{Mode: apifence.ModeToken, Upstreams: sup, StateDir: state, ClientCAs: p.ca.Pool(),
-		Webhook: addr, ConfirmTimeout: time.Minute})
+		Webhook: addr, ConfirmTimeout: time.Minute, SelfCheckEvery: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +47,8 @@ func TestAPIFenceWebhookAgainstRealAPIServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	install(t, admin, apifence.BuildWebhook(apifence.WebhookOptions{URL: "https://" + addr + apifence.WebhookPath, CABundle: local.PEM()}))
+	objs := apifence.BuildWebhook(apifence.WebhookOptions{URL: "https://" + addr + apifence.WebhookPath, CABundle: local.PEM()})
+	install(t, admin, objs)
 
 	// Before the first publish nothing fenced is admitted, not even "0".
 	// Dry runs, until the apiserver's informer has the configuration.
@@ -103,6 +107,46 @@ func TestAPIFenceWebhookAgainstRealAPIServers(t *testing.T) {
 	t.Logf("webhook decisions: %+v", *st.Webhook)
 
 	t.Run("gate-failover", func(t *testing.T) { testGateFailover(t, p, sup[1]) })
+	t.Run("registration-check", func(t *testing.T) { testRegistrationCheck(t, p, f, sup[1], objs) })
+}
+
+// testRegistrationCheck (issue 23 items 1 and 6): the leader's self-check
+// reads the webhook's registration with the supervisor's own credential
+// (its RBAC allows it); deleted, status says WEBHOOK OFF within a few
+// checks; re-applied, the finding clears.
+func testRegistrationCheck(t *testing.T, p *plane, f *apifence.Fence, sup *rest.Config, objs []any) {
+	api, err := kubeapi.New(sup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problem, err := apifence.WebhookProblem(t.Context(), api); err != nil || problem != "" {
+		t.Fatalf("registration in place: problem %q, %v; want none", problem, err)
+	}
+	// The first apiserver is down since gate-failover: the second.
+	admin := clientset(t, p.config(t, 1, "admin", "system:masters"))
+	if err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(t.Context(), apifence.PolicyName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitWebhookOff := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := f.Status().WebhookOff
+			if (want == "" && got == "") || (want != "" && strings.Contains(got, want)) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status WebhookOff %q after 10 s, want %q", got, want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitWebhookOff("is missing")
+	if line := apifence.AlarmText(nil, nil, f.Status().WebhookOff); !strings.Contains(line, "WEBHOOK OFF") {
+		t.Errorf("alarm text %q, want WEBHOOK OFF", line)
+	}
+	install(t, admin, objs[len(objs)-1:])
+	waitWebhookOff("")
 }
 
 // testGateFailover: a gate whose first apiserver is down (nothing listens:
