@@ -363,3 +363,29 @@ func TestJudgeRackCutCatchesAQueuedUpdate(t *testing.T) {
 		t.Errorf("late %v, want m1's update at 3078 after m2's first write at 2451", rep.Late)
 	}
 }
+
+// A namespace deleted in every trial (the drill's, scenario 56) has a
+// deletecollection per trial. The pods of this trial's namespace were
+// deleted by this trial's request, not by the previous trial's, received
+// before they existed: paired with that one, 104 of the new leader's
+// deletes were judged late commits of the old term (2 December, 20:36).
+func TestJudgeDeleteCollectionOfTheObjectsTime(t *testing.T) {
+	created := time.Date(2026, 12, 2, 20, 36, 50, 0, time.UTC)
+	coll := func(at time.Time, code int) audit.Event {
+		return audit.Event{Verb: "deletecollection", Resource: "pods", Namespace: "kha-drill", Code: code,
+			Received: at, Completed: at.Add(50 * time.Millisecond), Server: "m1"}
+	}
+	evs := []audit.Event{
+		coll(created.Add(-10*time.Minute), 200), // the previous trial's
+		coll(created.Add(20*time.Second), 504),
+		coll(created.Add(30*time.Second), 200), // this trial's
+	}
+	for _, kind := range []string{Delete, Update} {
+		commits := []Commit{{Write: Write{Rev: 10, Key: "/registry/pods/kha-drill/p"},
+			Object: Object{Resource: "pods", Namespace: "kha-drill", Name: "p", Kind: kind, Created: created}}}
+		match(commits, evs)
+		if r := commits[0].Request; r == nil || !r.Received.Equal(evs[2].Received) {
+			t.Errorf("%s: paired with %+v, want this trial's accepted deletecollection", kind, r)
+		}
+	}
+}

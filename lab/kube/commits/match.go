@@ -60,7 +60,7 @@ func match(commits []Commit, evs []audit.Event) {
 			all = append(slices.Clone(all), byObj[objKey{o.Resource, o.Namespace, ""}]...)
 		}
 		for _, j := range all {
-			if writes(evs[j], o) && win[i].fits(evs[j]) {
+			if writes(evs[j], o) && win[i].fits(evs[j]) && !beforeCreation(evs[j], o) {
 				cands[i] = append(cands[i], j)
 			}
 		}
@@ -79,13 +79,33 @@ func match(commits []Commit, evs []audit.Event) {
 		if c.Request != nil || (c.Object.Kind != Delete && c.Object.Kind != Update) {
 			continue
 		}
+		// The latest deletecollection of the object's collection that
+		// fits: a namespace deleted in every trial (the drill's) has one
+		// per trial, and an earlier trial's cannot have deleted an object
+		// created after it (a drill trial's pod deletes were judged late
+		// commits of the previous trial's controller-manager).
+		best := -1
 		for _, j := range collections {
-			if e := evs[j]; e.Resource == c.Object.Resource && e.Namespace == c.Object.Namespace {
-				c.Request = &evs[j]
-				break
+			e := evs[j]
+			if e.Resource != c.Object.Resource || e.Namespace != c.Object.Namespace || !win[i].fits(e) || beforeCreation(e, c.Object) {
+				continue
+			}
+			if b := evs[max(best, 0)]; best < 0 || (e.Accepted() && !b.Accepted()) || (e.Accepted() == b.Accepted() && e.Received.After(b.Received)) {
+				best = j
 			}
 		}
+		if best >= 0 {
+			c.Request = &evs[best]
+		}
 	}
+}
+
+// beforeCreation: request e arrived before the object it would have
+// written existed (its creationTimestamp, whole seconds: only a request
+// received before that second is excluded), so it did not write it. A
+// create is judged by writes instead.
+func beforeCreation(e audit.Event, o Object) bool {
+	return o.Kind != Create && !o.Created.IsZero() && e.Received.Before(o.Created)
 }
 
 // twoWriteDeletes shares a delete request between a delete and its key's
