@@ -26,9 +26,13 @@ type admissionServer struct {
 	mu     *sync.Mutex
 	cached func() string // the token this apiserver's admission cache holds
 	etcdOK bool          // what /readyz?verbose says of its etcd check
-	// webhookDown: its node's supervisor is stopped, so every managed write
-	// gets the apiserver's failure to call the token webhook.
+	// webhookDown: its node's supervisor is stopped (or frozen: the call
+	// fails after webhookHang), so every managed write the policy admits
+	// gets the apiserver's failure to call the token webhook. The policy
+	// runs first (ValidatingAdmissionPolicy before the webhooks): what it
+	// refuses never reaches the webhook.
 	webhookDown bool
+	webhookHang time.Duration
 }
 
 func (s *admissionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -49,10 +53,17 @@ func (s *admissionServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				got = v[0]
 			}
 		}
-		if s.webhookDown {
+		if got == s.cached() && s.webhookDown {
+			why := "dial tcp 127.0.0.1:16443: connect: connection refused"
+			if s.webhookHang > 0 {
+				s.mu.Unlock()
+				time.Sleep(s.webhookHang)
+				s.mu.Lock()
+				why = "context deadline exceeded"
+			}
 			st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: 500,
 				Reason: metav1.StatusReasonInternalError, Message: `Internal error occurred: failed calling webhook "` + WebhookName +
-					`": failed to call webhook: Post "https://127.0.0.1:16443/validate?timeout=5s": dial tcp 127.0.0.1:16443: connect: connection refused`}
+					`": failed to call webhook: Post "https://127.0.0.1:16443/validate?timeout=1s": ` + why}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(500)
 			_ = json.NewEncoder(w).Encode(&st)
@@ -157,9 +168,24 @@ func TestConfirmExcusesOnlyApiserversThatCannotStoreAWrite(t *testing.T) {
 		}, true, 0},
 		// Issue 23 item 5a: a stopped supervisor's apiserver refuses every
 		// managed write (failurePolicy Fail) with a healthy /readyz.
+		// The policy refuses the old token first; the new one, admitted by
+		// the policy, fails at the webhook (scenarios 51 and 52 on the real
+		// plane: every promotion failed until the other master came back).
 		{"one whose node's webhook is down", func(t *testing.T, p *paramServer, mu *sync.Mutex) []*rest.Config {
+			s := live(p, mu)
+			s.webhookDown = true
+			return []*rest.Config{endpoint(t, s)}
+		}, false, 1},
+		{"one whose node's webhook is down, its cache stale", func(t *testing.T, p *paramServer, mu *sync.Mutex) []*rest.Config {
 			s := stale(p, mu, true)
 			s.webhookDown = true
+			return []*rest.Config{endpoint(t, s)}
+		}, false, 1},
+		// Its node's supervisor frozen: the apiserver's call to the webhook
+		// hangs until the registration's timeout (WebhookTimeout).
+		{"one whose node's webhook hangs", func(t *testing.T, p *paramServer, mu *sync.Mutex) []*rest.Config {
+			s := live(p, mu)
+			s.webhookDown, s.webhookHang = true, time.Duration(WebhookTimeoutSeconds)*time.Second
 			return []*rest.Config{endpoint(t, s)}
 		}, false, 1},
 		// Issue 23 item 5d: frozen, or every packet dropped.

@@ -311,6 +311,15 @@ func dropCreationTimestamp(y []byte) []byte {
 // recognises its refusals as the policy's.
 const WebhookName = PolicyName + ".kha.io"
 
+// WebhookTimeoutSeconds is the registration's timeoutSeconds: how long an
+// apiserver waits for its node's supervisor before it refuses the write
+// (failurePolicy Fail). The call is on loopback and the webhook answers
+// with one quorum read, milliseconds; a supervisor that hangs (frozen, or
+// its node paused) must cost the confirmation's probe (probeTimeout, 2 s)
+// a refusal it recognises, not a timeout of its own, or the promotion can
+// never excuse that apiserver (scenario 51 in token mode).
+const WebhookTimeoutSeconds = 1
+
 // DefaultWebhookURL is where each apiserver calls its own node's
 // supervisor (api_fence.webhook's default port).
 const DefaultWebhookURL = "https://127.0.0.1:16443" + WebhookPath
@@ -354,7 +363,7 @@ func WebhookConfiguration(o WebhookOptions) *admv1.ValidatingWebhookConfiguratio
 	none := admv1.SideEffectClassNone
 	equivalent := admv1.Equivalent
 	all := admv1.AllScopes
-	timeout := int32(5)
+	timeout := int32(WebhookTimeoutSeconds)
 	return &admv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: PolicyName},

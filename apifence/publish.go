@@ -253,7 +253,7 @@ func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale i
 		if r.okNew && !r.okOld && IsPolicyDenial(r.oldErr) {
 			return false, nil
 		}
-		if r.down || (webhookUnreachable(r.newErr) && webhookUnreachable(r.oldErr)) {
+		if r.down || webhookRefusesAll(r) {
 			unable++
 		} else {
 			unable = 0
@@ -291,6 +291,17 @@ func attempt(ctx context.Context, ep *rest.Config, token, stale int64) attemptRe
 	}
 	wg.Wait()
 	return r
+}
+
+// webhookRefusesAll: the apiserver admitted neither probe, and refused at
+// least one because it could not call the token webhook (the other by the
+// policy, which runs first, or the same way). Its node's supervisor is
+// stopped or hangs: with failurePolicy Fail it refuses every managed write
+// until the webhook answers again, and then the webhook judges by a quorum
+// read, whatever that apiserver's cache holds.
+func webhookRefusesAll(r attemptResult) bool {
+	refused := func(ok bool, err error) bool { return !ok && (IsPolicyDenial(err) || webhookUnreachable(err)) }
+	return refused(r.okNew, r.newErr) && refused(r.okOld, r.oldErr) && (webhookUnreachable(r.newErr) || webhookUnreachable(r.oldErr))
 }
 
 // webhookUnreachable reports whether err is the apiserver's failure to call

@@ -39,7 +39,8 @@ type Options struct {
 	DialTimeout time.Duration
 	// Retry, if set, recognises an answer that stored nothing and that
 	// another apiserver may not give (the token policy's refusal from an
-	// apiserver whose parameter cache is behind): the request goes on to
+	// apiserver whose parameter cache is behind, or its failure to call
+	// the token webhook of its node): the request goes on to
 	// the next apiserver, if its body can be sent again, and the one that
 	// answered so is tried after the others while held down. It sees the
 	// status and the first MaxRefusal bytes of the body.
@@ -213,10 +214,10 @@ func (s *Set) RoundTrip(r *http.Request) (*http.Response, error) {
 const MaxRefusal = 64 << 10
 
 // refused reports whether resp is an answer Options.Retry sends on. It
-// reads the body of a 4xx answer (at most MaxRefusal bytes) and puts back
-// what it read, so that the answer can still be returned whole.
+// reads the body of an error answer (at most MaxRefusal bytes) and puts
+// back what it read, so that the answer can still be returned whole.
 func (s *Set) refused(resp *http.Response) bool {
-	if s.retry == nil || resp.StatusCode < 400 || resp.StatusCode >= 500 {
+	if s.retry == nil || resp.StatusCode < 400 {
 		return false
 	}
 	head, err := io.ReadAll(io.LimitReader(resp.Body, MaxRefusal))

@@ -183,6 +183,20 @@ func TestRefusedByAStaleApiserverGoesToTheNext(t *testing.T) {
 	if who, echo, err := post(t, set3, "binding"); err != nil || who != "refusing" || !strings.Contains(echo, "kha-fencing-token") {
 		t.Errorf("refused, next apiserver down: answered by %q with %q (%v), want the refusal", who, echo, err)
 	}
+	// An apiserver that cannot call its node's token webhook (that
+	// supervisor stopped or frozen) refuses with 500: nothing was stored,
+	// so the write goes on too, when Retry says so.
+	var hookHits, ok2Hits atomic.Int64
+	hook := refuse(&hookHits, http.StatusInternalServerError, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Internal error occurred: failed calling webhook \"kha-fencing-token.kha.io\": failed to call webhook: context deadline exceeded","reason":"InternalError","code":500}`)
+	set4, err := New([]*rest.Config{cfg(hook), cfg(server(t, "second", &ok2Hits))}, Options{Retry: func(code int, body []byte) bool {
+		return code == http.StatusInternalServerError && strings.Contains(string(body), "failed calling webhook")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, echo, err := post(t, set4, "binding"); err != nil || who != "second" || echo != "binding" {
+		t.Errorf("refused for want of the webhook: answered by %q with %q (%v), want the second's echo", who, echo, err)
+	}
 	// Another 422 (a real validation error) is the answer.
 	other := refuse(&otherHits, http.StatusUnprocessableEntity, `{"kind":"Status","message":"Pod \"x\" is invalid","reason":"Invalid","code":422}`)
 	set2, err := New([]*rest.Config{cfg(other), cfg(ok)}, Options{Retry: func(code int, body []byte) bool {

@@ -47,10 +47,20 @@ const TokenExtra = "kha.io/fencing-token"
 const PolicyName = "kha-fencing-token"
 
 // tokenRefusal recognises the token policy's or the webhook's refusal (422
-// naming PolicyName): nothing was stored, and another apiserver whose
-// cache of the parameter is current may admit the same write.
+// naming PolicyName), and an apiserver's failure to call the token webhook
+// (500: its node's supervisor is stopped or frozen, and failurePolicy Fail
+// refuses every managed write there). Nothing was stored, and another
+// apiserver may admit the same write.
 func tokenRefusal(status int, body []byte) bool {
-	return status == http.StatusUnprocessableEntity && bytes.Contains(body, []byte(PolicyName))
+	switch status {
+	case http.StatusUnprocessableEntity:
+		return bytes.Contains(body, []byte(PolicyName))
+	case http.StatusInternalServerError:
+		// JSON escapes the quotes around the name, protobuf (the
+		// components' usual encoding) does not.
+		return bytes.Contains(body, []byte("failed calling webhook")) && bytes.Contains(body, []byte(PolicyName+".kha.io"))
+	}
+	return false
 }
 
 // copyBufferSize is the proxy's copy buffer: large enough for a LIST to
