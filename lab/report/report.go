@@ -102,43 +102,6 @@ func Load(paths ...string) ([]*Report, error) {
 	return out, nil
 }
 
-// Stat is median and spread of one metric.
-type Stat struct {
-	N                int
-	Median, Min, Max float64
-}
-
-// Summarize is the median and spread of vs.
-func Summarize(vs []float64) Stat {
-	if len(vs) == 0 {
-		return Stat{}
-	}
-	s := slices.Clone(vs)
-	sort.Float64s(s)
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return Stat{N: len(s), Median: med, Min: s[0], Max: s[len(s)-1]}
-}
-
-func (s Stat) String() string {
-	switch {
-	case s.N == 0:
-		return "–"
-	case s.N == 1 || s.Min == s.Max:
-		return fmtMS(s.Median)
-	}
-	return fmt.Sprintf("%s (%s–%s)", fmtMS(s.Median), fmtMS(s.Min), fmtMS(s.Max))
-}
-
-func fmtMS(v float64) string {
-	if v >= 10000 || v <= -10000 {
-		return fmt.Sprintf("%.1f s", v/1000)
-	}
-	return fmt.Sprintf("%.0f ms", v)
-}
-
 // Row is one scenario aggregated over repeats (and over reports).
 type Row struct {
 	ID                    int

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // SectionHeading opens the side-by-side's section of docs/failure-modes.md.
@@ -60,22 +61,22 @@ func (d *docWriter) g(id int, mode string) (Group, bool) {
 }
 
 // fig is a group's figure (pick) as "6.77 s [6.71-7.24]", or "not measured".
-func (d *docWriter) fig(id int, mode string, pick func(Group) stat) string {
+func (d *docWriter) fig(id int, mode string, pick func(Group) report.Stat) string {
 	g, ok := d.g(id, mode)
-	if !ok || pick(g).n == 0 {
+	if !ok || pick(g).N == 0 {
 		return "not measured"
 	}
-	return pick(g).String()
+	return pick(g).Seconds()
 }
 
-func sched(g Group) stat   { return g.Sched }
-func unbound(g Group) stat { return g.Unbound }
-func cm(g Group) stat      { return g.CM }
-func cold(g Group) stat    { return g.Cold }
-func margin(g Group) stat  { return g.Margin }
+func sched(g Group) report.Stat   { return g.Sched }
+func unbound(g Group) report.Stat { return g.Unbound }
+func cm(g Group) report.Stat      { return g.CM }
+func cold(g Group) report.Stat    { return g.Cold }
+func margin(g Group) report.Stat  { return g.Margin }
 
 // four is a figure in the four modes.
-func (d *docWriter) four(id int, pick func(Group) stat) string {
+func (d *docWriter) four(id int, pick func(Group) report.Stat) string {
 	var parts []string
 	for _, m := range []string{"kha-fast", "kha-default", "le-tuned", "le-defaults"} {
 		parts = append(parts, m+" "+d.fig(id, m, pick))
@@ -342,13 +343,13 @@ func (d *docWriter) reading() {
 // starts, the prober's cadence, and the load).
 func (d *docWriter) budget(mode string, p lab.Profile) string {
 	g, ok := d.g(40, mode)
-	if !ok || g.Sched.n == 0 {
+	if !ok || g.Sched.N == 0 {
 		return mode + ": not measured"
 	}
 	lease := p.TTL - p.Renew/2
-	rest := g.Sched.med - float64(lease.Milliseconds()) - g.Cold.med
+	rest := g.Sched.Median - float64(lease.Milliseconds()) - g.Cold.Median
 	return fmt.Sprintf("%s: %.2f s = TTL %s - half a renew interval (%s) + cold start %.2f s + %.2f s rest",
-		mode, g.Sched.med/1000, p.TTL, p.Renew/2, g.Cold.med/1000, rest/1000)
+		mode, g.Sched.Median/1000, p.TTL, p.Renew/2, g.Cold.Median/1000, rest/1000)
 }
 
 func (d *docWriter) outside() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // The real plane's soak (`kha-lab soak --plane real`, issue 22 item 4):
@@ -315,7 +316,7 @@ func SoakSummary(w io.Writer, seed uint64, mode string, results []Result, end []
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, n := range names {
 		k := kinds[n]
-		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %d | %d |\n", strings.TrimPrefix(n, "real: "), k.runs, k.pass, stats(k.sched), stats(k.cm), k.overlap, k.late)
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %d | %d |\n", strings.TrimPrefix(n, "real: "), k.runs, k.pass, report.Summarize(k.sched).Seconds(), report.Summarize(k.cm).Seconds(), k.overlap, k.late)
 	}
 	for _, f := range failed {
 		fmt.Fprintln(w, "\nFAILED "+f)

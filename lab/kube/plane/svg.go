@@ -40,7 +40,7 @@ func modeColor(m string) string {
 func svgScale(gs []Group) float64 {
 	top := 5.0
 	for _, g := range gs {
-		top = max(top, math.Ceil(g.Resumed.max/1000/5)*5)
+		top = max(top, math.Ceil(g.Resumed.Max/1000/5)*5)
 	}
 	return top
 }
@@ -107,14 +107,14 @@ func bar(b *bytes.Buffer, g Group, y float64, x func(float64) float64) {
 	r := g.Resumed
 	mid := y + svgBarH/2
 	fmt.Fprintf(b, `<rect class="bar" data-scenario="%d" data-mode="%s" data-median-s="%.2f" data-min-s="%.2f" data-max-s="%.2f" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"/>`+"\n",
-		g.ID, esc(g.Mode), r.med/1000, r.min/1000, r.max/1000, x(0), y, x(r.med)-x(0), svgBarH, modeColor(g.Mode))
-	if r.n > 1 {
-		fmt.Fprintf(b, `<line class="whisker" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", x(r.min), mid, x(r.max), mid)
-		for _, v := range []float64{r.min, r.max} {
+		g.ID, esc(g.Mode), r.Median/1000, r.Min/1000, r.Max/1000, x(0), y, x(r.Median)-x(0), svgBarH, modeColor(g.Mode))
+	if r.N > 1 {
+		fmt.Fprintf(b, `<line class="whisker" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", x(r.Min), mid, x(r.Max), mid)
+		for _, v := range []float64{r.Min, r.Max} {
 			fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", x(v), y+1, x(v), y+svgBarH-1)
 		}
 	}
-	label := r.String()
+	label := r.Seconds()
 	if g.Overlaps+g.DoubleBinds+g.Extra > 0 {
 		label += fmt.Sprintf(" — OVERLAP at the resource (%d)", g.Overlaps+g.DoubleBinds)
 	}
@@ -122,7 +122,7 @@ func bar(b *bytes.Buffer, g Group, y float64, x func(float64) float64) {
 	if g.Overlaps+g.DoubleBinds+g.Extra > 0 {
 		fill = "#c00000"
 	}
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`+"\n", x(max(r.max, r.med))+4, y+svgBarH-1, fill, esc(label))
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`+"\n", x(max(r.Max, r.Median))+4, y+svgBarH-1, fill, esc(label))
 }
 
 func tick(top float64) float64 {

@@ -7,36 +7,8 @@ import (
 	"strings"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
-
-// stat is a median with its spread.
-type stat struct {
-	med, min, max float64
-	n             int
-}
-
-func stats(xs []float64) stat {
-	if len(xs) == 0 {
-		return stat{}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return stat{med: med, min: s[0], max: s[len(s)-1], n: len(s)}
-}
-
-func (s stat) String() string {
-	if s.n == 0 {
-		return "-"
-	}
-	if s.n == 1 {
-		return fmt.Sprintf("%.2f s", s.med/1000)
-	}
-	return fmt.Sprintf("%.2f s [%.2f-%.2f]", s.med/1000, s.min/1000, s.max/1000)
-}
 
 // ResumedMS is the trial's "service resumed": the later of the longest
 // pod unbound and the longest unreplaced ReplicaSet pod (both components
@@ -53,10 +25,10 @@ type Group struct {
 	Mode     string
 	Trials   []Result
 
-	Sched, Unbound, CM, Cold, Resumed stat
+	Sched, Unbound, CM, Cold, Resumed report.Stat
 	// Margin: the scheduler's handoff at the resource, other master's
 	// first write - old master's last (only trials with both).
-	Margin                       stat
+	Margin                       report.Stat
 	Overlaps, DoubleBinds, Extra int
 	Pass, Findings, LabFailures  int
 }
@@ -122,7 +94,8 @@ func group(rs []Result) Group {
 			g.Findings++
 		}
 	}
-	g.Sched, g.Unbound, g.CM, g.Cold, g.Resumed, g.Margin = stats(sched), stats(unb), stats(cm), stats(cold), stats(res), stats(margin)
+	sum := report.Summarize
+	g.Sched, g.Unbound, g.CM, g.Cold, g.Resumed, g.Margin = sum(sched), sum(unb), sum(cm), sum(cold), sum(res), sum(margin)
 	return g
 }
 
@@ -149,7 +122,7 @@ func WriteTable(w io.Writer, results []Result) {
 	gs := Groups(results)
 	for _, g := range gs {
 		fmt.Fprintf(w, "| %d %s | %s | %d | %s | %s | %s | %s | %s | %d intervals | %d | %d | %s |\n",
-			g.ID, g.Scenario, g.Mode, len(g.Trials), g.Sched, g.Unbound, g.CM, g.Cold, g.Margin, g.Overlaps, g.DoubleBinds, g.Extra, g.PassCell())
+			g.ID, g.Scenario, g.Mode, len(g.Trials), g.Sched.Seconds(), g.Unbound.Seconds(), g.CM.Seconds(), g.Cold.Seconds(), g.Margin.Seconds(), g.Overlaps, g.DoubleBinds, g.Extra, g.PassCell())
 	}
 	fmt.Fprintln(w)
 	WriteRatios(w, gs)
@@ -177,11 +150,11 @@ func WriteRatios(w io.Writer, gs []Group) {
 			b, okB := find(id, pair[1])
 			// The scheduler's outage is the longest pod unbound: "scheduler
 			// back" can be the old leader's last binding (42, 48).
-			if !okA || !okB || b.Unbound.med == 0 || b.CM.med == 0 {
+			if !okA || !okB || b.Unbound.Median == 0 || b.CM.Median == 0 {
 				continue
 			}
 			fmt.Fprintf(w, "- scenario %d, %s / %s: scheduler (longest pod unbound) %.2f, controller-manager %.2f (median / median; < 1: kha-supervisor faster)\n",
-				id, pair[0], pair[1], a.Unbound.med/b.Unbound.med, a.CM.med/b.CM.med)
+				id, pair[0], pair[1], a.Unbound.Median/b.Unbound.Median, a.CM.Median/b.CM.Median)
 		}
 	}
 }

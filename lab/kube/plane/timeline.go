@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // Owners of a timeline mark: whose behaviour it is.
@@ -83,16 +85,11 @@ type timelineRow struct {
 }
 
 func (r timelineRow) span() string {
-	o := slices.Clone(r.Offsets)
-	slices.Sort(o)
-	med := o[len(o)/2]
-	if len(o)%2 == 0 {
-		med = (o[len(o)/2-1] + o[len(o)/2]) / 2
+	s := report.Summarize(r.Offsets)
+	if s.N == 1 {
+		return fmt.Sprintf("%.2f s", s.Median)
 	}
-	if len(o) == 1 {
-		return fmt.Sprintf("%.2f s", med)
-	}
-	return fmt.Sprintf("%.2f s [%.2f-%.2f] (%d)", med, o[0], o[len(o)-1], len(o))
+	return fmt.Sprintf("%.2f s [%.2f-%.2f] (%d)", s.Median, s.Min, s.Max, s.N)
 }
 
 // timelineRows groups the marks by key, in the order of their median.
@@ -117,7 +114,7 @@ func timelineRows(rs []Result) []timelineRow {
 	for _, k := range keys {
 		out = append(out, *byKey[k])
 	}
-	sort.SliceStable(out, func(i, j int) bool { return median(out[i].Offsets) < median(out[j].Offsets) })
+	sort.SliceStable(out, func(i, j int) bool { return upperMedian(out[i].Offsets) < upperMedian(out[j].Offsets) })
 	for i := range out {
 		if out[i].Differs {
 			out[i].What += " (names of the first trial)"
@@ -129,7 +126,9 @@ func timelineRows(rs []Result) []timelineRow {
 	return out
 }
 
-func median(xs []float64) float64 {
+// upperMedian is the rows' sort key: the upper of the two middle values,
+// not Summarize's mean of them (kept: it orders the published timelines).
+func upperMedian(xs []float64) float64 {
 	o := slices.Clone(xs)
 	slices.Sort(o)
 	return o[len(o)/2]
