@@ -28,6 +28,12 @@ var templates = template.Must(template.New("docs").Funcs(template.FuncMap{
 	},
 }).ParseFS(templateFiles, "templates/*.tmpl"))
 
+// WriteDoc writes the document of template name (templates/NAME) from
+// data: every generated document's text is a template here.
+func WriteDoc(w io.Writer, name string, data any) error {
+	return templates.ExecuteTemplate(w, name, data)
+}
+
 // FirstResult returns the first passing result of scenario id in reps.
 func FirstResult(reps []*Report, id int) (Result, bool) {
 	for _, rep := range reps {
