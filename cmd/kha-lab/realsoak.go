@@ -14,6 +14,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 )
 
 // soakModes maps --mode to api_fence.mode.
@@ -48,7 +49,7 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 		return err
 	}
 	fmt.Printf("soak: seed %d (replay: kha-lab soak --plane real --mode %s --seed %d), results in %s.json\n", seed, modeName, seed, base)
-	o := plane.SoakOptions{Duration: d, Seed: seed, Mode: mode, Progress: os.Stdout,
+	o := plane.SoakOptions{Duration: d, Seed: seed, Mode: mode, Progress: os.Stdout, Lookup: scenario.RealSpec,
 		Save: func(rs []plane.Result) error {
 			dropPassedCases(rs)
 			b, _ := json.MarshalIndent(rs, "", "  ")

@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("run", "run scenarios of the failure matrix: run all (1-15) | run operator (16-22) | run issues (23-36) | run 1 4 5 [--repeat N]", runRun)
+	register("run", "run scenarios: run all (1-15) | run operator (16-22) | run issues (23-36) | run 1 4 5 [--repeat N]; real plane: run [--modes kha-fast,le-tuned] real | 40 41 (the lab up with --plane real)", runRun)
 	register("report", "print the Markdown report of saved runs (default: every matrix run; --latest)", runReport)
 	register("soak", "random faults back to back: soak --duration 30m --seed 1 (real plane: soak --plane real --mode off|gate|token)", runSoak)
 	register("list", "list the scenarios", runList)
@@ -33,6 +33,9 @@ func parseIDs(args []string) ([]int, error) {
 	}
 	if len(args) == 1 && args[0] == "issues" {
 		return scenario.IssueIDs(), nil
+	}
+	if len(args) == 1 && args[0] == "real" {
+		return scenario.RealIDs(), nil
 	}
 	if len(args) == 1 && args[0] == "all" {
 		var ids []int
@@ -60,6 +63,23 @@ func parseIDs(args []string) ([]int, error) {
 	return ids, nil
 }
 
+// onRealPlane says which lab runs ids: all on the real plane, or all on
+// the stand-ins; a mix is refused.
+func onRealPlane(ids []int) (bool, error) {
+	var real, standIn []int
+	for _, id := range ids {
+		if s, _ := scenario.Lookup(id); s.OnRealPlane() {
+			real = append(real, id)
+		} else {
+			standIn = append(standIn, id)
+		}
+	}
+	if len(real) > 0 && len(standIn) > 0 {
+		return false, fmt.Errorf("scenarios %v run on the real plane, %v on the stand-ins: run them apart", real, standIn)
+	}
+	return len(real) > 0, nil
+}
+
 func openEnv(ctx context.Context, f *labFlags) (*lab.Lab, *scenario.Env, error) {
 	l, err := f.open()
 	if err != nil {
@@ -77,6 +97,7 @@ func runRun(ctx context.Context, args []string) error {
 	var f labFlags
 	f.register(&fs)
 	repeat := fs.Int("repeat", 1, "run every scenario this many times (for medians and spread)")
+	modes := fs.String("modes", "kha-fast", modesUsage)
 	rest, err := parse("run", args, &fs)
 	if err != nil {
 		return err
@@ -84,6 +105,11 @@ func runRun(ctx context.Context, args []string) error {
 	ids, err := parseIDs(rest)
 	if err != nil {
 		return err
+	}
+	if real, err := onRealPlane(ids); err != nil {
+		return err
+	} else if real {
+		return runReal(ctx, f, *modes, *repeat, ids)
 	}
 	l, env, err := openEnv(ctx, &f)
 	if err != nil {

@@ -10,43 +10,55 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 )
 
 func init() {
-	register("sidebyside", "real plane: run faults 40 43 44 per mode (--modes kha-fast,kha-default,le-tuned,le-defaults --repeat N), judged at the apiservers", runSideBySide)
+	register("sidebyside", "real plane: run faults per mode, judged at the apiservers and etcd (a front of `run --plane real`): sidebyside [--modes kha-fast,kha-default,le-tuned,le-defaults] [--repeat N] [ID...]", runSideBySide)
 }
 
+// runSideBySide is `kha-lab run --plane real` under its older name; without
+// IDs it runs every real-plane scenario.
 func runSideBySide(ctx context.Context, args []string) error {
 	var fs flag.FlagSet
 	var f labFlags
 	f.register(&fs)
-	modes := fs.String("modes", "kha-fast", "comma list of modes: kha-fast, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s)")
+	modes := fs.String("modes", "kha-fast", modesUsage)
 	repeat := fs.Int("repeat", 1, "runs of every scenario in every mode")
 	rest, err := parse("sidebyside", args, &fs)
 	if err != nil {
 		return err
 	}
-	ms, err := plane.ParseModes(*modes)
-	if err != nil || *repeat < 1 {
-		fmt.Fprintf(os.Stderr, "kha-lab sidebyside: %v (repeat %d)\n", err, *repeat)
+	if len(rest) == 0 {
+		rest = []string{"real"}
+	}
+	ids, err := parseIDs(rest)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kha-lab sidebyside: %v\n", err)
 		return errUsage
 	}
-	var ids []int
-	for _, a := range rest {
-		id, err := strconv.Atoi(a)
-		if _, ok := plane.Lookup(id); err != nil || !ok {
-			fmt.Fprintf(os.Stderr, "kha-lab sidebyside: scenario %q: want one of %v\n", a, plane.IDs())
+	return runReal(ctx, f, *modes, *repeat, ids)
+}
+
+const modesUsage = "real plane: comma list of modes: kha-fast, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s), and the fenced kha-*-gate, kha-*-token"
+
+// runReal runs real-plane scenarios ids in every mode of modes, repeat
+// times, saving the results after every trial.
+func runReal(ctx context.Context, f labFlags, modes string, repeat int, ids []int) error {
+	ms, err := plane.ParseModes(modes)
+	if err != nil || repeat < 1 {
+		fmt.Fprintf(os.Stderr, "kha-lab run: %v (repeat %d)\n", err, repeat)
+		return errUsage
+	}
+	for _, id := range ids {
+		if _, ok := scenario.RealSpec(id); !ok {
+			fmt.Fprintf(os.Stderr, "kha-lab run: scenario %d does not run on the real plane: want one of %v\n", id, scenario.RealIDs())
 			return errUsage
 		}
-		ids = append(ids, id)
-	}
-	if len(ids) == 0 {
-		ids = plane.IDs()
 	}
 	r, dir, err := openRunner(ctx, f)
 	if err != nil {
@@ -64,10 +76,10 @@ func runSideBySide(ctx context.Context, args []string) error {
 	// scenario in every mode for the repeats it finished. Each mode
 	// switch costs a restart of the components, once per mode and repeat
 	// (and once more for a scenario with its own layout, 48's balancer).
-	for rep := 1; rep <= *repeat; rep++ {
+	for rep := 1; rep <= repeat; rep++ {
 		for _, m := range ms {
 			for _, id := range ids {
-				s, _ := plane.Lookup(id)
+				s, _ := scenario.RealSpec(id)
 				res := r.Run(ctx, s, m, rep)
 				results = append(results, res)
 				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, late commits %d, ghost writes %d, handoff %v, pass %v %s %s | %s\n",
@@ -162,7 +174,7 @@ func runSideBySideReport(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	if err := plane.WriteSection(&b, all, plane.SectionOptions{SVG: rel, Load: *load, Sources: baseNames(fs.Args())}); err != nil {
+	if err := plane.WriteSection(&b, all, plane.SectionOptions{SVG: rel, Load: *load, Sources: baseNames(fs.Args()), Lookup: scenario.RealSpec}); err != nil {
 		return err
 	}
 	if *doc == "" {

@@ -21,6 +21,9 @@ func (e *Env) RunMatrix(ctx context.Context, ids []int, repeats int, outDir stri
 		if !ok {
 			return nil, "", fmt.Errorf("no scenario %d (see `kha-lab list`)", id)
 		}
+		if sc.OnRealPlane() {
+			return nil, "", fmt.Errorf("scenario %d runs on the real control plane: kha-lab run --plane real %d", id, id)
+		}
 		scs = append(scs, sc)
 	}
 	rep := &report.Report{Kind: reportKind(ids), Started: time.Now(), Profile: report.TimingOf(e.Profile, e.Lab.EtcdTiming)}

@@ -21,19 +21,19 @@ import (
 // masters the way an operator would.
 var Operator = []Scenario{
 	{16, "handoff-latency", fmt.Sprintf("`kha-supervisor handoff --to OTHER --wait` in the leader, %d times back and forth", HandoffRounds),
-		"every unit beating on the target within 500 ms plus the units' own start time", noted(handoffLatency), CI},
+		"every unit beating on the target within 500 ms plus the units' own start time", noted(handoffLatency), CI, nil},
 	{17, "freeze", "freeze, then the leader's rack cut from etcd for longer than the TTL; unfreeze",
-		"the leader still fences; no promotion while frozen; the standby promotes on unfreeze", noted(freezeScenario), CI},
+		"the leader still fences; no promotion while frozen; the standby promotes on unfreeze", noted(freezeScenario), CI, nil},
 	{18, "ban-leader", "`kha-supervisor ban LEADER`, handoff attempts to it, unban",
-		"the leader steps down, the other takes over; handoffs to the banned node refused", noted(banScenario), CI},
+		"the leader steps down, the other takes over; handoffs to the banned node refused", noted(banScenario), CI, nil},
 	{19, "drills", "drill handoff --expect-within 10s; drill failover --expect-within 30s; drill failover --expect-within 100ms",
-		"pass; pass after the lease wait; the last fails with exit 7", noted(drills), CI},
+		"pass; pass after the lease wait; the last fails with exit 7", noted(drills), CI, nil},
 	{20, "leader-endpoint", "/leader polled on both masters every 50 ms across a cut of the leader's rack from etcd",
-		"exactly one 200 before and after, never two at once", noted(leaderEndpoint), CI},
+		"exactly one 200 before and after, never two at once", noted(leaderEndpoint), CI, nil},
 	{21, "hooks-order", "on_promote/on_demote/on_fence hooks log to /lab/hooks; a handoff, then the leader's rack cut from etcd",
-		"on_promote before the new units' first heartbeat, on_demote/on_fence after the old units' last; hook token = status token", noted(hooksOrder), CI},
+		"on_promote before the new units' first heartbeat, on_demote/on_fence after the old units' last; hook token = status token", noted(hooksOrder), CI, nil},
 	{22, "package-upgrade-remove", "dpkg -i of a higher version on the leader; dpkg -r on the leader after that; dpkg --purge",
-		"clean handoffs, the upgraded node back as standby on the new version, guard refuses on it, purge removes /etc/kha-supervisor", noted(packageUpgrade), CI},
+		"clean handoffs, the upgraded node back as standby on the new version, guard refuses on it, purge removes /etc/kha-supervisor", noted(packageUpgrade), CI, nil},
 }
 
 // noted wraps an operator scenario: afterwards it notes every failed

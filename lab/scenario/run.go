@@ -7,23 +7,34 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/witness"
 )
 
-// Scenario is one row of a scenario table (All, Operator, Issues; each
-// scenario's code in its own file). Adding a scenario is that file and one
-// row: `kha-lab run`, the soak, the CI subset and the documents read the
-// tables.
+// Scenario is one scenario of the lab, on either plane: a row of a
+// scenario table (All, Operator, Issues: the stand-in lab) or a real-plane
+// scenario registering itself (registerReal), each scenario's code in its
+// own file. Tables() is the one registry: `kha-lab run` and `list`, the
+// soak, the CI subset and the documents read it.
 type Scenario struct {
 	ID       int
 	Name     string
 	Fault    string
 	Expected string
-	run      func(ctx context.Context, r *Run) error
+	// run is a stand-in lab scenario's body: fault, checks and heal.
+	run func(ctx context.Context, r *Run) error
 	// In are the runs besides its own table's that take the scenario.
 	In Set
+	// Real is a real-plane scenario's fault, heal and hooks, run by
+	// plane.Runner in the modes `kha-lab run --plane real --modes` names;
+	// nil for the stand-in lab's.
+	Real *plane.Spec
 }
+
+// OnRealPlane says which lab runs the scenario: the real control plane
+// (`kha-lab up --plane real`) or the stand-ins.
+func (s Scenario) OnRealPlane() bool { return s.Real != nil }
 
 // Set names runs a scenario can belong to besides its own table's.
 type Set uint8
@@ -40,8 +51,9 @@ const (
 	Soak
 )
 
-// Tables are every scenario table, in `kha-lab list` order.
-func Tables() []Scenario { return slices.Concat(All, Operator, Issues) }
+// Tables are every scenario, in `kha-lab list` order: the stand-in lab's
+// tables, then the real plane's by ID.
+func Tables() []Scenario { return slices.Concat(All, Operator, Issues, RealPlane()) }
 
 // IDsIn are the IDs of the scenarios in set, in table order.
 func IDsIn(set Set) []int {

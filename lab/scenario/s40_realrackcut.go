@@ -11,7 +11,7 @@ import (
 // rack; the prober's subnet still reaches both apiservers, the cut one
 // without its storage.
 func init() {
-	plane.Register(plane.Scenario{ID: 40, Name: "real: leader's rack cut off",
+	registerReal(plane.Spec{ID: 40, Name: "real: leader's rack cut off",
 		Fault: "the scheduler leader's rack (master, worker) cut from the etcd rack and the other rack",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			topo := t.R.P.Lab.Topo

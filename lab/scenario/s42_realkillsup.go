@@ -21,7 +21,7 @@ import (
 // Scenario 43 kills the scheduler alone; here the controller-manager,
 // which releases nothing either way, goes too.
 func init() {
-	plane.Register(plane.Scenario{ID: 42, Name: "real: leader's supervisor killed (SIGKILL)",
+	registerReal(plane.Spec{ID: 42, Name: "real: leader's supervisor killed (SIGKILL)",
 		Fault: "kill -9 of kha-supervisor's main process on the leader (leader election: kill -9 of both leading components there)",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			units := []string{lab.SupervisorUnit}

@@ -14,7 +14,7 @@ import (
 // by PID (`systemctl kill` fails on this VM's cgroups: "Failed to send
 // signal SIGKILL to auxiliary processes: Input/output error").
 func init() {
-	plane.Register(plane.Scenario{ID: 43, Name: "real: scheduler killed (SIGKILL) on the leader",
+	registerReal(plane.Spec{ID: 43, Name: "real: scheduler killed (SIGKILL) on the leader",
 		Fault: "kill -9 of kube-scheduler's main process on the scheduler's leader",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			pid, err := schedulerPID(ctx, t)

@@ -13,7 +13,7 @@ import (
 // master's components are stopped (the scheduler releases its lease, the
 // controller-manager does not).
 func init() {
-	plane.Register(plane.Scenario{ID: 44, Name: "real: graceful stop of the leader",
+	registerReal(plane.Spec{ID: 44, Name: "real: graceful stop of the leader",
 		Fault: "systemctl stop kha-supervisor on the leader (leader election: stop both components there)",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			units := []string{lab.SupervisorUnit}

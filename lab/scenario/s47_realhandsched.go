@@ -17,7 +17,7 @@ import (
 // election the copy carries --leader-elect=true and waits for the Lease.
 // Judged at the resource: were two masters' bindings accepted at once?
 func init() {
-	plane.Register(plane.Scenario{ID: 47, Name: "real: second scheduler started by hand on the standby",
+	registerReal(plane.Spec{ID: 47, Name: "real: second scheduler started by hand on the standby",
 		Fault: "kube-scheduler started by hand (setsid, the unit's command line) on the standby",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			n := t.Nodes[t.Standby()]

@@ -18,7 +18,7 @@ import (
 // SIGCONT (the process is gone under kha; under leader election it wakes,
 // finds its lease lost and exits, and systemd restarts it).
 func init() {
-	plane.Register(plane.Scenario{ID: 49, Name: "real: scheduler frozen (SIGSTOP) on the leader",
+	registerReal(plane.Spec{ID: 49, Name: "real: scheduler frozen (SIGSTOP) on the leader",
 		Fault: "SIGSTOP of kube-scheduler's main process on the scheduler's leader (its unit stays active)",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			n := t.Node()

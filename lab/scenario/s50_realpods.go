@@ -39,7 +39,7 @@ import (
 // time that would have been.
 func init() {
 	s := &podsTrial{}
-	plane.Register(plane.Scenario{ID: 50, Name: "real: pods when the active's rack is cut off",
+	registerReal(plane.Spec{ID: 50, Name: "real: pods when the active's rack is cut off",
 		Fault:   "the active master's rack (master, worker) cut from the etcd rack and the other rack, with a Deployment and a StatefulSet on the workers",
 		Prepare: s.prepare, Inject: s.inject, Hold: s.hold, After: s.after})
 }

@@ -18,7 +18,7 @@ import (
 // before the supervisor stops them; with token mode nothing (the gate is
 // closed and the parameter holds the new term's token).
 func init() {
-	plane.Register(plane.Scenario{ID: 51, Name: "real: whole leader master frozen (VM pause), thawed after the takeover",
+	registerReal(plane.Spec{ID: 51, Name: "real: whole leader master frozen (VM pause), thawed after the takeover",
 		Fault: "cgroup freezer on every process of the leader's container for longer than the TTL",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			thaw, err := t.R.P.Freeze(t.Node())

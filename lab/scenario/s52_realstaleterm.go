@@ -28,7 +28,7 @@ const staleWrites = 10
 // (the state of a paused node that resumes): events and bindings, to both
 // apiservers. Every one must be refused with the policy's message.
 func init() {
-	plane.Register(plane.Scenario{ID: 52, Name: "real: stale term's writes after a failover",
+	registerReal(plane.Spec{ID: 52, Name: "real: stale term's writes after a failover",
 		Fault: "the leader's supervisor stopped (handoff); then writes as its scheduler with its token to both apiservers",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			p := t.R.P

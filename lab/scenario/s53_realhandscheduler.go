@@ -21,7 +21,7 @@ const handRun = 12 * time.Second
 // apiserver (no gate). Every write it attempts must be refused while the
 // leader's scheduler keeps binding.
 func init() {
-	plane.Register(plane.Scenario{ID: 53, Name: "real: hand-started second scheduler on the standby",
+	registerReal(plane.Spec{ID: 53, Name: "real: hand-started second scheduler on the standby",
 		Fault: "kube-scheduler started by hand in the standby's namespace with the scheduler's own kubeconfig, for 12 s",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			standby := otherMaster(t.Leader)

@@ -21,7 +21,7 @@ const otherGroupRun = 20 * time.Second
 // starts its units. Its components' writes must be refused while the real
 // group's leader keeps working.
 func init() {
-	plane.Register(plane.Scenario{ID: 54, Name: "real: a master configured into another group",
+	registerReal(plane.Spec{ID: 54, Name: "real: a master configured into another group",
 		Fault: `the standby's supervisor restarted with cluster = "other" for 20 s`,
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			standby := otherMaster(t.Leader)

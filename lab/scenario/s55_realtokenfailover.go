@@ -14,10 +14,10 @@ import (
 // leader publishes its token and confirms it on every apiserver before its
 // units start).
 func init() {
-	plane.Register(plane.Scenario{ID: 55, Name: "real: failover with the token fence (rack cut)",
+	registerReal(plane.Spec{ID: 55, Name: "real: failover with the token fence (rack cut)",
 		Fault: "as 40: the scheduler leader's rack cut from the etcd rack and the other rack",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
-			s40, ok := plane.Lookup(40)
+			s40, ok := RealSpec(40)
 			if !ok {
 				return nil, fmt.Errorf("scenario 40 is not registered")
 			}

@@ -18,7 +18,7 @@ import (
 // the new units healthy and show both probe lines; the trial judges the
 // handoff at the resource like every other fault.
 func init() {
-	plane.Register(plane.Scenario{ID: 56, Name: "real: drill handoff watched by its probe",
+	registerReal(plane.Spec{ID: 56, Name: "real: drill handoff watched by its probe",
 		Fault: "kha-supervisor drill handoff --probe-kubeconfig (both apiservers) run on the leader",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			if t.Mode.LeaderElect {

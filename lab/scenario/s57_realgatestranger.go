@@ -44,7 +44,7 @@ const (
 // apiservers' audit logs:
 // none of its pods is bound, while the real scheduler keeps binding.
 func init() {
-	plane.Register(plane.Scenario{ID: 57, Name: "real: second scheduler on the leader through its gate",
+	registerReal(plane.Spec{ID: 57, Name: "real: second scheduler on the leader through its gate",
 		Fault: "a renamed copy of kube-scheduler started by hand on the leader (systemd-run, its own unit) with the gated kubeconfig, for 12 s",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			n := t.Node()

@@ -29,13 +29,13 @@ import (
 // (a paused VM); 59 only the apiserver, while the leader's supervisor is
 // stopped so that the other master promotes.
 func init() {
-	plane.Register(plane.Scenario{ID: 58, Name: "real: whole leader master frozen with its own apiserver, old-token writes to it at the thaw",
+	registerReal(plane.Spec{ID: 58, Name: "real: whole leader master frozen with its own apiserver, old-token writes to it at the thaw",
 		Fault: "cgroup freezer on the leader's container and its kube-apiserver past the takeover; thawed, then old-token writes to that apiserver",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			return injectPausedAPIServer(ctx, t, false)
 		},
 		Judge: judgePausedAPIServer})
-	plane.Register(plane.Scenario{ID: 59, Name: "real: the leader's apiserver frozen alone across a handoff, old-token writes to it at the thaw",
+	registerReal(plane.Spec{ID: 59, Name: "real: the leader's apiserver frozen alone across a handoff, old-token writes to it at the thaw",
 		Fault: "cgroup freezer on the leader's kube-apiserver; the leader's supervisor stopped (handoff); thawed, then old-token writes to it",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			return injectPausedAPIServer(ctx, t, true)

@@ -32,7 +32,7 @@ import (
 // the prober's ReplicaSet pod is replaced only after the burst.)
 func init() {
 	s := &burstTrial{}
-	plane.Register(plane.Scenario{ID: 60, Name: "real: rack cut during a burst of creates, healed at the takeover",
+	registerReal(plane.Spec{ID: 60, Name: "real: rack cut during a burst of creates, healed at the takeover",
 		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, the scheduler leader's rack cut %s later and healed %s after the cut began", burstPods, burstLead, burstHeal),
 		Prepare: s.prepare, Inject: s.inject, Judge: s.judge})
 	// Scenario 66 (issue 22 item 2): the same burst and cut, healed the
@@ -43,7 +43,7 @@ func init() {
 	// queued frames; at the latest burstHeal after the cut (then before the
 	// takeover, as scenario 60).
 	s66 := &burstTrial{healOnTakeover: true}
-	plane.Register(plane.Scenario{ID: 66, Name: "real: rack cut during a burst of creates, healed at the other master's first act",
+	registerReal(plane.Spec{ID: 66, Name: "real: rack cut during a burst of creates, healed at the other master's first act",
 		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, the scheduler leader's rack cut %s later and healed when the other master acts (at the latest %s after the cut)", burstPods, burstLead, burstHeal),
 		Prepare: s66.prepare, Inject: s66.inject, Judge: s66.judge})
 }

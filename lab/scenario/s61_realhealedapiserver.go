@@ -31,7 +31,7 @@ import (
 // after the heal began; how long the new token stays refused there is
 // measured (the gate sends such refusals on to the next apiserver).
 func init() {
-	plane.Register(plane.Scenario{ID: 61, Name: "real: an apiserver healed after an etcd cut across a takeover, old and new token probed at it",
+	registerReal(plane.Spec{ID: 61, Name: "real: an apiserver healed after an etcd cut across a takeover, old and new token probed at it",
 		Fault:  "the leader's master cut from the etcd rack for 60 s (the other master promotes); healed, then dry-run writes with the old and the new token to its apiserver every 50 ms",
 		Inject: injectHealedAPIServer,
 		Judge:  judgeHealedAPIServer})

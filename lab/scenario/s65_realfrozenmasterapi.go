@@ -25,7 +25,7 @@ import (
 // apiservers accepted from the thawed master.
 func init() {
 	s := &burstTrial{}
-	plane.Register(plane.Scenario{ID: 65, Name: "real: whole leader master frozen with its apiserver during a burst, thawed after the takeover",
+	registerReal(plane.Spec{ID: 65, Name: "real: whole leader master frozen with its apiserver during a burst, thawed after the takeover",
 		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, %s later the cgroup freezer on the leader's container and its kube-apiserver, thawed after the takeover", burstPods, burstLead),
 		Prepare: s.prepare,
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {

@@ -25,7 +25,7 @@ import (
 // resume).
 func init() {
 	s := &burstTrial{}
-	plane.Register(plane.Scenario{ID: 67, Name: "real: leader's supervisor and components SIGSTOPped during a burst, resumed after the takeover",
+	registerReal(plane.Spec{ID: 67, Name: "real: leader's supervisor and components SIGSTOPped during a burst, resumed after the takeover",
 		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, %s later SIGSTOP of kha-supervisor, kube-controller-manager and kube-scheduler on the leader, SIGCONT after the takeover", burstPods, burstLead),
 		Prepare: s.prepare,
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {

@@ -19,7 +19,7 @@ import (
 // stretch (one leader at a time at the audit logs, no late commit at
 // etcd).
 func init() {
-	plane.Register(plane.Scenario{ID: 69, Name: "real: flapping partition of the leader's rack",
+	registerReal(plane.Spec{ID: 69, Name: "real: flapping partition of the leader's rack",
 		Fault:  fmt.Sprintf("the leader's rack cut %s and healed %s, %d times", flapCut, flapHeal, flapCycles),
 		Inject: injectFlapping})
 }

@@ -185,6 +185,9 @@ func (s *Section) Budget(mode string) (string, error) {
 type SectionOptions struct {
 	SVG, Load string
 	Sources   []string // the saved runs, named in the section
+	// Lookup names the faults (scenario.RealSpec); nil or not found: the
+	// results' scenario name alone.
+	Lookup Lookup
 }
 
 // WriteSection writes the side-by-side section of docs/failure-modes.md
@@ -209,7 +212,7 @@ func WriteSection(w io.Writer, results []Result, o SectionOptions) error {
 	}
 	for _, id := range ids {
 		f := SectionFault{ID: id}
-		if sc, ok := Lookup(id); ok {
+		if sc, ok := o.lookup(id); ok {
 			f.Name, f.Fault = strings.TrimPrefix(sc.Name, "real: "), sc.Fault
 		} else {
 			f.Name = s.firstOf(id).Scenario
@@ -231,6 +234,13 @@ func WriteSection(w io.Writer, results []Result, o SectionOptions) error {
 	WriteTable(&t, results)
 	s.Table = t.String()
 	return report.WriteDoc(w, "sidebyside.md.tmpl", s)
+}
+
+func (o SectionOptions) lookup(id int) (Spec, bool) {
+	if o.Lookup == nil {
+		return Spec{}, false
+	}
+	return o.Lookup(id)
 }
 
 func (s *Section) firstOf(id int) Group {

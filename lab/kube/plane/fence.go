@@ -345,7 +345,7 @@ func (p *Plane) HeldToken(ctx context.Context) (int64, error) {
 // judgeFence judges a fenced mode's trial at the resource (writes of a
 // stale term accepted, refusals by the policy) and runs the scenario's
 // own Judge, over the same window as judge.
-func (r *Runner) judgeFence(s Scenario, t *Trial, res *Result, end time.Time) {
+func (r *Runner) judgeFence(s Spec, t *Trial, res *Result, end time.Time) {
 	if t.Mode.Fence == "" && s.Judge == nil {
 		return
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -22,8 +21,11 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
-// Scenario is one fault of the real plane (lab/scenario/s4x_*.go).
-type Scenario struct {
+// Spec is what the real plane's runner needs of a scenario: the fault and
+// its heal, and the hooks around them. The scenarios are declared, and
+// found, in lab/scenario's one registry (scenario.Lookup); their Spec is
+// the real-plane part of scenario.Scenario.
+type Spec struct {
 	ID    int
 	Name  string
 	Fault string
@@ -47,23 +49,8 @@ type Scenario struct {
 	Balanced bool
 }
 
-var scenarios = map[int]Scenario{}
-
-// Register adds a real-plane scenario (from an init function).
-func Register(s Scenario) { scenarios[s.ID] = s }
-
-// Lookup returns a registered scenario.
-func Lookup(id int) (Scenario, bool) { s, ok := scenarios[id]; return s, ok }
-
-// IDs lists the registered scenarios.
-func IDs() []int {
-	var ids []int
-	for id := range scenarios {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+// Lookup finds a registered scenario's Spec (scenario.RealSpec).
+type Lookup func(id int) (Spec, bool)
 
 // Trial is one scenario run in one mode.
 type Trial struct {

@@ -17,9 +17,8 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/build"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
-
-	_ "github.com/kha-supervisor/kha-supervisor/lab/scenario" // registers scenarios 40-44
 )
 
 // smokePrefix is the smoke test's own lab prefix (not the demo's or a
@@ -105,7 +104,7 @@ func TestKubeSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, ok := plane.Lookup(40)
+	s, ok := scenario.RealSpec(40)
 	if !ok {
 		t.Fatal("scenario 40 not registered")
 	}

@@ -54,6 +54,8 @@ type SoakOptions struct {
 	// Saved after every fault (nil: nothing saved).
 	Save     func([]Result) error
 	Progress io.Writer
+	// Lookup finds the faults' Specs (scenario.RealSpec).
+	Lookup Lookup
 }
 
 // SoakDraw is one fault of a soak as the seed drew it.
@@ -114,8 +116,11 @@ func (o SoakOptions) withDefaults() SoakOptions {
 // the mode (a drill needs kha-supervisor).
 func CheckSoak(o SoakOptions) error {
 	o = o.withDefaults()
+	if o.Lookup == nil {
+		return errors.New("soak: no scenario lookup")
+	}
 	for _, id := range slices.Concat(o.Faults, o.Second) {
-		if _, ok := Lookup(id); !ok {
+		if _, ok := o.Lookup(id); !ok {
 			return fmt.Errorf("soak: no real-plane scenario %d", id)
 		}
 	}
@@ -137,7 +142,7 @@ func (r *Runner) Soak(ctx context.Context, o SoakOptions) ([]Result, error) {
 	var results []Result
 	for i := 1; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		d := SoakDraws(o, i)[i-1]
-		res := r.Run(ctx, d.scenario(), o.Mode, i)
+		res := r.Run(ctx, d.spec(o.Lookup), o.Mode, i)
 		results = append(results, res)
 		fmt.Fprintf(o.Progress, "soak #%d %s: %s\n", i, d, res.SoakLine())
 		if o.Save != nil {
@@ -149,11 +154,11 @@ func (r *Runner) Soak(ctx context.Context, o SoakOptions) ([]Result, error) {
 	return results, ctx.Err()
 }
 
-// scenario composes the draw into one scenario of Run's: the first fault,
-// the second on top after its offset, the extra hold, both heals (the
-// second's first) and both judges.
-func (d SoakDraw) scenario() Scenario {
-	a, _ := Lookup(d.First)
+// spec composes the draw into one Spec of Run's: the first fault, the
+// second on top after its offset, the extra hold, both heals (the second's
+// first) and both judges.
+func (d SoakDraw) spec(lookup Lookup) Spec {
+	a, _ := lookup(d.First)
 	s := a
 	s.ID = d.First
 	hold := d.Hold
@@ -171,7 +176,7 @@ func (d SoakDraw) scenario() Scenario {
 	if d.Second == 0 {
 		return s
 	}
-	b, _ := Lookup(d.Second)
+	b, _ := lookup(d.Second)
 	s.Name = a.Name + " + " + strings.TrimPrefix(b.Name, "real: ")
 	s.Fault = a.Fault + "; " + d.Offset.String() + " later: " + b.Fault
 	s.Prepare = both(a.Prepare, b.Prepare)

@@ -51,9 +51,9 @@ func TestSoakDrawsReplayFromTheSeed(t *testing.T) {
 
 func TestSoakComposesTwoFaults(t *testing.T) {
 	var log []string
-	fault := func(id int) Scenario {
+	fault := func(id int) Spec {
 		name := string(rune('a' + id - 900))
-		return Scenario{ID: id, Name: "real: " + name, Fault: name,
+		return Spec{ID: id, Name: "real: " + name, Fault: name,
 			Prepare: func(context.Context, *Trial) error { log = append(log, "prepare "+name); return nil },
 			Inject: func(context.Context, *Trial) (func(context.Context) error, error) {
 				log = append(log, "inject "+name)
@@ -61,11 +61,9 @@ func TestSoakComposesTwoFaults(t *testing.T) {
 			},
 			Judge: func(_ *Trial, _ []audit.Event, res *Result) { res.Notes = append(res.Notes, "judged "+name) }}
 	}
-	Register(fault(900))
-	Register(fault(901))
-	defer delete(scenarios, 900)
-	defer delete(scenarios, 901)
-	s := SoakDraw{First: 900, Second: 901, Offset: time.Millisecond, Hold: time.Millisecond}.scenario()
+	specs := map[int]Spec{900: fault(900), 901: fault(901)}
+	lookup := func(id int) (Spec, bool) { s, ok := specs[id]; return s, ok }
+	s := SoakDraw{First: 900, Second: 901, Offset: time.Millisecond, Hold: time.Millisecond}.spec(lookup)
 	ctx := context.Background()
 	if err := s.Prepare(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -96,15 +94,14 @@ func TestSoakComposesTwoFaults(t *testing.T) {
 }
 
 func TestCheckSoakRefuses(t *testing.T) {
-	if err := CheckSoak(SoakOptions{Faults: []int{12345}, Mode: Modes["kha-fast"]}); err == nil || !strings.Contains(err.Error(), "12345") {
+	lookup := func(id int) (Spec, bool) { return Spec{ID: 902, Name: "real: x"}, id == 902 }
+	if err := CheckSoak(SoakOptions{Faults: []int{12345}, Mode: Modes["kha-fast"], Lookup: lookup}); err == nil || !strings.Contains(err.Error(), "12345") {
 		t.Errorf("an unknown fault: %v, want it named", err)
 	}
-	Register(Scenario{ID: 902, Name: "real: x"})
-	defer delete(scenarios, 902)
-	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["le-tuned"]}); err == nil || !strings.Contains(err.Error(), "le-tuned") {
+	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["le-tuned"], Lookup: lookup}); err == nil || !strings.Contains(err.Error(), "le-tuned") {
 		t.Errorf("a leader-election mode: %v, want it refused by name", err)
 	}
-	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["kha-fast"]}); err != nil {
+	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["kha-fast"], Lookup: lookup}); err != nil {
 		t.Errorf("a fitting soak refused: %v", err)
 	}
 }

@@ -26,7 +26,7 @@ const (
 )
 
 // Run runs scenario s once in mode (Use first) and judges it.
-func (r *Runner) Run(ctx context.Context, s Scenario, mode Mode, repeat int) Result {
+func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) Result {
 	res := Result{ID: s.ID, Scenario: s.Name, Mode: mode.Name, Repeat: repeat}
 	fail := func(f string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(f, a...)) }
 	mode.Balanced = s.Balanced
