@@ -6,6 +6,7 @@
 package report
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -113,9 +114,34 @@ type Span struct {
 	To   time.Time `json:"to"`
 }
 
-// Mark is one instant of a scenario's timeline (for the report's picture).
+// Mark is one instant of a run's timeline, on either plane: the stand-in
+// lab's (At, Label, Node: the report's picture) and the real plane's,
+// which also name the event (Key: the same event in every trial, a row of
+// `kha-lab timeline`), whose behaviour it is (Owner) and how it was
+// measured (Source).
 type Mark struct {
-	At    time.Time `json:"at"`
-	Label string    `json:"label"`
-	Node  string    `json:"node,omitempty"`
+	Key    string    `json:"key,omitempty"`
+	At     time.Time `json:"at"`
+	Label  string    `json:"label"`
+	Node   string    `json:"node,omitempty"`
+	Owner  string    `json:"owner,omitempty"`
+	Source string    `json:"source,omitempty"`
+}
+
+// UnmarshalJSON also reads the real plane's runs saved before the one Mark,
+// whose label was "what".
+func (m *Mark) UnmarshalJSON(b []byte) error {
+	type plain Mark
+	var v struct {
+		plain
+		What string `json:"what"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*m = Mark(v.plain)
+	if m.Label == "" {
+		m.Label = v.What
+	}
+	return nil
 }

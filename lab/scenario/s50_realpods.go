@@ -384,7 +384,7 @@ func (tl *podsTimeline) mark(key string, at time.Time, owner, source, what strin
 	if at.IsZero() {
 		return
 	}
-	tl.marks = append(tl.marks, plane.Mark{Key: key, At: at, What: fmt.Sprintf(what, a...), Owner: owner, Source: source})
+	tl.marks = append(tl.marks, plane.Mark{Key: key, At: at, Label: fmt.Sprintf(what, a...), Owner: owner, Source: source})
 }
 
 func (tl *podsTimeline) fact(f string, a ...any) { tl.facts = append(tl.facts, fmt.Sprintf(f, a...)) }

@@ -19,17 +19,11 @@ const (
 	OwnerLab  = "lab"
 )
 
-// Mark is one event of a trial's timeline.
-type Mark struct {
-	Key    string    `json:"key"` // the same event in every trial (the summary's row)
-	At     time.Time `json:"at"`
-	What   string    `json:"what"`
-	Owner  string    `json:"owner"`
-	Source string    `json:"source"` // how it was measured
-}
+// Mark is one event of a trial's timeline (Key, At, Label, Owner, Source).
+type Mark = report.Mark
 
-// Since is the mark's offset from the fault, in seconds.
-func (m Mark) Since(fault time.Time) float64 { return m.At.Sub(fault).Seconds() }
+// since is the mark's offset from the fault, in seconds.
+func since(m Mark, fault time.Time) float64 { return m.At.Sub(fault).Seconds() }
 
 // WriteTimeline writes the timeline of the trials of scenario id: one row
 // per event, its median offset from the fault and the spread over the
@@ -56,7 +50,7 @@ func WriteTimeline(w io.Writer, results []Result, id int) error {
 		fmt.Fprintf(w, "Mode %s, %d trials:\n\n", mode, len(in))
 		fmt.Fprintf(w, "| t after the fault: median [spread] (trials) | event | whose behaviour | measured by |\n|---|---|---|---|\n")
 		for _, row := range timelineRows(in) {
-			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", row.span(), row.What, row.Owner, row.Source)
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", row.span(), row.Label, row.Owner, row.Source)
 		}
 		fmt.Fprintln(w)
 	}
@@ -99,15 +93,15 @@ func timelineRows(rs []Result) []timelineRow {
 	for _, r := range rs {
 		roles := Roles(r.Leader)
 		for _, m := range r.Timeline {
-			m.What, m.Source = roles.Name(m.What), roles.Name(m.Source)
+			m.Label, m.Source = roles.Name(m.Label), roles.Name(m.Source)
 			row, ok := byKey[m.Key]
 			if !ok {
 				row = &timelineRow{Mark: m}
 				byKey[m.Key] = row
 				keys = append(keys, m.Key)
 			}
-			row.Offsets = append(row.Offsets, m.Since(r.FaultAt))
-			row.Differs = row.Differs || m.What != row.What
+			row.Offsets = append(row.Offsets, since(m, r.FaultAt))
+			row.Differs = row.Differs || m.Label != row.Label
 		}
 	}
 	out := make([]timelineRow, 0, len(keys))
@@ -117,10 +111,10 @@ func timelineRows(rs []Result) []timelineRow {
 	sort.SliceStable(out, func(i, j int) bool { return upperMedian(out[i].Offsets) < upperMedian(out[j].Offsets) })
 	for i := range out {
 		if out[i].Differs {
-			out[i].What += " (names of the first trial)"
+			out[i].Label += " (names of the first trial)"
 		}
 		if n := len(out[i].Offsets); n < len(rs) {
-			out[i].What += fmt.Sprintf(" (in %d of %d trials)", n, len(rs))
+			out[i].Label += fmt.Sprintf(" (in %d of %d trials)", n, len(rs))
 		}
 	}
 	return out

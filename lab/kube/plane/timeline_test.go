@@ -18,11 +18,11 @@ func TestTimelineGivesMedianAndSpreadPerEventAndMode(t *testing.T) {
 		r := Result{ID: 50, Mode: mode, Repeat: rep, FaultAt: f, Leader: active, NewLeader: other, Pass: true,
 			Facts: []string{"P2 untouched"},
 			Timeline: []Mark{
-				{Key: "evicted", At: at(evict), What: "P1 evicted", Owner: OwnerKube, Source: "audit log of " + other},
-				{Key: "promoting", At: at(6), What: other + " wins", Owner: OwnerKha, Source: "journal of " + other},
+				{Key: "evicted", At: at(evict), Label: "P1 evicted", Owner: OwnerKube, Source: "audit log of " + other},
+				{Key: "promoting", At: at(6), Label: other + " wins", Owner: OwnerKha, Source: "journal of " + other},
 			}}
 		if withAck {
-			r.Timeline = append(r.Timeline, Mark{Key: "ack", At: at(100), What: "ack", Owner: OwnerKube, Source: "audit"})
+			r.Timeline = append(r.Timeline, Mark{Key: "ack", At: at(100), Label: "ack", Owner: OwnerKube, Source: "audit"})
 		}
 		return r
 	}
