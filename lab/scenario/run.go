@@ -27,8 +27,8 @@ type Scenario struct {
 	// In are the runs besides its own table's that take the scenario.
 	In Set
 	// Real is a real-plane scenario's fault, heal and hooks, run by
-	// plane.Runner in the modes `kha-lab run --plane real --modes` names;
-	// nil for the stand-in lab's.
+	// plane.Runner in the modes `kha-lab run --modes` names (the lab up with
+	// --plane real); nil for the stand-in lab's.
 	Real *plane.Spec
 }
 
