@@ -253,7 +253,13 @@ func (p *Publisher) confirm(ctx context.Context, ep *rest.Config, token, stale i
 		if r.okNew && !r.okOld && IsPolicyDenial(r.oldErr) {
 			return false, nil
 		}
-		if r.down || webhookRefusesAll(r) {
+		if webhookRefusesAll(r) {
+			// Safe at the first sight, unlike a silence: while the
+			// webhook cannot be called nothing managed is stored there,
+			// and once it can, it judges by a quorum read.
+			return true, nil
+		}
+		if r.down {
 			unable++
 		} else {
 			unable = 0
