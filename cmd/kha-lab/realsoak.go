@@ -14,6 +14,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 )
 
@@ -50,7 +51,7 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 	}
 	fmt.Printf("soak: seed %d (replay: kha-lab soak --plane real --mode %s --seed %d), results in %s.json\n", seed, modeName, seed, base)
 	o := plane.SoakOptions{Duration: d, Seed: seed, Mode: mode, Progress: os.Stdout, Lookup: scenario.RealSpec,
-		Save: func(rs []plane.Result) error {
+		Save: func(rs []report.Result) error {
 			dropPassedCases(rs)
 			b, _ := json.MarshalIndent(rs, "", "  ")
 			return os.WriteFile(base+".json", b, 0o644)
@@ -82,7 +83,7 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 
 // dropPassedCases removes the etcd judge's case of every passed trial
 // (each result names its case in a note).
-func dropPassedCases(rs []plane.Result) {
+func dropPassedCases(rs []report.Result) {
 	for _, res := range rs {
 		if !res.Pass {
 			continue

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 )
 
@@ -66,11 +67,11 @@ func runReal(ctx context.Context, f labFlags, modes string, repeat int, ids []in
 	}
 	stamp := time.Now().UTC().Format("20060102T150405")
 	// Saved after every trial: an interrupted run keeps what it measured.
-	save := func(results []plane.Result) error {
+	save := func(results []report.Result) error {
 		b, _ := json.MarshalIndent(results, "", "  ")
 		return os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644)
 	}
-	var results []plane.Result
+	var results []report.Result
 	// Repeat by repeat, every mode in each: an interrupted run (the
 	// machine is shared, a full matrix takes an hour) still has every
 	// scenario in every mode for the repeats it finished. Each mode
@@ -194,14 +195,14 @@ func runSideBySideReport(ctx context.Context, args []string) error {
 
 // readResults reads saved sidebyside runs; a file that is not one is
 // named in the error.
-func readResults(files []string) ([]plane.Result, error) {
-	var all []plane.Result
+func readResults(files []string) ([]report.Result, error) {
+	var all []report.Result
 	for _, a := range files {
 		b, err := os.ReadFile(a)
 		if err != nil {
 			return nil, err
 		}
-		var rs []plane.Result
+		var rs []report.Result
 		if err := json.Unmarshal(b, &rs); err != nil {
 			return nil, fmt.Errorf("%s: not a saved sidebyside run: %w", a, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 func init() {
@@ -27,13 +28,13 @@ func runTimeline(ctx context.Context, args []string) error {
 		fmt.Fprintln(os.Stderr, "usage: kha-lab timeline [--id N] FILE.json...")
 		return errUsage
 	}
-	var all []plane.Result
+	var all []report.Result
 	for _, a := range rest {
 		b, err := os.ReadFile(a)
 		if err != nil {
 			return err
 		}
-		var rs []plane.Result
+		var rs []report.Result
 		if err := json.Unmarshal(b, &rs); err != nil {
 			return fmt.Errorf("%s: %w", a, err)
 		}

@@ -12,8 +12,8 @@ import (
 )
 
 func result(id int, pass bool, stopped, won float64) Result {
-	r := Result{ID: id, Name: fmt.Sprintf("scenario-%d", id), Fault: "a fault", Expected: "an outcome", Pass: pass,
-		Metrics: map[string]float64{MStopped: stopped, MWon: won, MMargin: won - stopped}}
+	r := Result{ID: id, Name: fmt.Sprintf("scenario-%d", id), Pass: pass,
+		StandIn: StandIn{Fault: "a fault", Expected: "an outcome", Metrics: map[string]float64{MStopped: stopped, MWon: won, MMargin: won - stopped}}}
 	if !pass {
 		r.Problems = []string{"something broke"}
 	}

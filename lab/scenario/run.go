@@ -156,7 +156,8 @@ func (e *Env) failoverTimeout() time.Duration { return 4*e.Profile.TTL + 30*time
 // Execute runs one scenario: steady state, fault, checks, restore, overlap
 // check over the whole span.
 func (e *Env) Execute(ctx context.Context, sc Scenario, repeat int) report.Result {
-	res := report.Result{ID: sc.ID, Name: sc.Name, Fault: sc.Fault, Expected: sc.Expected, Repeat: repeat, Metrics: map[string]float64{}}
+	res := report.Result{ID: sc.ID, Name: sc.Name, Repeat: repeat,
+		StandIn: report.StandIn{Fault: sc.Fault, Expected: sc.Expected, Metrics: map[string]float64{}}}
 	r := &Run{Env: e, Res: &res, started: time.Now()}
 	res.Start = r.started
 	e.Log.Info("scenario: start", "scenario", sc.ID, "name", sc.Name, "repeat", repeat)

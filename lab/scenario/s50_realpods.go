@@ -20,6 +20,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/agent"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // Scenario 50 (real plane): the operators' pod questions. The active
@@ -320,7 +321,7 @@ func (s *podsTrial) pollTaints(ctx context.Context, r *plane.Runner) {
 
 // after waits for the cut worker's agent to stop P1 and for db-0 to run
 // again, then writes the timeline and the facts.
-func (s *podsTrial) after(ctx context.Context, t *plane.Trial, res *plane.Result) {
+func (s *podsTrial) after(ctx context.Context, t *plane.Trial, res *report.Result) {
 	fail := func(f string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(f, a...)) }
 	deadline := time.Now().Add(s50afterTimeout)
 	var cut, other []agent.Record
@@ -371,7 +372,7 @@ func (s *podsTrial) dbSuccessor(logs ...[]agent.Record) (agent.Record, bool) {
 type podsTimeline struct {
 	s          *podsTrial
 	t          *plane.Trial
-	res        *plane.Result
+	res        *report.Result
 	evs        []audit.Event
 	cut, other []agent.Record
 	opts       audit.Options

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // Scenario 51 (real plane, issue 12): the leader's whole master frozen
@@ -34,19 +35,19 @@ func init() {
 				return err
 			}, nil
 		},
-		Judge: func(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+		Judge: func(t *plane.Trial, evs []audit.Event, res *report.Result) {
 			thawed, ok := t.Marks["thawed"]
 			if !ok {
 				res.Problems = append(res.Problems, "never thawed")
 				return
 			}
-			res.Figures["frozen_ms"] = float64(thawed.Sub(t.Marks["frozen"]).Milliseconds())
+			res.Figures.Values["frozen_ms"] = float64(thawed.Sub(t.Marks["frozen"]).Milliseconds())
 			o := audit.Options{Masters: t.R.P.MasterIPs()}
 			acc, ref := audit.Since(evs, o, t.Leader, thawed)
-			res.Figures["accepted_after_thaw"], res.Figures["refused_after_thaw"] = float64(acc), float64(ref)
+			res.Figures.Values["accepted_after_thaw"], res.Figures.Values["refused_after_thaw"] = float64(acc), float64(ref)
 			last := audit.LastAccepted(evs, o, t.Leader, thawed)
 			if !last.IsZero() {
-				res.Figures["last_accepted_after_thaw_ms"] = float64(last.Sub(thawed).Milliseconds())
+				res.Figures.Values["last_accepted_after_thaw_ms"] = float64(last.Sub(thawed).Milliseconds())
 			}
 			note := fmt.Sprintf("frozen %s; after the thaw the apiservers accepted %d and the policy refused %d managed writes from %s",
 				thawed.Sub(t.Marks["frozen"]).Round(time.Millisecond), acc, ref, t.Leader)

@@ -14,6 +14,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -55,9 +56,9 @@ func init() {
 			t.Figures("stale_refused_at_client", float64(refused))
 			return heal, err
 		},
-		Judge: func(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+		Judge: func(t *plane.Trial, evs []audit.Event, res *report.Result) {
 			from, to := t.Marks["stale-start"], t.Marks["stale-end"]
-			stale := fmt.Sprint(int64(res.Figures["stale_token"]))
+			stale := fmt.Sprint(int64(res.Figures.Values["stale_token"]))
 			acc, ref := 0, 0
 			for _, e := range evs {
 				// Only what was sent with the old token: the new leader's
@@ -72,10 +73,10 @@ func init() {
 					ref++
 				}
 			}
-			res.Figures["stale_accepted_at_resource"], res.Figures["stale_refused_at_resource"] = float64(acc), float64(ref)
-			if acc > 0 || float64(ref) < res.Figures["stale_sent"] || res.Figures["stale_sent"] == 0 {
+			res.Figures.Values["stale_accepted_at_resource"], res.Figures.Values["stale_refused_at_resource"] = float64(acc), float64(ref)
+			if acc > 0 || float64(ref) < res.Figures.Values["stale_sent"] || res.Figures.Values["stale_sent"] == 0 {
 				res.Problems = append(res.Problems, fmt.Sprintf("stale term: sent %v, the apiservers accepted %d and the policy refused %d; want all refused",
-					res.Figures["stale_sent"], acc, ref))
+					res.Figures.Values["stale_sent"], acc, ref))
 			}
 		}})
 }

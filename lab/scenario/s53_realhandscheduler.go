@@ -9,6 +9,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // handRun is how long the hand-started scheduler competes (the prober
@@ -40,7 +41,7 @@ func init() {
 			}
 			return nil, err
 		},
-		Judge: func(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+		Judge: func(t *plane.Trial, evs []audit.Event, res *report.Result) {
 			standby := otherMaster(t.Leader)
 			from, to := t.Marks["hand-start"], t.Marks["hand-stop"]
 			o := audit.Options{Masters: t.R.P.MasterIPs()}
@@ -58,7 +59,7 @@ func init() {
 					leaderBinds++
 				}
 			}
-			res.Figures["hand_accepted"], res.Figures["hand_refused"], res.Figures["leader_binds_meanwhile"] = float64(acc), float64(ref), float64(leaderBinds)
+			res.Figures.Values["hand_accepted"], res.Figures.Values["hand_refused"], res.Figures.Values["leader_binds_meanwhile"] = float64(acc), float64(ref), float64(leaderBinds)
 			if acc > 0 || ref == 0 || leaderBinds == 0 {
 				res.Problems = append(res.Problems, fmt.Sprintf("hand-started scheduler on %s: %d writes accepted, %d refused by the policy; the leader %s bound %d pods meanwhile; want 0, > 0, > 0",
 					standby, acc, ref, t.Leader, leaderBinds))

@@ -9,6 +9,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // otherGroupRun is how long the misconfigured node runs in its own group:
@@ -55,7 +56,7 @@ func init() {
 			// ReplicaSet pod replaced) runs while the other group leads.
 			return heal, Sleep(ctx, otherGroupRun)
 		},
-		Judge: func(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+		Judge: func(t *plane.Trial, evs []audit.Event, res *report.Result) {
 			standby := otherMaster(t.Leader)
 			from, to := t.Marks["other-group"], t.Marks["regrouped"]
 			o := audit.Options{Masters: t.R.P.MasterIPs()}
@@ -81,8 +82,8 @@ func init() {
 					late++
 				}
 			}
-			res.Figures["other_group_accepted"], res.Figures["other_group_refused"] = float64(acc), float64(ref)
-			res.Figures["leader_accepted"], res.Figures["leader_accepted_late"] = float64(leader), float64(late)
+			res.Figures.Values["other_group_accepted"], res.Figures.Values["other_group_refused"] = float64(acc), float64(ref)
+			res.Figures.Values["leader_accepted"], res.Figures.Values["leader_accepted_late"] = float64(leader), float64(late)
 			if acc > 0 || late == 0 {
 				res.Problems = append(res.Problems, fmt.Sprintf("%s in another group: %d of its writes accepted (%d refused by the policy); the real leader %s had %d accepted, %d in the last %s; want 0 and > 0",
 					standby, acc, ref, t.Leader, leader, late, otherGroupRun/2))

@@ -13,6 +13,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -100,7 +101,7 @@ func init() {
 	})
 }
 
-func judgeStranger(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+func judgeStranger(t *plane.Trial, evs []audit.Event, res *report.Result) {
 	from, to := t.Marks["hand-start"], t.Marks["hand-stop"]
 	o := audit.Options{Masters: t.R.P.MasterIPs()}
 	strangerBinds, leaderBinds := 0, 0
@@ -116,11 +117,11 @@ func judgeStranger(t *plane.Trial, evs []audit.Event, res *plane.Result) {
 			leaderBinds++
 		}
 	}
-	res.Figures["stranger_binds_accepted"], res.Figures["leader_binds_meanwhile"] = float64(strangerBinds), float64(leaderBinds)
-	refused := res.Figures["gate_refused_errors"] + res.Figures["stranger_403_lines"]
+	res.Figures.Values["stranger_binds_accepted"], res.Figures.Values["leader_binds_meanwhile"] = float64(strangerBinds), float64(leaderBinds)
+	refused := res.Figures.Values["gate_refused_errors"] + res.Figures.Values["stranger_403_lines"]
 	if strangerBinds > 0 || leaderBinds == 0 || refused == 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("second scheduler on the leader %s through its gate: %d of its bindings accepted, "+
 			"%v gate refusals logged (supervisor ERRORs %v, its own 403 lines %v); the real scheduler bound %d pods meanwhile; want 0, > 0, > 0",
-			t.Leader, strangerBinds, refused, res.Figures["gate_refused_errors"], res.Figures["stranger_403_lines"], leaderBinds))
+			t.Leader, strangerBinds, refused, res.Figures.Values["gate_refused_errors"], res.Figures.Values["stranger_403_lines"], leaderBinds))
 	}
 }

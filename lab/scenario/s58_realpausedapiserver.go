@@ -14,6 +14,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -162,14 +163,14 @@ func stalePod(ctx context.Context, t *plane.Trial) (string, error) {
 // judgePausedAPIServer counts, at the audit logs, the managed writes with
 // the old token accepted after the thaw: the scenario's own and whatever
 // the old leader's gate sent.
-func judgePausedAPIServer(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+func judgePausedAPIServer(t *plane.Trial, evs []audit.Event, res *report.Result) {
 	thawed, ok := t.Marks["thawed"]
 	if !ok {
 		res.Problems = append(res.Problems, "never thawed")
 		return
 	}
-	res.Figures["frozen_ms"] = float64(thawed.Sub(t.Marks["frozen"]).Milliseconds())
-	stale := fmt.Sprint(int64(res.Figures["stale_token"]))
+	res.Figures.Values["frozen_ms"] = float64(thawed.Sub(t.Marks["frozen"]).Milliseconds())
+	stale := fmt.Sprint(int64(res.Figures.Values["stale_token"]))
 	acc, ref := 0, 0
 	var first time.Time
 	for _, e := range evs {
@@ -186,14 +187,14 @@ func judgePausedAPIServer(t *plane.Trial, evs []audit.Event, res *plane.Result) 
 			ref++
 		}
 	}
-	res.Figures["stale_accepted_at_resource"], res.Figures["stale_refused_at_resource"] = float64(acc), float64(ref)
+	res.Figures.Values["stale_accepted_at_resource"], res.Figures.Values["stale_refused_at_resource"] = float64(acc), float64(ref)
 	note := fmt.Sprintf("frozen %s; after the thaw the apiservers accepted %d and refused %d managed writes carrying the old token %s",
 		thawed.Sub(t.Marks["frozen"]).Round(time.Millisecond), acc, ref, stale)
 	if !first.IsZero() {
 		note += fmt.Sprintf(" (the first accepted %s after the thaw)", first.Sub(thawed).Round(time.Millisecond))
 	}
 	res.Notes = append(res.Notes, note)
-	if acc > 0 || res.Figures["stale_sent"] == 0 {
+	if acc > 0 || res.Figures.Values["stale_sent"] == 0 {
 		res.Problems = append(res.Problems, note+": want none accepted")
 	}
 }

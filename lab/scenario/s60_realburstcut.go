@@ -15,6 +15,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -203,25 +204,25 @@ func tookOver(snap probe.Snapshot, since time.Time) bool {
 }
 
 // judge records when the heal landed after the cut.
-func (s *burstTrial) judge(t *plane.Trial, _ []audit.Event, res *plane.Result) {
+func (s *burstTrial) judge(t *plane.Trial, _ []audit.Event, res *report.Result) {
 	cut, heal, healed := t.Marks["cut"], t.Marks["heal"], t.Marks["healed"]
 	if cut.IsZero() || healed.IsZero() {
 		res.Problems = append(res.Problems, "burst: never cut or never healed")
 		return
 	}
-	if res.Figures == nil {
-		res.Figures = map[string]float64{}
+	if res.Figures.Values == nil {
+		res.Figures.Values = map[string]float64{}
 	}
-	res.Figures["cut_ms"] = float64(t.Marks["cut_done"].Sub(cut).Milliseconds())
-	res.Figures["heal_after_cut_ms"] = float64(heal.Sub(cut).Milliseconds())
-	res.Figures["heal_ms"] = float64(healed.Sub(heal).Milliseconds())
+	res.Figures.Values["cut_ms"] = float64(t.Marks["cut_done"].Sub(cut).Milliseconds())
+	res.Figures.Values["heal_after_cut_ms"] = float64(heal.Sub(cut).Milliseconds())
+	res.Figures.Values["heal_ms"] = float64(healed.Sub(heal).Milliseconds())
 	res.Notes = append(res.Notes, fmt.Sprintf("burst of %d: cut in %s, healed %s after the cut (in %s)", burstPods,
 		t.Marks["cut_done"].Sub(cut).Round(time.Millisecond), heal.Sub(cut).Round(time.Millisecond), healed.Sub(heal).Round(time.Millisecond)))
 	if !s.healOnTakeover {
 		return
 	}
 	if seen, ok := t.Marks["takeover_seen"]; ok {
-		res.Figures["takeover_seen_ms"] = float64(seen.Sub(cut).Milliseconds())
+		res.Figures.Values["takeover_seen_ms"] = float64(seen.Sub(cut).Milliseconds())
 		res.Notes = append(res.Notes, fmt.Sprintf("healed on the other master's first act, seen %s after the cut: inside the TCP user timeout", seen.Sub(cut).Round(time.Millisecond)))
 	} else {
 		res.Notes = append(res.Notes, fmt.Sprintf("the other master had not acted %s after the cut: healed before the takeover (not the point this scenario aims at)", burstHeal))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // TestJudgeHealedAPIServer: scenario 61's verdict. An old-token write
@@ -36,9 +37,9 @@ func TestJudgeHealedAPIServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := &plane.Trial{Marks: map[string]time.Time{"heal-start": heal}}
-			res := &plane.Result{Figures: map[string]float64{"stale_token": 7}}
+			res := &report.Result{Figures: report.Figures{Values: map[string]float64{"stale_token": 7}}}
 			for k, v := range tc.figs {
-				res.Figures[k] = v
+				res.Figures.Values[k] = v
 			}
 			judgeHealedAPIServer(tr, tc.evs, res)
 			got := strings.Join(res.Problems, "; ")

@@ -15,6 +15,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -246,13 +247,13 @@ func dryRunEvent(ctx context.Context, c kubernetes.Interface, i int) error {
 // judgeHealedAPIServer fails the trial on any old-token write admitted
 // after the heal began, by the probe's count and at the audit log (dry
 // runs included: a dry run admitted is a write that would be stored).
-func judgeHealedAPIServer(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+func judgeHealedAPIServer(t *plane.Trial, evs []audit.Event, res *report.Result) {
 	from, ok := t.Marks["heal-start"]
 	if !ok {
 		res.Problems = append(res.Problems, "never healed")
 		return
 	}
-	stale := fmt.Sprint(int64(res.Figures["stale_token"]))
+	stale := fmt.Sprint(int64(res.Figures.Values["stale_token"]))
 	acc := 0
 	for _, e := range evs {
 		if e.Received.Before(from) || !audit.Managed(e) || !e.Write() || len(e.Token) != 1 || e.Token[0] != stale || !e.Accepted() {
@@ -260,13 +261,13 @@ func judgeHealedAPIServer(t *plane.Trial, evs []audit.Event, res *plane.Result) 
 		}
 		acc++
 	}
-	res.Figures["heal_old_accepted_at_audit"] = float64(acc)
-	probed := res.Figures["heal_old_admitted"] + res.Figures["heal_old_refused"]
+	res.Figures.Values["heal_old_accepted_at_audit"] = float64(acc)
+	probed := res.Figures.Values["heal_old_admitted"] + res.Figures.Values["heal_old_refused"]
 	switch {
 	case probed == 0:
 		res.Problems = append(res.Problems, "no old-token probe answered by the fence after the heal")
-	case res.Figures["heal_old_admitted"] > 0 || acc > 0:
+	case res.Figures.Values["heal_old_admitted"] > 0 || acc > 0:
 		res.Problems = append(res.Problems, fmt.Sprintf("the healed apiserver admitted the old token %s: %v dry runs of the probe, %d writes in the audit logs; want none",
-			stale, res.Figures["heal_old_admitted"], acc))
+			stale, res.Figures.Values["heal_old_admitted"], acc))
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // Scenario 65 (real plane, issue 22 item 2): the leader's whole master
@@ -51,22 +52,22 @@ func init() {
 
 // judgeThawed reports what the apiservers accepted from the thawed
 // master after the thaw (the etcd judge counts the late commits).
-func judgeThawed(t *plane.Trial, evs []audit.Event, res *plane.Result) {
+func judgeThawed(t *plane.Trial, evs []audit.Event, res *report.Result) {
 	_, ok := t.Marks["thawed"]
 	if !ok {
 		res.Problems = append(res.Problems, "never thawed")
 		return
 	}
-	if res.Figures == nil {
-		res.Figures = map[string]float64{}
+	if res.Figures.Values == nil {
+		res.Figures.Values = map[string]float64{}
 	}
-	res.Figures["freeze_ms"] = float64(t.Marks["frozen_done"].Sub(t.Marks["frozen"]).Milliseconds())
-	res.Figures["frozen_ms"] = float64(t.Marks["thaw"].Sub(t.Marks["frozen"]).Milliseconds())
+	res.Figures.Values["freeze_ms"] = float64(t.Marks["frozen_done"].Sub(t.Marks["frozen"]).Milliseconds())
+	res.Figures.Values["frozen_ms"] = float64(t.Marks["thaw"].Sub(t.Marks["frozen"]).Milliseconds())
 	o := audit.Options{Masters: t.R.P.MasterIPs()}
 	acc, ref := audit.Since(evs, o, t.Leader, t.Marks["thaw"])
-	res.Figures["accepted_after_thaw"], res.Figures["refused_after_thaw"] = float64(acc), float64(ref)
+	res.Figures.Values["accepted_after_thaw"], res.Figures.Values["refused_after_thaw"] = float64(acc), float64(ref)
 	if last := audit.LastAccepted(evs, o, t.Leader, t.Marks["thaw"]); !last.IsZero() {
-		res.Figures["last_accepted_after_thaw_ms"] = float64(last.Sub(t.Marks["thaw"]).Milliseconds())
+		res.Figures.Values["last_accepted_after_thaw_ms"] = float64(last.Sub(t.Marks["thaw"]).Milliseconds())
 	}
 	note := fmt.Sprintf("frozen %s (freeze took %s); after the thaw the apiservers accepted %d and the policy refused %d managed writes from %s",
 		t.Marks["thaw"].Sub(t.Marks["frozen"]).Round(time.Millisecond), t.Marks["frozen_done"].Sub(t.Marks["frozen"]).Round(time.Millisecond), acc, ref, t.Leader)

@@ -12,6 +12,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // Scenario 67 (real plane, issue 22 item 2): the leader's supervisor and
@@ -65,7 +66,7 @@ func init() {
 				return err
 			}, nil
 		},
-		Judge: func(t *plane.Trial, evs []audit.Event, res *plane.Result) { judgeThawed(t, evs, res) }})
+		Judge: func(t *plane.Trial, evs []audit.Event, res *report.Result) { judgeThawed(t, evs, res) }})
 }
 
 // mainPIDs are the units' main processes on n, waiting up to 20 s for a

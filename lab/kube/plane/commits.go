@@ -13,6 +13,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/commits"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // The judge at etcd (lab/kube/commits) next to the one at the audit logs:
@@ -62,7 +63,7 @@ func (p *Plane) Hosts() map[string]string {
 // judgeCommits judges the trial at etcd: rec (nil: the recording did not
 // start, already a problem of the trial) against the audit logs over the
 // audit judge's window.
-func (r *Runner) judgeCommits(ctx context.Context, rec *commitRecording, res *Result, end time.Time) {
+func (r *Runner) judgeCommits(ctx context.Context, rec *commitRecording, res *report.Result, end time.Time) {
 	if rec == nil {
 		return
 	}
@@ -77,7 +78,7 @@ func (r *Runner) judgeCommits(ctx context.Context, rec *commitRecording, res *Re
 		return
 	}
 	o := commits.Options{Masters: r.P.MasterIPs(), Hosts: r.P.Hosts(), From: res.FaultAt.Add(-judgedBefore), To: end}
-	res.applyCommits(commits.Judge(recording, evs, o))
+	applyCommits(res, commits.Judge(recording, evs, o))
 	if dir := os.Getenv(KeepCommitsEnv); dir != "" {
 		path, err := r.keepCase(dir, recording, res)
 		if err != nil {
@@ -94,7 +95,7 @@ func (r *Runner) judgeCommits(ctx context.Context, rec *commitRecording, res *Re
 // lab/kube/commits' tests and for a second look at a verdict.
 const KeepCommitsEnv = "KHA_KEEP_COMMITS"
 
-func (r *Runner) keepCase(dir string, rec commits.Recording, res *Result) (string, error) {
+func (r *Runner) keepCase(dir string, rec commits.Recording, res *report.Result) (string, error) {
 	c := commits.Case{Recording: rec, Audit: map[string][]string{}, Masters: r.P.MasterIPs(), Hosts: r.P.Hosts()}
 	for m, p := range r.P.AuditLogs() {
 		lines, err := commits.AuditLines(p, res.FaultAt.Add(-time.Minute), time.Now())
@@ -114,7 +115,7 @@ func (r *Runner) keepCase(dir string, rec commits.Recording, res *Result) (strin
 const maxListed = 10
 
 // applyCommits fills res with the verdict at etcd.
-func (res *Result) applyCommits(rep commits.Report) {
+func applyCommits(res *report.Result, rep commits.Report) {
 	res.Etcd = rep.String()
 	res.LateCommits, res.GhostWrites = len(rep.Late), len(rep.Ghosts)
 	for i, l := range rep.Late {
@@ -140,7 +141,7 @@ func (res *Result) applyCommits(rep commits.Report) {
 // without problems and without harm, and harm includes any late commit at
 // etcd. Leader election fences nothing: its harm is the comparison's
 // finding, not a failure of the lab.
-func (res *Result) verdict(mode Mode) {
+func verdict(res *report.Result, mode Mode) {
 	harm := len(res.Overlaps) > 0 || res.DoubleBind > 0 || res.ExtraRS > 0 || res.Stale > 0 || res.LateCommits > 0
 	res.Pass = len(res.Problems) == 0 && !harm
 	if harm && mode.LeaderElect {

@@ -11,11 +11,12 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/commits"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // recorded judges one of the etcd judge's stored recordings
 // (lab/kube/commits/testdata) as a trial does and returns the result.
-func recorded(t *testing.T, name string, mode Mode) Result {
+func recorded(t *testing.T, name string, mode Mode) report.Result {
 	t.Helper()
 	f, err := os.Open(filepath.Join("..", "commits", "testdata", name+".json.gz"))
 	if err != nil {
@@ -41,9 +42,9 @@ func recorded(t *testing.T, name string, mode Mode) Result {
 		}
 		evs = append(evs, e...)
 	}
-	res := Result{Mode: mode.Name}
-	res.applyCommits(commits.Judge(c.Recording, evs, commits.Options{}))
-	res.verdict(mode)
+	res := report.Result{Mode: mode.Name}
+	applyCommits(&res, commits.Judge(c.Recording, evs, commits.Options{}))
+	verdict(&res, mode)
 	return res
 }
 
@@ -80,9 +81,9 @@ func TestLeaderElectionLateCommitIsAFinding(t *testing.T) {
 // A recording the judge could not read fails the trial (a problem), as
 // the audit judge's unreadable log does.
 func TestTrialFailsWhenEtcdIsNotRead(t *testing.T) {
-	res := Result{}
-	res.applyCommits(commits.Report{Problems: []string{"revision 7: undecodable"}})
-	res.verdict(KhaMode(lab.Fast))
+	res := report.Result{}
+	applyCommits(&res, commits.Report{Problems: []string{"revision 7: undecodable"}})
+	verdict(&res, KhaMode(lab.Fast))
 	if res.Pass || len(res.Problems) != 1 {
 		t.Errorf("pass %v problems %v", res.Pass, res.Problems)
 	}

@@ -192,7 +192,7 @@ type SectionOptions struct {
 
 // WriteSection writes the side-by-side section of docs/failure-modes.md
 // from saved results.
-func WriteSection(w io.Writer, results []Result, o SectionOptions) error {
+func WriteSection(w io.Writer, results []report.Result, o SectionOptions) error {
 	if len(results) == 0 {
 		return errors.New("plane: no results")
 	}

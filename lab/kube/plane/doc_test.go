@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 func TestSectionReplacesOnlyItsOwn(t *testing.T) {
 	doc := []byte("# Failure modes\n\n## The operators' questions\n\nkeep me\n\n" +
 		SectionHeading + " (old)\n\nold table\n\n## The failure matrix\n\nkeep me too\n")
-	var rs []Result
+	var rs []report.Result
 	for i, v := range []float64{6000, 7000, 8000} {
-		rs = append(rs, Result{ID: 40, Scenario: "real: leader's rack cut off", Mode: "kha-fast", Repeat: i + 1, SchedMS: v, UnboundMS: v, CMMS: v, FaultAt: t0, Pass: true})
-		rs = append(rs, Result{ID: 40, Scenario: "real: leader's rack cut off", Mode: "le-tuned", Repeat: i + 1, SchedMS: v / 2, UnboundMS: v / 2, CMMS: v, FaultAt: t0, Pass: true})
+		rs = append(rs, report.Result{ID: 40, Name: "real: leader's rack cut off", Mode: "kha-fast", Repeat: i + 1, FaultAt: t0, Pass: true, RealPlane: report.RealPlane{SchedMS: v, UnboundMS: v, CMMS: v}})
+		rs = append(rs, report.Result{ID: 40, Name: "real: leader's rack cut off", Mode: "le-tuned", Repeat: i + 1, FaultAt: t0, Pass: true, RealPlane: report.RealPlane{SchedMS: v / 2, UnboundMS: v / 2, CMMS: v}})
 	}
 	var sec bytes.Buffer
 	if err := WriteSection(&sec, rs, SectionOptions{SVG: "sidebyside.svg", Load: "load average 1"}); err != nil {

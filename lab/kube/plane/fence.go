@@ -17,6 +17,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -345,7 +346,7 @@ func (p *Plane) HeldToken(ctx context.Context) (int64, error) {
 // judgeFence judges a fenced mode's trial at the resource (writes of a
 // stale term accepted, refusals by the policy) and runs the scenario's
 // own Judge, over the same window as judge.
-func (r *Runner) judgeFence(s Spec, t *Trial, res *Result, end time.Time) {
+func (r *Runner) judgeFence(s Spec, t *Trial, res *report.Result, end time.Time) {
 	if t.Mode.Fence == "" && s.Judge == nil {
 		return
 	}
@@ -368,11 +369,11 @@ func (r *Runner) judgeFence(s Spec, t *Trial, res *Result, end time.Time) {
 		}
 	}
 	if s.Judge != nil {
-		if res.Figures == nil {
-			res.Figures = map[string]float64{}
+		if res.Figures.Values == nil {
+			res.Figures.Values = map[string]float64{}
 		}
 		for k, v := range t.Figs {
-			res.Figures[k] = v
+			res.Figures.Values[k] = v
 		}
 		s.Judge(t, evs, res)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -39,14 +40,14 @@ func TestFiguresComeFromTheBindingsAfterTheFault(t *testing.T) {
 }
 
 func TestTableGivesMedianSpreadAndRatio(t *testing.T) {
-	var rs []Result
+	var rs []report.Result
 	for i, v := range []float64{4000, 5000, 9000} {
-		rs = append(rs, Result{ID: 40, Scenario: "real: cut", Mode: "kha-fast", Repeat: i + 1, FaultAt: t0, SchedMS: v, UnboundMS: v, CMMS: v, Pass: true})
-		rs = append(rs, Result{ID: 40, Scenario: "real: cut", Mode: "le-tuned", Repeat: i + 1, FaultAt: t0, SchedMS: 2 * v, UnboundMS: 2 * v, CMMS: 2 * v, Pass: true})
+		rs = append(rs, report.Result{ID: 40, Name: "real: cut", Mode: "kha-fast", Repeat: i + 1, FaultAt: t0, Pass: true, RealPlane: report.RealPlane{SchedMS: v, UnboundMS: v, CMMS: v}})
+		rs = append(rs, report.Result{ID: 40, Name: "real: cut", Mode: "le-tuned", Repeat: i + 1, FaultAt: t0, Pass: true, RealPlane: report.RealPlane{SchedMS: 2 * v, UnboundMS: 2 * v, CMMS: 2 * v}})
 	}
 	rs[0].Overlaps = []string{"x"}
 	// A trial whose setup failed measured nothing: it is not a 0 s figure.
-	rs = append(rs, Result{ID: 40, Scenario: "real: cut", Mode: "kha-fast", Repeat: 4, Problems: []string{"setup: x"}})
+	rs = append(rs, report.Result{ID: 40, Name: "real: cut", Mode: "kha-fast", Repeat: 4, Problems: []string{"setup: x"}})
 	var b bytes.Buffer
 	WriteTable(&b, rs)
 	out := b.String()

@@ -18,6 +18,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -40,10 +41,10 @@ type Spec struct {
 	// the aftermath and fills the timeline, facts and problems).
 	Prepare func(ctx context.Context, t *Trial) error
 	Hold    func(ctx context.Context, t *Trial) error
-	After   func(ctx context.Context, t *Trial, res *Result)
+	After   func(ctx context.Context, t *Trial, res *report.Result)
 	// Judge, when set, adds the scenario's own verdict from the audit
 	// events of the trial's window (fence.go).
-	Judge func(t *Trial, evs []audit.Event, res *Result)
+	Judge func(t *Trial, evs []audit.Event, res *report.Result)
 	// Balanced runs the trial with the components' kubeconfig through
 	// each master's local balancer (Balancer) instead of its own apiserver.
 	Balanced bool
@@ -88,90 +89,6 @@ func (t *Trial) Standby() string { return other(t.Leader) }
 
 // Notef adds a note to the trial's result.
 func (t *Trial) Notef(f string, a ...any) { t.Notes = append(t.Notes, fmt.Sprintf(f, a...)) }
-
-// Result is one trial's figures (milliseconds).
-type Result struct {
-	ID         int       `json:"id"`
-	Scenario   string    `json:"scenario"`
-	Mode       string    `json:"mode"`
-	Repeat     int       `json:"repeat"`
-	Leader     string    `json:"leader"`
-	CMLeader   string    `json:"cm_leader"`
-	NewLeader  string    `json:"new_leader"`
-	FaultAt    time.Time `json:"fault_at"`
-	FaultDone  time.Time `json:"fault_done"`    // the fault completely in place
-	SchedMS    float64   `json:"scheduler_ms"`  // fault -> first pod created after the fault bound
-	UnboundMS  float64   `json:"unbound_ms"`    // longest a probe pod stayed unbound
-	CMMS       float64   `json:"controller_ms"` // longest a deleted ReplicaSet pod stayed unreplaced
-	ColdMS     float64   `json:"cold_start_ms"` // new leader's scheduler unit start -> its first bind (0: no new unit)
-	Overlaps   []string  `json:"overlaps,omitempty"`
-	DoubleBind int       `json:"double_binds"`
-	ExtraRS    int       `json:"extra_rs_pods"`
-	Writes     string    `json:"writes"`
-	// The fence at the API server (fenced modes; fence.go).
-	Fence       string             `json:"fence,omitempty"`
-	Stale       int                `json:"stale_accepted"`
-	StaleWrites []string           `json:"stale_writes,omitempty"`
-	Refused     int                `json:"refused_by_policy"`
-	Figures     map[string]float64 `json:"figures,omitempty"` // the scenario's own (Judge)
-	Problems    []string           `json:"problems,omitempty"`
-	Notes       []string           `json:"notes,omitempty"`    // host flakes seen in the window
-	Timeline    []Mark             `json:"timeline,omitempty"` // scenarios with an After hook
-	Facts       []string           `json:"facts,omitempty"`
-	// HealAt is when the fault was undone (zero: nothing to undo).
-	HealAt time.Time `json:"heal_at,omitzero"`
-	// Handoff is, per component, when the faulted leader's master wrote
-	// last and the other master first (accepted writes at the resource).
-	Handoff map[string]Handoff `json:"handoff,omitempty"`
-	// Finding: leader election let both masters write (an overlap,
-	// a double binding, extra pods). The trial does not pass, but it is
-	// what the comparison measures, not a failure of the lab.
-	Finding string `json:"finding,omitempty"`
-	Pass    bool   `json:"pass"`
-
-	// The judge at etcd (commits.go): what etcd committed of the managed
-	// components' writes from just before the fault. LateCommits: writes
-	// of a term committed after the next term's first write (any fails
-	// the trial); GhostWrites: committed without an accepted audit entry
-	// (reported: the audit judge does not see them).
-	Etcd        string   `json:"etcd,omitempty"`
-	LateCommits int      `json:"late_commits"`
-	LateList    []string `json:"late_list,omitempty"`
-	GhostWrites int      `json:"ghost_writes"`
-	GhostList   []string `json:"ghost_list,omitempty"`
-}
-
-// Handoff is one component's handoff at the resource, in milliseconds
-// after the fault (negative: before it); nil when there was no such write.
-type Handoff struct {
-	// LastOldMS: the faulted leader's master's last accepted write from
-	// the window's start (2 s before the fault) until the other master's
-	// first, else until the heal.
-	LastOldMS *float64 `json:"last_old_ms,omitempty"`
-	// FirstOtherMS: the other master's first accepted write after the
-	// fault.
-	FirstOtherMS *float64 `json:"first_other_ms,omitempty"`
-}
-
-// MarginMS is how long nobody wrote between the old master's last write
-// and the new one's first (negative: both wrote at once); false when
-// either write is missing.
-func (h Handoff) MarginMS() (float64, bool) {
-	if h.LastOldMS == nil || h.FirstOtherMS == nil {
-		return 0, false
-	}
-	return *h.FirstOtherMS - *h.LastOldMS, true
-}
-
-func (h Handoff) String() string {
-	f := func(p *float64) string {
-		if p == nil {
-			return "none"
-		}
-		return fmt.Sprintf("%.0f ms", *p)
-	}
-	return "old master's last write " + f(h.LastOldMS) + ", other's first " + f(h.FirstOtherMS)
-}
 
 // Runner runs trials against a lab that is up with the real plane.
 type Runner struct {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // savedRuns are two sidebyside runs of 2 December as kha-lab saved them
@@ -14,15 +16,15 @@ import (
 // figures) and 65-67 (kha-fast and kha-fast-gate, setups that failed).
 var savedRuns = []string{"sidebyside-20261202T161407.json", "sidebyside-20261202T173948.json"}
 
-func loadSaved(t *testing.T) []Result {
+func loadSaved(t *testing.T) []report.Result {
 	t.Helper()
-	var all []Result
+	var all []report.Result
 	for _, f := range savedRuns {
 		b, err := os.ReadFile(filepath.Join("testdata", f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rs []Result
+		var rs []report.Result
 		if err := json.Unmarshal(b, &rs); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -40,11 +42,11 @@ func TestSavedRealPlaneRunsLoad(t *testing.T) {
 		t.Fatalf("%d trials, want 8", len(rs))
 	}
 	r := rs[6]
-	if r.ID != 58 || !strings.HasPrefix(r.Scenario, "real: whole leader master frozen") || r.Mode != "kha-fast-token" || r.Repeat != 1 {
-		t.Errorf("which trial: %d %q %q %d", r.ID, r.Scenario, r.Mode, r.Repeat)
+	if r.ID != 58 || !strings.HasPrefix(r.Name, "real: whole leader master frozen") || r.Mode != "kha-fast-token" || r.Repeat != 1 {
+		t.Errorf("which trial: %d %q %q %d", r.ID, r.Name, r.Mode, r.Repeat)
 	}
-	if r.Figures["frozen_ms"] != 45589 || r.Figures["stale_token"] != 1485 || len(r.Figures) != 6 {
-		t.Errorf("the scenario's own figures: %v", r.Figures)
+	if r.Figures.Values["frozen_ms"] != 45589 || r.Figures.Values["stale_token"] != 1485 || len(r.Figures.Values) != 6 {
+		t.Errorf("the scenario's own figures: %v", r.Figures.Values)
 	}
 	h := r.Handoff["kube-scheduler"]
 	if h.LastOldMS == nil || *h.LastOldMS != 2175.184 || h.FirstOtherMS == nil || *h.FirstOtherMS != 9841.132 {
@@ -56,7 +58,7 @@ func TestSavedRealPlaneRunsLoad(t *testing.T) {
 	if !strings.HasPrefix(r.Etcd, "etcd revisions 43") || r.LateCommits != 0 {
 		t.Errorf("the judge at etcd: %q, %d late", r.Etcd, r.LateCommits)
 	}
-	if rs[0].ID != 65 || rs[0].Figures["freeze_ms"] != 1489 || rs[5].Mode != "kha-fast-gate" || len(rs[5].Problems) == 0 {
+	if rs[0].ID != 65 || rs[0].Figures.Values["freeze_ms"] != 1489 || rs[5].Mode != "kha-fast-gate" || len(rs[5].Problems) == 0 {
 		t.Errorf("the first run: %+v / %+v", rs[0], rs[5])
 	}
 }
@@ -68,7 +70,7 @@ func TestSavedRealPlaneRunsGiveTheSameOutput(t *testing.T) {
 	var b bytes.Buffer
 	WriteTable(&b, rs)
 	for _, r := range rs {
-		b.WriteString(r.SoakLine() + "\n")
+		b.WriteString(SoakLine(r) + "\n")
 	}
 	if err := WriteSVG(&b, rs); err != nil {
 		t.Fatal(err)

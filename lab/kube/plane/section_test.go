@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/section.golden.md from the code")
@@ -17,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite testdata/section.golden.md from
 // goldenResults are 40-50 in the four modes, three repeats, with figures
 // drawn from a fixed seed: cells not measured, missing figures, handoffs with and without the
 // other master's write, overlaps, findings and a failed setup included.
-func goldenResults() []Result {
+func goldenResults() []report.Result {
 	rng := rand.New(rand.NewPCG(7, 11))
 	t0 := time.Date(2026, 12, 2, 1, 2, 3, 0, time.UTC)
 	ms := func(top float64, miss float64) float64 {
@@ -26,17 +27,19 @@ func goldenResults() []Result {
 		}
 		return float64(rng.IntN(int(top*1000))) / 1000
 	}
-	var out []Result
+	var out []report.Result
 	for rep := 1; rep <= 3; rep++ {
 		for _, mode := range []string{"kha-fast", "kha-default", "le-tuned", "le-defaults"} {
 			for id := 40; id <= 50; id++ {
 				if (id == 43 && mode == "le-defaults") || (id == 46 && mode == "kha-default") {
 					continue // not measured
 				}
-				r := Result{ID: id, Scenario: "real: scenario " + string(rune('A'+id-40)), Mode: mode, Repeat: rep,
-					Leader: "m1", CMLeader: "m1", NewLeader: "m2", FaultAt: t0.Add(time.Duration(rep*100+id) * time.Minute),
-					SchedMS: ms(20000, 0.2), UnboundMS: ms(25000, 0), CMMS: ms(25000, 0.1), ColdMS: ms(3000, 0.3),
-					DoubleBind: []int{0, 0, 1, 3}[rng.IntN(4)], ExtraRS: rng.IntN(2), Pass: rng.Float64() > 0.2}
+				r := report.Result{ID: id, Name: "real: scenario " + string(rune('A'+id-40)), Mode: mode, Repeat: rep,
+					Leader: "m1", NewLeader: "m2", FaultAt: t0.Add(time.Duration(rep*100+id) * time.Minute),
+					RealPlane: report.RealPlane{CMLeader: "m1",
+						SchedMS: ms(20000, 0.2), UnboundMS: ms(25000, 0), CMMS: ms(25000, 0.1), ColdMS: ms(3000, 0.3),
+						DoubleBind: []int{0, 0, 1, 3}[rng.IntN(4)], ExtraRS: rng.IntN(2)},
+					Pass: rng.Float64() > 0.2} // the draws in their order of before
 				if id == 45 && rep == 3 {
 					r.FaultAt = time.Time{} // its setup failed
 				}
@@ -44,7 +47,7 @@ func goldenResults() []Result {
 					r.Overlaps = []string{"o"}
 				}
 				if rng.Float64() > 0.3 {
-					h := Handoff{}
+					h := report.ResourceHandoff{}
 					if rng.Float64() > 0.3 {
 						v := ms(1000, 0) - 500
 						h.LastOldMS = &v
@@ -53,7 +56,7 @@ func goldenResults() []Result {
 						v := ms(9000, 0)
 						h.FirstOtherMS = &v
 					}
-					r.Handoff = map[string]Handoff{audit.Scheduler: h}
+					r.Handoff = map[string]report.ResourceHandoff{audit.Scheduler: h}
 				}
 				if !r.Pass {
 					r.Problems = []string{"p"}

@@ -17,6 +17,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/build"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/lab/scenario"
 	"github.com/kha-supervisor/kha-supervisor/lab/topo"
 )
@@ -110,7 +111,7 @@ func TestKubeSmoke(t *testing.T) {
 	}
 	res := r.Run(ctx, s, plane.Modes["kha-fast"], 1)
 	var table bytes.Buffer
-	plane.WriteTable(&table, []plane.Result{res})
+	plane.WriteTable(&table, []report.Result{res})
 	t.Logf("figures:\n%s\nwrites %s, notes %v", table.String(), res.Writes, res.Notes)
 	t.Logf("at etcd: %s\nlate commits: %q\nghost writes: %q", res.Etcd, res.LateList, res.GhostList)
 	for _, p := range res.Problems {

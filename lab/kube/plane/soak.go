@@ -52,7 +52,7 @@ type SoakOptions struct {
 	// MaxHold bounds the random extra hold before each heal (0: 20 s).
 	MaxHold time.Duration
 	// Saved after every fault (nil: nothing saved).
-	Save     func([]Result) error
+	Save     func([]report.Result) error
 	Progress io.Writer
 	// Lookup finds the faults' Specs (scenario.RealSpec).
 	Lookup Lookup
@@ -132,19 +132,19 @@ func CheckSoak(o SoakOptions) error {
 
 // Soak runs faults until o.Duration is over (the fault running then
 // finishes); it returns every fault's result, in order.
-func (r *Runner) Soak(ctx context.Context, o SoakOptions) ([]Result, error) {
+func (r *Runner) Soak(ctx context.Context, o SoakOptions) ([]report.Result, error) {
 	o = o.withDefaults()
 	if err := CheckSoak(o); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Progress, "soak: seed %d, mode %s, %s\n", o.Seed, o.Mode.Name, o.Duration)
 	deadline := time.Now().Add(o.Duration)
-	var results []Result
+	var results []report.Result
 	for i := 1; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		d := SoakDraws(o, i)[i-1]
 		res := r.Run(ctx, d.spec(o.Lookup), o.Mode, i)
 		results = append(results, res)
-		fmt.Fprintf(o.Progress, "soak #%d %s: %s\n", i, d, res.SoakLine())
+		fmt.Fprintf(o.Progress, "soak #%d %s: %s\n", i, d, SoakLine(res))
 		if o.Save != nil {
 			if err := o.Save(results); err != nil {
 				return results, err
@@ -195,15 +195,15 @@ func (d SoakDraw) spec(lookup Lookup) Spec {
 		}
 		return heal, errors.Join(errA, errB)
 	}
-	s.Judge = func(t *Trial, evs []audit.Event, res *Result) {
-		for _, j := range []func(*Trial, []audit.Event, *Result){a.Judge, b.Judge} {
+	s.Judge = func(t *Trial, evs []audit.Event, res *report.Result) {
+		for _, j := range []func(*Trial, []audit.Event, *report.Result){a.Judge, b.Judge} {
 			if j != nil {
 				j(t, evs, res)
 			}
 		}
 	}
-	s.After = func(ctx context.Context, t *Trial, res *Result) {
-		for _, f := range []func(context.Context, *Trial, *Result){a.After, b.After} {
+	s.After = func(ctx context.Context, t *Trial, res *report.Result) {
+		for _, f := range []func(context.Context, *Trial, *report.Result){a.After, b.After} {
 			if f != nil {
 				f(ctx, t, res)
 			}
@@ -225,7 +225,7 @@ func both(a, b func(context.Context, *Trial) error) func(context.Context, *Trial
 }
 
 // SoakLine is one fault's verdict on a line.
-func (res Result) SoakLine() string {
+func SoakLine(res report.Result) string {
 	s := fmt.Sprintf("leader %s -> %s, first binding %.1f s, controller-manager %.1f s, overlaps %d, stale %d, late commits %d, ghost writes %d, pass %v",
 		res.Leader, res.NewLeader, res.SchedMS/1000, res.CMMS/1000, len(res.Overlaps), res.Stale, res.LateCommits, res.GhostWrites, res.Pass)
 	if len(res.Problems) > 0 {
@@ -281,7 +281,7 @@ func (r *Runner) EndCheck(ctx context.Context, mode Mode) []string {
 // SoakSummary sums up a soak: faults by kind with their outages (fault to
 // the first new pod bound; the longest a deleted ReplicaSet pod stayed
 // unreplaced), and the counts that must be zero.
-func SoakSummary(w io.Writer, seed uint64, mode string, results []Result, end []string) {
+func SoakSummary(w io.Writer, seed uint64, mode string, results []report.Result, end []string) {
 	type kind struct {
 		runs, pass    int
 		sched, cm     []float64
@@ -292,17 +292,17 @@ func SoakSummary(w io.Writer, seed uint64, mode string, results []Result, end []
 	late, overlaps, stale, ghosts := 0, 0, 0, 0
 	var failed []string
 	for _, r := range results {
-		k, ok := kinds[r.Scenario]
+		k, ok := kinds[r.Name]
 		if !ok {
 			k = &kind{}
-			kinds[r.Scenario] = k
-			names = append(names, r.Scenario)
+			kinds[r.Name] = k
+			names = append(names, r.Name)
 		}
 		k.runs++
 		if r.Pass {
 			k.pass++
 		} else {
-			failed = append(failed, fmt.Sprintf("#%d %s: %s", r.Repeat, r.Scenario, strings.Join(append(slices.Clone(r.Problems), r.Overlaps...), "; ")))
+			failed = append(failed, fmt.Sprintf("#%d %s: %s", r.Repeat, r.Name, strings.Join(append(slices.Clone(r.Problems), r.Overlaps...), "; ")))
 		}
 		if r.SchedMS > 0 {
 			k.sched = append(k.sched, r.SchedMS)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 func TestSoakDrawsReplayFromTheSeed(t *testing.T) {
@@ -59,7 +60,7 @@ func TestSoakComposesTwoFaults(t *testing.T) {
 				log = append(log, "inject "+name)
 				return func(context.Context) error { log = append(log, "heal "+name); return errors.New("heal " + name) }, nil
 			},
-			Judge: func(_ *Trial, _ []audit.Event, res *Result) { res.Notes = append(res.Notes, "judged "+name) }}
+			Judge: func(_ *Trial, _ []audit.Event, res *report.Result) { res.Notes = append(res.Notes, "judged "+name) }}
 	}
 	specs := map[int]Spec{900: fault(900), 901: fault(901)}
 	lookup := func(id int) (Spec, bool) { s, ok := specs[id]; return s, ok }
@@ -83,7 +84,7 @@ func TestSoakComposesTwoFaults(t *testing.T) {
 	if !slices.Equal(log, want) {
 		t.Errorf("order %v, want %v", log, want)
 	}
-	var res Result
+	var res report.Result
 	s.Judge(nil, nil, &res)
 	if !slices.Equal(res.Notes, []string{"judged a", "judged b"}) {
 		t.Errorf("judges %v, want both", res.Notes)
@@ -107,11 +108,10 @@ func TestCheckSoakRefuses(t *testing.T) {
 }
 
 func TestSoakSummaryCountsWhatMustBeZero(t *testing.T) {
-	rs := []Result{
-		{Scenario: "real: cut", Repeat: 1, SchedMS: 6000, CMMS: 9000, Pass: true},
-		{Scenario: "real: cut", Repeat: 2, SchedMS: 8000, CMMS: 7000, Pass: true},
-		{Scenario: "real: freeze", Repeat: 3, SchedMS: 5000, LateCommits: 2, Problems: nil, Pass: false},
-	}
+	rs := []report.Result{
+		{Name: "real: cut", Repeat: 1, Pass: true, RealPlane: report.RealPlane{SchedMS: 6000, CMMS: 9000}},
+		{Name: "real: cut", Repeat: 2, Pass: true, RealPlane: report.RealPlane{SchedMS: 8000, CMMS: 7000}},
+		{Name: "real: freeze", Repeat: 3, Problems: nil, Pass: false, RealPlane: report.RealPlane{SchedMS: 5000, LateCommits: 2}}}
 	var b strings.Builder
 	SoakSummary(&b, 42, "kha-fast", rs, []string{"at the end: 2 kube-scheduler processes on m2, want 0 (a stray)"})
 	s := b.String()

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"slices"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // The picture of the side-by-side: per fault one bar per mode from the
@@ -46,7 +48,7 @@ func svgScale(gs []Group) float64 {
 }
 
 // WriteSVG draws the side-by-side of results.
-func WriteSVG(w io.Writer, results []Result) error {
+func WriteSVG(w io.Writer, results []report.Result) error {
 	gs := Groups(results)
 	var ids []int
 	var modeNames []string

@@ -5,6 +5,8 @@ import (
 	"encoding/xml"
 	"strings"
 	"testing"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 // svgBar is a bar as the picture carries it.
@@ -20,13 +22,13 @@ type svgBar struct {
 }
 
 func TestSVGDrawsOneBarPerModeWithTheSpread(t *testing.T) {
-	var rs []Result
+	var rs []report.Result
 	for i, v := range []float64{4000, 5000, 9000} {
 		// Service resumed is the later of the two components.
-		rs = append(rs, Result{ID: 40, Scenario: "real: cut <&>", Mode: "kha-fast", Repeat: i + 1, FaultAt: t0, UnboundMS: v, SchedMS: 1, CMMS: v - 1000, Pass: true})
-		rs = append(rs, Result{ID: 40, Scenario: "real: cut <&>", Mode: "le-tuned", Repeat: i + 1, FaultAt: t0, UnboundMS: 1000, CMMS: 2 * v, Pass: true})
+		rs = append(rs, report.Result{ID: 40, Name: "real: cut <&>", Mode: "kha-fast", Repeat: i + 1, FaultAt: t0, Pass: true, RealPlane: report.RealPlane{UnboundMS: v, SchedMS: 1, CMMS: v - 1000}})
+		rs = append(rs, report.Result{ID: 40, Name: "real: cut <&>", Mode: "le-tuned", Repeat: i + 1, FaultAt: t0, Pass: true, RealPlane: report.RealPlane{UnboundMS: 1000, CMMS: 2 * v}})
 	}
-	rs = append(rs, Result{ID: 43, Scenario: "real: kill", Mode: "le-tuned", Repeat: 1, FaultAt: t0, UnboundMS: 6000, Overlaps: []string{"x"}})
+	rs = append(rs, report.Result{ID: 43, Name: "real: kill", Mode: "le-tuned", Repeat: 1, FaultAt: t0, Overlaps: []string{"x"}, RealPlane: report.RealPlane{UnboundMS: 6000}})
 	var b bytes.Buffer
 	if err := WriteSVG(&b, rs); err != nil {
 		t.Fatal(err)

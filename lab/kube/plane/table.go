@@ -10,20 +10,12 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
-// ResumedMS is the trial's "service resumed": the later of the longest
-// pod unbound and the longest unreplaced ReplicaSet pod (both components
-// act again). Not "scheduler back": when the old leader still binds for a
-// moment after the fault (42: its units stop ~0.4 s after the supervisor
-// dies), the first new binding is the old leader's, not the end of the
-// outage.
-func (r Result) ResumedMS() float64 { return max(r.UnboundMS, r.CMMS) }
-
 // Group is one scenario in one mode: its trials and their figures.
 type Group struct {
 	ID       int
 	Scenario string // without "real: "
 	Mode     string
-	Trials   []Result
+	Trials   []report.Result
 
 	Sched, Unbound, CM, Cold, Resumed report.Stat
 	// Margin: the scheduler's handoff at the resource, other master's
@@ -35,13 +27,13 @@ type Group struct {
 
 // Groups folds results into groups, by scenario then in the order the
 // modes first appear.
-func Groups(results []Result) []Group {
+func Groups(results []report.Result) []Group {
 	type key struct {
 		id   int
 		mode string
 	}
 	var keys []key
-	by := map[key][]Result{}
+	by := map[key][]report.Result{}
 	for _, r := range results {
 		k := key{r.ID, r.Mode}
 		if _, ok := by[k]; !ok {
@@ -57,8 +49,8 @@ func Groups(results []Result) []Group {
 	return out
 }
 
-func group(rs []Result) Group {
-	g := Group{ID: rs[0].ID, Scenario: strings.TrimPrefix(rs[0].Scenario, "real: "), Mode: rs[0].Mode, Trials: rs}
+func group(rs []report.Result) Group {
+	g := Group{ID: rs[0].ID, Scenario: strings.TrimPrefix(rs[0].Name, "real: "), Mode: rs[0].Mode, Trials: rs}
 	var sched, unb, cm, cold, res, margin []float64
 	for _, r := range rs {
 		if r.FaultAt.IsZero() {
@@ -116,7 +108,7 @@ var Pairs = [][2]string{{"kha-fast", "le-tuned"}, {"kha-default", "le-defaults"}
 // WriteTable writes the side-by-side: per scenario and mode the median
 // and spread of each figure, the verdict at the resource, and the ratio of
 // kha-supervisor to leader election.
-func WriteTable(w io.Writer, results []Result) {
+func WriteTable(w io.Writer, results []report.Result) {
 	fmt.Fprintln(w, "| scenario | mode | runs | scheduler back (fault -> first new pod bound) | longest pod unbound | controller-manager (longest unreplaced RS pod) | cold start (unit start -> first bind) | scheduler handoff at the resource (other master's first write - old one's last) | overlap at the resource | 409 double binds | RS pods beyond replicas | pass |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	gs := Groups(results)

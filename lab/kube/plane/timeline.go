@@ -30,8 +30,8 @@ func since(m Mark, fault time.Time) float64 { return m.At.Sub(fault).Seconds() }
 // trials, whose behaviour it is and how it was measured; then each
 // trial's facts. What is written is all from the saved results, so the
 // text can be regenerated (`kha-lab timeline FILE.json`).
-func WriteTimeline(w io.Writer, results []Result, id int) error {
-	var rs []Result
+func WriteTimeline(w io.Writer, results []report.Result, id int) error {
+	var rs []report.Result
 	for _, r := range results {
 		if r.ID == id && len(r.Timeline) > 0 {
 			rs = append(rs, r)
@@ -41,7 +41,7 @@ func WriteTimeline(w io.Writer, results []Result, id int) error {
 		return fmt.Errorf("no trial of scenario %d with a timeline", id)
 	}
 	for _, mode := range modesOf(rs) {
-		var in []Result
+		var in []report.Result
 		for _, r := range rs {
 			if r.Mode == mode {
 				in = append(in, r)
@@ -87,7 +87,7 @@ func (r timelineRow) span() string {
 }
 
 // timelineRows groups the marks by key, in the order of their median.
-func timelineRows(rs []Result) []timelineRow {
+func timelineRows(rs []report.Result) []timelineRow {
 	byKey := map[string]*timelineRow{}
 	var keys []string
 	for _, r := range rs {
@@ -128,7 +128,7 @@ func upperMedian(xs []float64) float64 {
 	return o[len(o)/2]
 }
 
-func modesOf(rs []Result) []string {
+func modesOf(rs []report.Result) []string {
 	var out []string
 	for _, r := range rs {
 		if !slices.Contains(out, r.Mode) {

@@ -4,29 +4,30 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
 func TestTimelineGivesMedianAndSpreadPerEventAndMode(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
-	trial := func(mode string, rep int, evict float64, withAck bool) Result {
+	trial := func(mode string, rep int, evict float64, withAck bool) report.Result {
 		active, other := "m1", "m2"
 		if rep == 2 { // the other side faulted: named by role, the rows are the same
 			active, other = "m2", "m1"
 		}
 		f := t0.Add(time.Duration(rep) * time.Hour)
 		at := func(s float64) time.Time { return f.Add(time.Duration(s * float64(time.Second))) }
-		r := Result{ID: 50, Mode: mode, Repeat: rep, FaultAt: f, Leader: active, NewLeader: other, Pass: true,
-			Facts: []string{"P2 untouched"},
+		r := report.Result{ID: 50, Mode: mode, Repeat: rep, FaultAt: f, Leader: active, NewLeader: other, Pass: true,
 			Timeline: []Mark{
 				{Key: "evicted", At: at(evict), Label: "P1 evicted", Owner: OwnerKube, Source: "audit log of " + other},
 				{Key: "promoting", At: at(6), Label: other + " wins", Owner: OwnerKha, Source: "journal of " + other},
-			}}
+			}, RealPlane: report.RealPlane{Facts: []string{"P2 untouched"}}}
 		if withAck {
 			r.Timeline = append(r.Timeline, Mark{Key: "ack", At: at(100), Label: "ack", Owner: OwnerKube, Source: "audit"})
 		}
 		return r
 	}
-	rs := []Result{trial("kha-fast", 1, 88, true), trial("kha-fast", 2, 90, false), trial("kha-fast", 3, 86, true),
+	rs := []report.Result{trial("kha-fast", 1, 88, true), trial("kha-fast", 2, 90, false), trial("kha-fast", 3, 86, true),
 		trial("kha-default", 1, 95, true), {ID: 40, Mode: "kha-fast"}}
 	var b strings.Builder
 	if err := WriteTimeline(&b, rs, 50); err != nil {

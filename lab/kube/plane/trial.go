@@ -10,6 +10,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
 
@@ -26,8 +27,8 @@ const (
 )
 
 // Run runs scenario s once in mode (Use first) and judges it.
-func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) Result {
-	res := Result{ID: s.ID, Scenario: s.Name, Mode: mode.Name, Repeat: repeat}
+func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) report.Result {
+	res := report.Result{ID: s.ID, Name: s.Name, Mode: mode.Name, Repeat: repeat}
 	fail := func(f string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(f, a...)) }
 	mode.Balanced = s.Balanced
 	if err := r.Use(ctx, mode); err != nil {
@@ -106,14 +107,8 @@ func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) Result 
 	r.judgeCommits(ctx, rec, &res, end)
 	res.Notes = append(res.Notes, t.Notes...)
 	res.Notes = append(res.Notes, r.hostFlakes(ctx, res.FaultAt, end)...)
-	res.verdict(mode)
+	verdict(&res, mode)
 	return res
-}
-
-// LabFailure reports a trial the run must fail for: any failed kha-supervisor
-// trial, and a leader-election trial with problems beyond its finding.
-func (res Result) LabFailure() bool {
-	return !res.Pass && (res.Finding == "" || len(res.Problems) > 0)
 }
 
 // align moves the scheduler's lease to the controller-manager's leader, so
@@ -195,7 +190,7 @@ func (p *Plane) MasterIPs() map[string]string {
 
 // judge fills the figures: bind times from the audit log (exact), creation
 // and replacement times from the prober, overlap from the audit log.
-func (r *Runner) judge(ctx context.Context, res *Result, end time.Time) {
+func (r *Runner) judge(ctx context.Context, res *report.Result, end time.Time) {
 	evs, err := audit.ReadFiles(r.P.AuditLogs())
 	if err != nil {
 		res.Problems = append(res.Problems, err.Error())
@@ -348,10 +343,10 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // handoffs finds, per component, the faulted leader's last accepted write
 // since from (the fault may stop it at once: a cut apiserver accepts
-// nothing) and the other master's first after the fault (see Handoff).
-func handoffs(evs []audit.Event, ips map[string]string, leader string, from, fault, heal, end time.Time) map[string]Handoff {
+// nothing) and the other master's first after the fault (see report.ResourceHandoff).
+func handoffs(evs []audit.Event, ips map[string]string, leader string, from, fault, heal, end time.Time) map[string]report.ResourceHandoff {
 	o := audit.Options{Masters: ips}
-	out := map[string]Handoff{}
+	out := map[string]report.ResourceHandoff{}
 	for _, role := range []string{audit.Scheduler, audit.ControllerManager} {
 		var first time.Time
 		for _, e := range evs {
@@ -374,7 +369,7 @@ func handoffs(evs []audit.Event, ips map[string]string, leader string, from, fau
 				last = e.Completed
 			}
 		}
-		out[role] = Handoff{LastOldMS: msAfter(last, fault), FirstOtherMS: msAfter(first, fault)}
+		out[role] = report.ResourceHandoff{LastOldMS: msAfter(last, fault), FirstOtherMS: msAfter(first, fault)}
 	}
 	return out
 }
