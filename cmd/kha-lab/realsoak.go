@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,8 +52,7 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 	o := plane.SoakOptions{Duration: d, Seed: seed, Mode: mode, Progress: os.Stdout, Lookup: scenario.RealSpec,
 		Save: func(rs []report.Result) error {
 			dropPassedCases(rs)
-			b, _ := json.MarshalIndent(rs, "", "  ")
-			return os.WriteFile(base+".json", b, 0o644)
+			return report.SaveTrials(base+".json", rs)
 		}}
 	results, err := r.Soak(ctx, o)
 	var end []string

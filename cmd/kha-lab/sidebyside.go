@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -68,8 +67,7 @@ func runReal(ctx context.Context, f labFlags, modes string, repeat int, ids []in
 	stamp := time.Now().UTC().Format("20060102T150405")
 	// Saved after every trial: an interrupted run keeps what it measured.
 	save := func(results []report.Result) error {
-		b, _ := json.MarshalIndent(results, "", "  ")
-		return os.WriteFile(filepath.Join(dir, "sidebyside-"+stamp+".json"), b, 0o644)
+		return report.SaveTrials(filepath.Join(dir, "sidebyside-"+stamp+".json"), results)
 	}
 	var results []report.Result
 	// Repeat by repeat, every mode in each: an interrupted run (the
@@ -151,7 +149,7 @@ func runSideBySideReport(ctx context.Context, args []string) error {
 		fmt.Fprintln(os.Stderr, "usage: kha-lab sidebyside-report [--svg FILE] [--markdown] [--doc FILE.md] FILE.json...")
 		return errUsage
 	}
-	all, err := readResults(fs.Args())
+	all, err := report.LoadTrials(fs.Args()...)
 	if err != nil {
 		return err
 	}
@@ -191,27 +189,6 @@ func runSideBySideReport(ctx context.Context, args []string) error {
 		return fmt.Errorf("%s: %w", *doc, err)
 	}
 	return os.WriteFile(*doc, out, 0o644)
-}
-
-// readResults reads saved sidebyside runs; a file that is not one is
-// named in the error.
-func readResults(files []string) ([]report.Result, error) {
-	var all []report.Result
-	for _, a := range files {
-		b, err := os.ReadFile(a)
-		if err != nil {
-			return nil, err
-		}
-		var rs []report.Result
-		if err := json.Unmarshal(b, &rs); err != nil {
-			return nil, fmt.Errorf("%s: not a saved sidebyside run: %w", a, err)
-		}
-		all = append(all, rs...)
-	}
-	if len(all) == 0 {
-		return nil, fmt.Errorf("%v: no trials", files)
-	}
-	return all, nil
 }
 
 func writeFileWith(path string, f func(io.Writer) error) error {

@@ -245,14 +245,6 @@ func (f *Figures) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Value records the scenario's own figure name.
-func (f *Figures) Value(name string, v float64) {
-	if f.Values == nil {
-		f.Values = map[string]float64{}
-	}
-	f.Values[name] = v
-}
-
 // PromotionFailedNote starts the sentence of a failed promotion.
 const PromotionFailedNote = "promotion failed on "
 

@@ -2,7 +2,6 @@ package plane
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,19 +17,15 @@ var savedRuns = []string{"sidebyside-20261202T161407.json", "sidebyside-20261202
 
 func loadSaved(t *testing.T) []report.Result {
 	t.Helper()
-	var all []report.Result
+	var paths []string
 	for _, f := range savedRuns {
-		b, err := os.ReadFile(filepath.Join("testdata", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rs []report.Result
-		if err := json.Unmarshal(b, &rs); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		all = append(all, rs...)
+		paths = append(paths, filepath.Join("testdata", f))
 	}
-	return all
+	rs, err := report.LoadTrials(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }
 
 // Runs saved on disk still load, every figure in its place: the name, the
