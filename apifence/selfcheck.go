@@ -36,8 +36,20 @@ type watch struct {
 	unfenced []string // apiservers that admitted a stale token at the last check
 	unlisted []string // apiservers the cluster knows and api_fence.apiservers lacks
 	webhook  string   // what is wrong with the token webhook's registration (webhookcheck.go)
-	logged   time.Time
-	whLogged time.Time
+	// when each finding's ERROR was last logged (repeated every
+	// selfCheckLogEvery while it lasts)
+	logged, whLogged time.Time
+}
+
+// due reports whether a finding's ERROR is to be logged now: it is a
+// problem and it changed, or it was last logged selfCheckLogEvery ago. It
+// records the time in *logged then. The caller holds w.mu.
+func due(problem, changed bool, logged *time.Time) bool {
+	if !problem || (!changed && time.Since(*logged) < selfCheckLogEvery) {
+		return false
+	}
+	*logged = time.Now()
+	return true
 }
 
 func (w *watch) get() (unfenced, unlisted []string, webhook string) {
@@ -97,10 +109,7 @@ func (f *Fence) setUnfenced(bad []string, token int64) {
 	w.mu.Lock()
 	changed := !slices.Equal(bad, w.unfenced)
 	w.unfenced = bad
-	repeat := len(bad) > 0 && (changed || time.Since(w.logged) >= selfCheckLogEvery)
-	if repeat {
-		w.logged = time.Now()
-	}
+	repeat := due(len(bad) > 0, changed, &w.logged)
 	w.mu.Unlock()
 	switch {
 	case repeat:
@@ -138,10 +147,7 @@ func (f *Fence) setWebhook(problem string) {
 	changed := problem != w.webhook
 	was := w.webhook
 	w.webhook = problem
-	repeat := problem != "" && (changed || time.Since(w.whLogged) >= selfCheckLogEvery)
-	if repeat {
-		w.whLogged = time.Now()
-	}
+	repeat := due(problem != "", changed, &w.whLogged)
 	w.mu.Unlock()
 	switch {
 	case repeat:

@@ -27,29 +27,9 @@ import (
 // the gate at once, and the next term's Publish makes this term's token
 // stale at the resource.
 func testFenceTokenMode(t *testing.T, p *plane, sup []*rest.Config) {
-	state := filepath.Join(t.TempDir(), "state")
-	f, err := apifence.New(apifence.Options{Mode: apifence.ModeToken, Upstreams: sup, StateDir: state, ClientCAs: p.ca.Pool(),
-		Gates: []apifence.GateSpec{{Unit: "kube-scheduler.service", Addr: "127.0.0.1:0"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var token atomic.Int64
 	token.Store(102)
-	f.SetTerm(func() fencing.Term {
-		d := fencing.NewDeadlineClock(fencing.Window{TTL: time.Hour, StopMax: time.Second}, fencing.IdentityClock{})
-		d.Renewed("election", time.Now(), time.Hour)
-		return d.Term(fencing.Term{State: "active", Token: token.Load(), Open: true})
-	})
-	f.Serve()
-	local, err := localca.Open(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched := rest.CopyConfig(p.config(t, 0, "system:kube-scheduler"))
-	sched.Host = "https://" + f.Status().Gates["kube-scheduler.service"]
-	sched.TLSClientConfig.CAFile, sched.TLSClientConfig.CAData = "", local.PEM()
-
+	f, sched := fenceWithGate(t, p, sup, apifence.ModeToken, token.Load)
 	if err := writeEvent(t, sched, "fence-before-publish"); !apierrors.IsServiceUnavailable(err) {
 		t.Errorf("before Publish: %v, want 503 from the closed gate", err)
 	}
@@ -67,7 +47,7 @@ func testFenceTokenMode(t *testing.T, p *plane, sup []*rest.Config) {
 	// closed, before the client's read loop has seen the close (a loaded
 	// machine): it fails on that connection, which is also a refusal. The
 	// next one dials afresh and gets the gate's 503.
-	err = writeEvent(t, sched, "fence-after-cut")
+	err := writeEvent(t, sched, "fence-after-cut")
 	if err != nil && !apierrors.IsServiceUnavailable(err) && !apierrors.IsUnexpectedServerError(err) && !isConnErr(err) {
 		t.Errorf("after Cut: %v, want 503 from the gate or the cut connection's error", err)
 	}
@@ -105,26 +85,7 @@ func isConnErr(err error) bool {
 // writes are admitted within moments. On the code before, gate mode never
 // wrote the parameter and every write of the new term was refused.
 func testGateModeFollows(t *testing.T, p *plane, sup []*rest.Config) {
-	state := filepath.Join(t.TempDir(), "state")
-	f, err := apifence.New(apifence.Options{Mode: apifence.ModeGate, Upstreams: sup, StateDir: state, ClientCAs: p.ca.Pool(),
-		Gates: []apifence.GateSpec{{Unit: "kube-scheduler.service", Addr: "127.0.0.1:0"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.SetTerm(func() fencing.Term {
-		d := fencing.NewDeadlineClock(fencing.Window{TTL: time.Hour, StopMax: time.Second}, fencing.IdentityClock{})
-		d.Renewed("election", time.Now(), time.Hour)
-		return d.Term(fencing.Term{State: "active", Token: 110, Open: true})
-	})
-	f.Serve()
-	local, err := localca.Open(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched := rest.CopyConfig(p.config(t, 0, "system:kube-scheduler"))
-	sched.Host = "https://" + f.Status().Gates["kube-scheduler.service"]
-	sched.TLSClientConfig.CAFile, sched.TLSClientConfig.CAData = "", local.PEM()
+	f, sched := fenceWithGate(t, p, sup, apifence.ModeGate, func() int64 { return 110 })
 	start := time.Now()
 	if err := f.Publish(t.Context(), 110); err != nil {
 		t.Fatalf("gate-mode Publish(110): %v", err)
@@ -143,4 +104,33 @@ func testGateModeFollows(t *testing.T, p *plane, sup []*rest.Config) {
 	for i := range sup {
 		wantDenied(t, fmt.Sprintf("apiserver %d: token 103 after the gate-mode term 110", i), writeEvent(t, asScheduler(sup[i], "103"), "gate-follows-stale"))
 	}
+}
+
+// fenceWithGate is the composition the daemon runs (apifence.Fence in mode,
+// a gate for the scheduler) against the apiservers sup, its term open for
+// an hour with token(), served; and a client of the scheduler through
+// that gate. The fence is closed when the test ends.
+func fenceWithGate(t *testing.T, p *plane, sup []*rest.Config, mode string, token func() int64) (*apifence.Fence, *rest.Config) {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "state")
+	f, err := apifence.New(apifence.Options{Mode: mode, Upstreams: sup, StateDir: state, ClientCAs: p.ca.Pool(),
+		Gates: []apifence.GateSpec{{Unit: "kube-scheduler.service", Addr: "127.0.0.1:0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	f.SetTerm(func() fencing.Term {
+		d := fencing.NewDeadlineClock(fencing.Window{TTL: time.Hour, StopMax: time.Second}, fencing.IdentityClock{})
+		d.Renewed("election", time.Now(), time.Hour)
+		return d.Term(fencing.Term{State: "active", Token: token(), Open: true})
+	})
+	f.Serve()
+	local, err := localca.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := rest.CopyConfig(p.config(t, 0, "system:kube-scheduler"))
+	sched.Host = "https://" + f.Status().Gates["kube-scheduler.service"]
+	sched.TLSClientConfig.CAFile, sched.TLSClientConfig.CAData = "", local.PEM()
+	return f, sched
 }
