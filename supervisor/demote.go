@@ -21,7 +21,7 @@ func (s *Supervisor) demote(bg context.Context, kind, reason string, cooldown ti
 		// soon as it has (step sees Promoting/Active with shutting, or the
 		// promote result arrives while state is Demoting).
 	}
-	s.term.gate.closeWait(500 * time.Millisecond)
+	s.term.gate.closeWait(s.blockFor(500 * time.Millisecond))
 	s.cutAPI()
 	if cooldown > 0 {
 		s.loop.cooldown = s.now().Add(cooldown)

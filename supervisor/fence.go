@@ -33,7 +33,7 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	}
 	// Wait (briefly) for an in-flight start call to return so that our stop
 	// jobs are queued after it and replace it.
-	s.term.gate.closeWait(200 * time.Millisecond)
+	s.term.gate.closeWait(s.blockFor(200 * time.Millisecond))
 	s.transition(group.Fencing, kind, reason)
 	s.updateSnapshot()
 	s.log.Error("FENCING", "reason", reason, "token", s.term.token, "lease_left", s.term.deadline.LeaseLeft(start).Round(time.Millisecond))
@@ -108,7 +108,7 @@ func (s *Supervisor) fenceEpilogue(bg context.Context, kind string, took time.Du
 // pingUntil feeds the watchdog every tick until ctx ends or, when until is
 // set, until that instant.
 func (s *Supervisor) pingUntil(ctx context.Context, until time.Time) {
-	t := time.NewTicker(tickEvery)
+	t := time.NewTicker(tickFor(s.window.Watchdog))
 	defer t.Stop()
 	for {
 		select {

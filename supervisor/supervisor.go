@@ -234,8 +234,29 @@ func New(o Options) (*Supervisor, error) {
 func (s *Supervisor) Keys() group.Keys { return s.keys }
 
 // tickEvery is how often the loop wakes with nothing to do: it pings the
-// watchdog, so it must be well under WatchdogSec.
+// watchdog, so it must be well under WatchdogSec (see tickFor).
 const tickEvery = 250 * time.Millisecond
+
+// tickFor is the loop's tick under watchdog w (0: none): tickEvery, or a
+// fifth of w when that is shorter, so that a healthy loop pings at least
+// four times per WatchdogSec whatever the profile (the fast profile's
+// WatchdogSec=500ms gives 100 ms).
+func tickFor(w time.Duration) time.Duration {
+	if w > 0 && w/5 < tickEvery {
+		return max(w/5, 10*time.Millisecond)
+	}
+	return tickEvery
+}
+
+// blockFor bounds a wait the loop makes without pinging (the start gate's
+// closeWait) to at most d and, under a watchdog, to half of WatchdogSec
+// less one tick, so that a healthy loop is never killed for it.
+func (s *Supervisor) blockFor(d time.Duration) time.Duration {
+	if w := s.window.Watchdog; w > 0 {
+		return max(min(d, w/2-tickFor(w)), 10*time.Millisecond)
+	}
+	return d
+}
 
 // Run is the lifecycle loop. It returns nil after a graceful stop (ctx
 // cancelled: units stopped, lease released), a *FenceError after fencing,
@@ -254,7 +275,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	s.loop.fenceTimer = time.NewTimer(time.Hour)
 	s.loop.fenceTimer.Stop()
-	tick := time.NewTicker(tickEvery)
+	tick := time.NewTicker(tickFor(s.window.Watchdog))
 	defer tick.Stop()
 
 	go s.observeLeader(bg)

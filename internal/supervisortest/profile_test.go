@@ -28,11 +28,20 @@ const stallFor = 3 * time.Second
 // forwarded renewal), and every supervisor's connections to it are
 // blackholed, so that their requests to it hang as they would to a stopped
 // process instead of being refused.
+//
+// Both fast profiles: "fast" and "fast-kill" (units killed at once, TTL 5 s,
+// WatchdogSec=500ms).
 func TestFastProfileSurvivesEtcdLeaderLoss(t *testing.T) {
+	for _, name := range []string{"fast", "fast-kill"} {
+		t.Run(name, func(t *testing.T) { survivesEtcdLeaderLoss(t, name) })
+	}
+}
+
+func survivesEtcdLeaderLoss(t *testing.T, profile string) {
 	w := NewWorldWith(t, etcdtest.Options{Members: 3, Timing: etcdtest.Stock, StallablePeers: true})
-	fast := config.Profiles["fast"]
-	w.Options = func(_ string, o *supervisor.Options) { o.Watchdog = fast.Watchdog }
-	a, b := w.Start("m1", useFast(t)), w.Start("m2", useFast(t))
+	p := config.Profiles[profile]
+	w.Options = func(_ string, o *supervisor.Options) { o.Watchdog = p.Watchdog }
+	a, b := w.Start("m1", useProfile(t, profile)), w.Start("m2", useProfile(t, profile))
 	leader, others := LeaderOf(t, a, b)
 	for round := 1; round <= stalls; round++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -82,8 +91,8 @@ func TestFastProfileSurvivesEtcdLeaderLoss(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("round %d: stall etcd member %d: %v", round, idx, err)
 		}
-		t.Logf("round %d: etcd leader %d stopped for %s, new etcd leader after %s; %s kept its units; %d renewals failed; closest to its fence: %s left",
-			round, idx, stallFor, (<-elected).Round(time.Millisecond), leader.Name, leader.RenewFailures.Load()-before, closest.Round(time.Millisecond))
+		t.Logf("%s round %d: etcd leader %d stopped for %s, new etcd leader after %s; %s kept its units; %d renewals failed; closest to its fence: %s left",
+			profile, round, idx, stallFor, (<-elected).Round(time.Millisecond), leader.Name, leader.RenewFailures.Load()-before, closest.Round(time.Millisecond))
 	}
 	for _, u := range Units {
 		if n := starts(leader, u); n != 1 {
@@ -95,9 +104,13 @@ func TestFastProfileSurvivesEtcdLeaderLoss(t *testing.T) {
 
 // useFast sets every value the fast profile owns, as `profile = "fast"`
 // in a file would.
-func useFast(t *testing.T) func(*config.Config) {
+func useFast(t *testing.T) func(*config.Config) { return useProfile(t, "fast") }
+
+// useProfile sets every value the named profile owns, as `profile = NAME`
+// in a file would.
+func useProfile(t *testing.T, name string) func(*config.Config) {
 	return func(c *config.Config) {
-		if err := c.UseProfile("fast"); err != nil {
+		if err := c.UseProfile(name); err != nil {
 			t.Fatal(err)
 		}
 	}

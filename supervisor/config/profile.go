@@ -75,6 +75,35 @@ var Profiles = map[string]Profile{
 		PollInterval:  500 * time.Millisecond,
 		Watchdog:      1 * time.Second,
 	},
+	// "fast" with the units killed at once instead of stopped gracefully,
+	// for components that hold no lease of their own (kube-scheduler and
+	// kube-controller-manager with --leader-elect=false): the stop budget
+	// and the watchdog that "fast" spends 2.5 s of its window on shrink to
+	// 0.3 s and 0.5 s, and the lease shrinks with them.
+	"fast-kill": {
+		Name:    "fast-kill",
+		Summary: "takeover about 5 s after a failure; units killed at once; rides out 4.15 s without a renewal",
+		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
+
+		ElectionTimeout: time.Second,
+		RequestTimeout:  500 * time.Millisecond,
+		// 5 s: the shortest whole-second TTL that keeps at least the
+		// 0.34 s margin "fast" has over a stock etcd election's 3.1 s
+		// renewal gap: X = 4.95 - 0.3 - max(0.5, 0.5) = 4.15 s, margin
+		// 1.05 s (4 s would leave X = 3.16 s, margin 0.06 s).
+		TTL:           5 * time.Second,
+		RenewInterval: 500 * time.Millisecond,
+		// Killed at once: SIGTERM, SIGKILL 100 ms later (the units'
+		// TimeoutStopSec too), confirmed from the control group within
+		// 200 ms. A file that wants a graceful stop sets
+		// units.stop_timeout, and the lease.ttl the stall check asks for.
+		StopTimeout:  100 * time.Millisecond,
+		KillGrace:    200 * time.Millisecond,
+		PollInterval: 500 * time.Millisecond,
+		// Not above lease.slack, so it costs the window nothing; the loop
+		// pings every WatchdogSec/5 (supervisor.tickFor).
+		Watchdog: 500 * time.Millisecond,
+	},
 }
 
 // ProfileNames lists the profiles, sorted.

@@ -44,3 +44,46 @@ func TestProfilesRideOutStockEtcdElection(t *testing.T) {
 		}
 	}
 }
+
+// "fast-kill" (issue 21, the partition floor): killing the units at once and
+// a watchdog no longer than lease.slack leave a window of over 4 s at TTL 5 s,
+// and 5 s is the shortest whole-second TTL whose window outlasts a stock etcd
+// election with at least the margin "fast" has.
+func TestFastKillIsTheShortestTTLWithFastsMargin(t *testing.T) {
+	margin := func(name string, ttl time.Duration) time.Duration {
+		p := Profiles[name]
+		c := Default()
+		c.Node = "m1"
+		if err := c.UseProfile(name); err != nil {
+			t.Fatal(err)
+		}
+		if ttl > 0 {
+			c.Lease.TTL = ttl
+		}
+		w := c.Window()
+		w.Watchdog = p.Watchdog
+		return w.Span(w.TTL) - worstElectionGap(c.Lease.RenewInterval)
+	}
+	fk := Profiles["fast-kill"]
+	c := Default()
+	if err := c.UseProfile("fast-kill"); err != nil {
+		t.Fatal(err)
+	}
+	w := c.Window()
+	w.Watchdog = fk.Watchdog
+	if got := w.Span(w.TTL); fk.TTL != 5*time.Second || got <= 4*time.Second {
+		t.Errorf("fast-kill: TTL %s, window %s; want TTL 5s and a window over 4s", fk.TTL, got)
+	}
+	if fk.Watchdog > c.Lease.Slack {
+		t.Errorf("fast-kill: WatchdogSec %s above lease.slack %s costs the window", fk.Watchdog, c.Lease.Slack)
+	}
+	want := margin("fast", 0)
+	if got := margin("fast-kill", 0); got < want {
+		t.Errorf("fast-kill: margin %s over the etcd election gap, under fast's %s", got, want)
+	}
+	if got := margin("fast-kill", fk.TTL-time.Second); got >= want {
+		t.Errorf("fast-kill: TTL %s would keep margin %s >= fast's %s: the profile's TTL is not the shortest", fk.TTL-time.Second, got, want)
+	}
+	t.Logf("margins over the stock etcd election gap: fast %s; fast-kill %s (TTL %s), %s (TTL %s)",
+		want, margin("fast-kill", 0), fk.TTL, margin("fast-kill", fk.TTL-time.Second), fk.TTL-time.Second)
+}
