@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
@@ -79,10 +78,10 @@ func (l *Lab) SupervisorConfigFor(node string) []byte { return ConfigText(l.Supe
 // end within TTL*(1-rho) - S_max - slack - renew - request timeout.
 func (l *Lab) watchdogDropin() []byte {
 	p := l.cfg.Profile
-	wd, abort := 2*time.Second, time.Second
-	if p.TTL < 10*time.Second {
-		wd, abort = time.Second, 500*time.Millisecond
-	}
+	// The shipped profile's own WatchdogSec (what install-dropins writes):
+	// default 2s, fast 1s, fast-kill 500ms.
+	wd := config.Profiles[p.Name].Watchdog
+	abort := wd / 2
 	return fmt.Appendf(nil, "# Written by kha-lab: watchdog for the %s profile (TTL %s).\n[Service]\nWatchdogSec=%dms\nTimeoutAbortSec=%dms\n",
 		p.Name, p.TTL, wd.Milliseconds(), abort.Milliseconds())
 }

@@ -49,6 +49,7 @@ func KhaMode(p lab.Profile) Mode { return Mode{Name: "kha-" + p.Name, Profile: p
 var Modes = map[string]Mode{
 	"kha-fast":          KhaMode(lab.Fast),
 	"kha-default":       KhaMode(lab.Default),
+	"kha-fast-kill":     KhaMode(lab.FastKill),
 	"kha-fast-token":    FencedMode(lab.Fast, FenceToken),
 	"kha-fast-gate":     FencedMode(lab.Fast, FenceGate),
 	"kha-default-token": FencedMode(lab.Default, FenceToken),
