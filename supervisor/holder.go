@@ -140,7 +140,16 @@ func (s *Supervisor) clearLeaselessKey(li group.LeaderInfo) func(context.Context
 type leaseWatch struct {
 	lease clientv3.LeaseID
 	next  time.Time // no read before then
+	// zeroSent, zeroAt: the first read of this lease, since it was last
+	// seen renewed, that etcd answered with 0 whole seconds left (sent,
+	// answered); zero: none (see tickProof).
+	zeroSent, zeroAt time.Time
 }
+
+// leaseTickPoll is how often a lease with 1 s or less left is read while
+// no single read can prove anything (see tickProof): it bounds how late the
+// first "0 s left" is seen, which is how late the proof comes.
+const leaseTickPoll = 100 * time.Millisecond
 
 // proofFor returns an instant by which the holder li names has its units
 // down, when a read of its lease proves one.
@@ -152,18 +161,82 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.Leade
 	if w.lease == li.Lease && now.Before(w.next) {
 		return time.Time{}
 	}
-	w.lease = li.Lease
 	alive, left, at, err := s.leaseLeft(ctx, li.Lease)
 	if err != nil || !alive {
-		w.next = now
+		w.lease, w.next = li.Lease, now
 		return time.Time{}
 	}
 	if by, ok := s.leaseProof(left, at); ok {
+		w.lease, w.next = li.Lease, now
+		return by
+	}
+	by := s.tickProof(w, li.Lease, left, now, at)
+	if !by.IsZero() {
 		w.next = now
 		return by
 	}
 	// Unrenewed, the lease reaches the provable range after this long.
 	wait := left + time.Second - (s.window.StopMax + s.window.Slack)
 	w.next = now.Add(max(wait-s.cfg.Units.PollInterval, s.cfg.Units.PollInterval))
+	if s.window.StopMax+s.window.Slack < time.Second {
+		// No single read proves anything: catch the read that first says
+		// 0 s left early, then read again once tickProof can use it.
+		switch {
+		case !w.zeroAt.IsZero():
+			w.next = later(now.Add(leaseTickPoll), w.zeroAt.Add(time.Second-(s.window.StopMax+s.window.Slack)))
+		case left <= time.Second:
+			w.next = now.Add(leaseTickPoll)
+		default:
+			w.next = now.Add(max(left-time.Second, leaseTickPoll))
+		}
+	}
 	return time.Time{}
+}
+
+// tickProof proves the holder past its fence instant from two reads of its
+// lease when one cannot: etcd answers whole seconds (truncated), so "0 s
+// left" only says that the lease, unrenewed, expires before that answer
+// (received at zeroAt) plus 1 s, which may be more than StopMax + slack
+// away. A later read sent once that bound is at most StopMax + slack away
+// (sent >= zeroAt + 1 s - (StopMax + slack)) that still finds 0 s left
+// shows the lease not renewed since the first (a renewal in between would
+// leave at least 1 s: TTL - (at - zeroSent) > 1 s), so at that read it had
+// at most StopMax + slack left and its holder was past its fence instant,
+// as in leaseProof; its units are down by the expiry, before zeroAt + 1 s
+// (our clock may run slow: + TTL*rho). Any read with 1 s or more left
+// starts over. sent and at are one read's send and answer times.
+func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left time.Duration, sent, at time.Time) time.Time {
+	if w.lease != lease {
+		*w = leaseWatch{lease: lease}
+	}
+	if left >= time.Second {
+		w.zeroSent, w.zeroAt = time.Time{}, time.Time{}
+		return time.Time{}
+	}
+	if left < 0 {
+		return time.Time{}
+	}
+	if w.zeroAt.IsZero() {
+		w.zeroSent, w.zeroAt = sent, at
+		return time.Time{}
+	}
+	if at.Sub(w.zeroSent) >= s.window.TTL-time.Second {
+		// Too far apart to rule out a renewal: this read is the new first.
+		w.zeroSent, w.zeroAt = sent, at
+		return time.Time{}
+	}
+	if sent.Before(w.zeroAt.Add(time.Second - (s.window.StopMax + s.window.Slack))) {
+		return time.Time{}
+	}
+	pad := time.Duration(float64(s.window.TTL) * s.window.ClockRate)
+	return w.zeroAt.Add(time.Second + pad)
+}
+
+// wake is when the observer should read the lease again before its next
+// poll (nil: the poll is soon enough).
+func (w *leaseWatch) wake(now time.Time, poll time.Duration) <-chan time.Time {
+	if w.next.IsZero() || !w.next.After(now) || w.next.Sub(now) >= poll {
+		return nil
+	}
+	return time.After(w.next.Sub(now))
 }

@@ -67,6 +67,7 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 	newWatch()
 	defer func() { wcancel() }()
 	var lw leaseWatch
+	var wake <-chan time.Time // the lease watch's next read, when before the poll
 	lost := func(wr clientv3.WatchResponse, ok bool) bool {
 		if ok && wr.Err() == nil {
 			return false
@@ -85,12 +86,14 @@ func (s *Supervisor) observeLeader(bg context.Context) {
 		case wr, ok := <-ctlW:
 			lost(wr, ok)
 		case <-t.C:
+		case <-wake:
 		}
 		rctx, cancel := s.reqCtx(bg)
 		o := s.readLeaderAndControl(rctx)
 		o.proof = s.proofFor(rctx, &lw, o.info)
 		offer(s.in.leaders, o)
 		cancel()
+		wake = lw.wake(s.now(), s.cfg.Units.PollInterval)
 	}
 }
 
