@@ -70,19 +70,28 @@ type Timeouts struct {
 // so the budget does not grow with the number of units.
 func (t Timeouts) StopMax() time.Duration { return t.Stop + t.KillGrace }
 
-// StartAll starts units in order, each confirmed active before the next one
-// starts. It stops at the first failure and returns it; the caller decides
-// how to unwind (normally StopAll).
+// StartAll starts every unit at once and returns when each start job has
+// ended, confirmed active or failed: one unit's slow start (its
+// ExecStartPre= guard, a slow exec) does not delay the next. An order
+// between them is the service manager's: systemd runs a start job ordered
+// After= another unit's only once that one's has finished, whichever was
+// queued first. A unit that fails does not keep the others from starting;
+// the joined error names each failure and the caller unwinds (normally
+// StopAll).
 func StartAll(ctx context.Context, u Units, units []string, t Timeouts) error {
-	for _, name := range units {
-		cctx, cancel := context.WithTimeout(ctx, t.Start)
-		err := u.Start(cctx, name)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("start %s: %w", name, err)
-		}
+	errs := make([]error, len(units))
+	var wg sync.WaitGroup
+	for i, name := range units {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, t.Start)
+			defer cancel()
+			if err := u.Start(cctx, name); err != nil {
+				errs[i] = fmt.Errorf("start %s: %w", name, err)
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // StopAll stops units in reverse order (the graceful path: demotion,

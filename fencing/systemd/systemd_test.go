@@ -31,8 +31,14 @@ const ctPrefix = "kt-sd-"
 // Test units. Each test uses its own, so tests cannot disturb each other
 // through state left behind.
 var testUnits = map[string]string{
-	"kt-sd-1.service":     "[Service]\nExecStart=/bin/sleep infinity\n",
-	"kt-sd-2.service":     "[Service]\nExecStart=/bin/sleep infinity\n",
+	// kt-sd-1 takes 0.3 s to become active; kt-sd-2 is ordered after it
+	// (After=): StartAll starts both at once and systemd keeps the order.
+	"kt-sd-1.service": "[Service]\nExecStartPre=/bin/sleep 0.3\nExecStart=/bin/sleep infinity\n",
+	"kt-sd-2.service": "[Unit]\nAfter=kt-sd-1.service\n[Service]\nExecStart=/bin/sleep infinity\n",
+	// The same without the ordering: StartAll starts them together, so the
+	// quick one is active before the slow one.
+	"kt-sd-slow.service":  "[Service]\nExecStartPre=/bin/sleep 0.5\nExecStart=/bin/sleep infinity\n",
+	"kt-sd-quick.service": "[Service]\nExecStart=/bin/sleep infinity\n",
 	"kt-sd-plain.service": "[Service]\nExecStart=/bin/sleep infinity\n",
 	// Ignores SIGTERM (the ignore disposition is inherited by the sleeps),
 	// systemd itself would wait 90 s before its own SIGKILL, and Restart=
@@ -246,6 +252,26 @@ func bg(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// StartAll starts the units together: one unit's slow start does not
+// delay the next (issue 21 item 5: the scheduler waited for the
+// controller-manager's start job); an operator orders them with After=.
+func TestSystemdStartAllTogether(t *testing.T) {
+	c := container(t)
+	s, _ := newSystemd(t, c)
+	units := []string{"kt-sd-slow.service", "kt-sd-quick.service"}
+	if err := fencing.StartAll(bg(t, time.Minute), s, units, timeouts); err != nil {
+		t.Fatalf("StartAll: %v", err)
+	}
+	slow := showUint(t, c, units[0], "ActiveEnterTimestampMonotonic")
+	quick := showUint(t, c, units[1], "ActiveEnterTimestampMonotonic")
+	t.Logf("slow active at %d µs, quick at %d µs (monotonic)", slow, quick)
+	if slow == 0 || quick == 0 || quick >= slow {
+		t.Fatalf("%s became active at %d, not before %s at %d (its ExecStartPre= sleeps 0.5 s): the starts were not concurrent", units[1], quick, units[0], slow)
+	}
+}
+
+// With After= between them, StartAll's concurrent starts keep systemd's
+// order.
 func TestSystemdStartAllInOrder(t *testing.T) {
 	c := container(t)
 	s, _ := newSystemd(t, c)
