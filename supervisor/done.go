@@ -109,6 +109,39 @@ func (s *Supervisor) restartWork() work[struct{}] {
 	return work[struct{}]{kind: jobRestart, run: noResult(run), done: s.restartDone}
 }
 
+// restartHung restarts in place the units whose probe found them hung
+// (hungUnits), checked on every loop iteration so that a hang costs the
+// probe's detection and the unit's restart, not a unit poll more; or
+// demotes when their failures reach the threshold.
+func (s *Supervisor) restartHung(bg context.Context, now time.Time) {
+	hung := s.hungUnits(now)
+	if len(hung) == 0 || s.demoteAtThreshold(bg, now) {
+		return
+	}
+	s.log.Warn("restarting hung units in place", "units", hung)
+	launch(s, bg, s.restartHungWork(hung))
+}
+
+// restartHungWork stops the hung units (SIGTERM, SIGKILL after
+// stop_timeout: systemd sends SIGCONT with the SIGTERM, so a stopped
+// process ends too) and starts them again. The start runs through the
+// start gate and only while the published term may act (the guard's own
+// predicate): a restart never starts a unit where the node may not.
+func (s *Supervisor) restartHungWork(hung []string) work[struct{}] {
+	run := func(ctx context.Context) error {
+		if err := fencing.StopAll(ctx, s.units, hung, s.timeout); err != nil {
+			return err
+		}
+		return s.term.gate.do(func() error {
+			if why := s.Term().Closed(time.Now()); why != "" {
+				return fmt.Errorf("restart of %v not started: %s", hung, why)
+			}
+			return fencing.StartAll(ctx, s.units, hung, s.timeout)
+		})
+	}
+	return work[struct{}]{kind: jobRestart, run: noResult(run), done: s.restartDone}
+}
+
 // restartDone judges a restart of the leader's units by what runs now.
 func (s *Supervisor) restartDone(bg context.Context, o outcome[struct{}]) (error, bool) {
 	if errors.Is(o.err, fencing.ErrStopPending) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
+	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
@@ -52,7 +53,7 @@ func (h *healthz) probing(c *config.Config) {
 	c.Health.Interval = 200 * time.Millisecond
 	c.Health.Timeout = 200 * time.Millisecond
 	c.Health.FailureThreshold = 2
-	c.Health.Grace = 10 * time.Second
+	c.Health.Grace = 3 * time.Second
 }
 
 func probeState(m *member) string {
@@ -65,9 +66,11 @@ func probeState(m *member) string {
 }
 
 // A scheduler that stays active in systemd but stops answering its
-// /healthz is a unit failure: the leader's probe finds it, the failures
-// reach units.failure_threshold, the leader demotes into its cooldown and
-// the other member takes over, with no overlap. Standbys do not probe.
+// /healthz, and keeps not answering after every restart in place, is a unit
+// failure each time: the leader's probe finds it, restarts it twice, the
+// third failure reaches units.failure_threshold, the leader demotes into
+// its cooldown and the other member takes over, with no overlap. Standbys
+// do not probe.
 func TestFrozenUnitFailsItsProbeAndTheLeaderStepsDown(t *testing.T) {
 	w := newWorld(t)
 	hz := map[string]*healthz{"m1": newHealthz(t), "m2": newHealthz(t)}
@@ -84,7 +87,7 @@ func TestFrozenUnitFailsItsProbeAndTheLeaderStepsDown(t *testing.T) {
 
 	frozenAt := time.Now()
 	hz[leader.Name].frozen.Store(true)
-	waitFor(t, "the other member to take over", 30*time.Second, func() bool { return leaderActive(standby) })
+	waitFor(t, "the other member to take over", 40*time.Second, func() bool { return leaderActive(standby) })
 	took := time.Since(frozenAt)
 	waitFor(t, "the frozen leader to be standby", 10*time.Second, func() bool { return leader.State() == group.Standby })
 	st := leader.Sup.Status()
@@ -97,4 +100,64 @@ func TestFrozenUnitFailsItsProbeAndTheLeaderStepsDown(t *testing.T) {
 	waitFor(t, "the new leader's probe to be healthy", 15*time.Second, func() bool { return probeState(standby) == health.StateHealthy })
 	overlap := assertNoOverlap(t, a, b)
 	t.Logf("frozen probe to the other member active: %s; overlap %s", took, overlap)
+}
+
+// stops counts unit's stops (graceful or killed) on m after since.
+func stops(m *member, unit string, since time.Time) int {
+	n := 0
+	for _, e := range m.Units.Snapshot() {
+		if e.Unit == unit && e.What != "started" && e.What != "failed" && e.At.After(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// A scheduler that hangs on a healthy leader (active in systemd, its
+// /healthz unanswered, as after SIGSTOP) is restarted in place, as a
+// crashed one is: the leader keeps its term, the other member never takes
+// over, and the new process answers. Before, every failed probe counted a
+// unit failure and the leader stepped down (issue 21 item 4).
+func TestHungUnitIsRestartedInPlace(t *testing.T) {
+	w := newWorld(t)
+	hz := map[string]*healthz{"m1": newHealthz(t), "m2": newHealthz(t)}
+	a, b := w.Start("m1", hz["m1"].probing), w.Start("m2", hz["m2"].probing)
+	leader, others := leaderOf(t, a, b)
+	standby := others[0]
+	waitFor(t, "the leader's scheduler probe to be healthy", 15*time.Second, func() bool { return probeState(leader) == health.StateHealthy })
+	token := leader.Sup.Status().Token
+
+	frozenAt := time.Now()
+	hz[leader.Name].frozen.Store(true)
+	// The stand-in's process is replaced by the restart: the new one answers.
+	waitFor(t, "the hung scheduler to be stopped", 10*time.Second, func() bool {
+		if leader.State() != group.Active || standby.State() != group.Standby {
+			t.Fatalf("leadership moved instead of a restart in place: %s is %s, %s is %s",
+				leader.Name, leader.State(), standby.Name, standby.State())
+		}
+		return stops(leader, units[1], frozenAt) > 0
+	})
+	hz[leader.Name].frozen.Store(false)
+	restarted := firstStartAfter(leader, frozenAt)
+	waitFor(t, "the restarted scheduler to run", 5*time.Second, func() bool {
+		restarted = firstStartAfter(leader, frozenAt)
+		return !restarted.IsZero()
+	})
+	waitFor(t, "the restarted scheduler's probe to be healthy", 10*time.Second, func() bool { return probeState(leader) == health.StateHealthy })
+	supervisortest.StaysLeader(t, leader, standby, 2*time.Second, "after a restart in place", nil)
+	st := leader.Sup.Status()
+	if st.Token != token {
+		t.Fatalf("token %d after the restart, %d before: the term must not change", st.Token, token)
+	}
+	if n := stops(leader, units[0], frozenAt); n != 0 {
+		t.Fatalf("the controller-manager was stopped %d times: only the hung unit is restarted", n)
+	}
+	if n := stops(leader, units[1], frozenAt); n != 1 {
+		t.Fatalf("the scheduler was stopped %d times: want one restart", n)
+	}
+	if !st.CooldownUntil.IsZero() && st.CooldownUntil.After(time.Now()) {
+		t.Fatalf("cooldown until %v after one restart", st.CooldownUntil)
+	}
+	assertNoOverlap(t, a, b)
+	t.Logf("frozen probe to the restarted scheduler running: %s (probe every 200 ms, 2 in a row)", restarted.Sub(frozenAt))
 }

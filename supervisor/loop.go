@@ -57,6 +57,8 @@ func (s *Supervisor) step(bg context.Context) {
 			s.demote(bg, "banned", "this node was banned", 0)
 		case len(s.watch.last) > 0 && len(runningUnits(s.watch.last)) < len(s.watch.last):
 			launch(s, bg, s.restartWork())
+		default:
+			s.restartHung(bg, now)
 		}
 	}
 }

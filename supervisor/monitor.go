@@ -60,29 +60,48 @@ func (s *Supervisor) assessUnits(bg context.Context, o unitObs) {
 			s.failed(now, fmt.Sprintf("%s was restarted by systemd (%d restarts)", u.Name, u.NRestarts))
 		default:
 			s.health.Arm(bg, u.Name)
-			s.probeFailures(now, u.Name)
 		}
 	}
-	if n := s.recentFailures(now); n >= s.cfg.Units.FailureThreshold {
-		s.demote(bg, "failure_threshold", fmt.Sprintf("%d unit failures within %s (threshold %d)", n, s.cfg.Units.FailureWindow, s.cfg.Units.FailureThreshold), s.cfg.Units.Cooldown)
-	}
+	s.demoteAtThreshold(bg, now)
 }
 
-// probeFailures counts each failed probe of an unhealthy unit as a unit
-// failure: a component systemd reports active but that does not answer is
-// as unavailable as a stopped one, and a restart would not be judged by the
-// probe either, so the failures add up to the threshold and the other
-// node takes over.
-func (s *Supervisor) probeFailures(now time.Time, unit string) {
-	p := s.health.Probe(unit)
-	if p == nil {
-		return
+// demoteAtThreshold demotes into the cooldown once the unit failures within
+// the window reach units.failure_threshold: restarts did not help, the
+// other node gets its chance. It reports whether it demoted.
+func (s *Supervisor) demoteAtThreshold(bg context.Context, now time.Time) bool {
+	n := s.recentFailures(now)
+	if n < s.cfg.Units.FailureThreshold {
+		return false
 	}
-	n, last := p.Take()
-	for range n {
+	s.demote(bg, "failure_threshold", fmt.Sprintf("%d unit failures within %s (threshold %d)", n, s.cfg.Units.FailureWindow, s.cfg.Units.FailureThreshold), s.cfg.Units.Cooldown)
+	return true
+}
+
+// hungUnits takes the units whose probe found them unhealthy since the last
+// look (health.failure_threshold failed probes in a row): components
+// systemd reports active but that do not answer their own /healthz. Each
+// counts one unit failure, as a crashed unit does, and is restarted in
+// place (restartHungWork); when the failures reach the threshold the
+// leader demotes instead. Their probes are disarmed: the restart re-arms
+// them with a fresh grace, and the probes of the stopped process say
+// nothing.
+func (s *Supervisor) hungUnits(now time.Time) []string {
+	var hung []string
+	for _, u := range s.cfg.Units.Managed {
+		p := s.health.Probe(u)
+		if p == nil {
+			continue
+		}
+		n, last := p.Take()
+		if n == 0 {
+			continue
+		}
+		p.Disarm()
+		hung = append(hung, u)
 		s.failed(now, fmt.Sprintf("%s failed its health probe (%d in a row, threshold %d): %s",
-			unit, last.InARow, s.cfg.Health.FailureThreshold, last.Error))
+			u, last.InARow, s.cfg.Health.FailureThreshold, last.Error))
 	}
+	return hung
 }
 
 // newHealthSet builds the probes the configuration names (nil: none).
