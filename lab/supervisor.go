@@ -51,7 +51,11 @@ func (l *Lab) SupervisorConfig(node string) config.Config {
 	c.Log.Level = "debug"
 	c.Path = "kha-lab (profile " + p.Name + ")"
 	if h, ok := l.plane.(HealthProber); ok {
+		// The probes' timing is the profile's: how fast a hung component
+		// is found is part of what a profile is measured for.
+		interval, timeout := c.Health.Interval, c.Health.Timeout
 		c.Health = h.HealthConfig(node)
+		c.Health.Interval, c.Health.Timeout = interval, timeout
 	}
 	if l.configEdit != nil {
 		l.configEdit(node, &c)

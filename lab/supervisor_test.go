@@ -108,7 +108,8 @@ level = "debug"
 // on purpose: the new file names its profile (profile = "fast"), where the
 // old one left it to the default and set every timing key; the timings are
 // the same, and install-dropins now writes the profile's WatchdogSec (the
-// lab's own 90-lab-watchdog.conf sets the same value after it).
+// lab's own 90-lab-watchdog.conf sets the same value after it), and the
+// health probes' interval and timeout, which are the profile's now.
 func TestSupervisorConfigMatchesLegacy(t *testing.T) {
 	for _, p := range []Profile{Fast, Default} {
 		l, err := New(Config{Prefix: "khcfgtest", StateDir: t.TempDir(), Binary: "/bin/true", Profile: p})
@@ -128,6 +129,11 @@ func TestSupervisorConfigMatchesLegacy(t *testing.T) {
 			t.Errorf("profile %s: profile keys %q (legacy) and %q (new)", p.Name, old.Profile, cur.Profile)
 		}
 		old.Profile = cur.Profile
+		// The second difference on purpose: the profile now times the
+		// health probes too (a hung component found and restarted in
+		// place within its profile's time, issue 21 item 4).
+		prof := config.Profiles[p.Name]
+		old.Health.Interval, old.Health.Timeout = prof.HealthInterval, prof.HealthTimeout
 		// Compared as Describe prints them: every key, a nil list and an
 		// empty one alike (the old file left lists out, the new one says []).
 		if a, b := string(ConfigText(old)), string(ConfigText(cur)); a != b {

@@ -423,7 +423,7 @@ listen = ""
 	want.Units.Managed = []string{"witness@a.service"}
 	want.Hooks.OnFence = []string{"/usr/bin/logger", "fenced"}
 	want.HTTP.Listen = ""
-	want.FromProfile = []string{"etcd.request_timeout", "lease.renew_interval", "units.stop_timeout", "units.kill_grace", "units.poll_interval"}
+	want.FromProfile = []string{"etcd.request_timeout", "lease.renew_interval", "units.stop_timeout", "units.kill_grace", "units.poll_interval", "health.interval", "health.timeout"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("\n got %+v\nwant %+v", got, want)
 	}

@@ -34,6 +34,11 @@ type Profile struct {
 	StopTimeout    time.Duration // units.stop_timeout
 	KillGrace      time.Duration // units.kill_grace
 	PollInterval   time.Duration // units.poll_interval
+	// HealthInterval and HealthTimeout time the [health] probes: with
+	// health.failure_threshold they are how long a hung component takes to
+	// be found and restarted in place.
+	HealthInterval time.Duration // health.interval
+	HealthTimeout  time.Duration // health.timeout
 	// Watchdog is the supervisor unit's WatchdogSec: not a key of this file
 	// but of kha-supervisor.service, written by install-dropins and read
 	// back by check-config and at start-up. It enters the fence window.
@@ -56,6 +61,8 @@ var Profiles = map[string]Profile{
 		StopTimeout:     2 * time.Second,
 		KillGrace:       1 * time.Second,
 		PollInterval:    1 * time.Second,
+		HealthInterval:  2 * time.Second,
+		HealthTimeout:   1 * time.Second,
 		Watchdog:        2 * time.Second,
 	},
 	"fast": {
@@ -73,7 +80,12 @@ var Profiles = map[string]Profile{
 		StopTimeout:   1 * time.Second,
 		KillGrace:     500 * time.Millisecond,
 		PollInterval:  500 * time.Millisecond,
-		Watchdog:      1 * time.Second,
+		// A hung component is found after health.failure_threshold (3)
+		// probes in a row, 0.9-1.2 s, and restarted in place (issue 21
+		// item 4: scenario 49 within 2.5 s).
+		HealthInterval: 300 * time.Millisecond,
+		HealthTimeout:  300 * time.Millisecond,
+		Watchdog:       1 * time.Second,
 	},
 	// "fast" with the units killed at once instead of stopped gracefully,
 	// for components that hold no lease of their own (kube-scheduler and
@@ -100,6 +112,9 @@ var Profiles = map[string]Profile{
 		StopTimeout:  100 * time.Millisecond,
 		KillGrace:    200 * time.Millisecond,
 		PollInterval: 500 * time.Millisecond,
+		// The probes as "fast" times them.
+		HealthInterval: 300 * time.Millisecond,
+		HealthTimeout:  300 * time.Millisecond,
 		// Not above lease.slack, so it costs the window nothing; the loop
 		// pings every WatchdogSec/5 (supervisor.tickFor).
 		Watchdog: 500 * time.Millisecond,
@@ -128,6 +143,8 @@ var profileKeys = []struct {
 	{"units.stop_timeout", func(p Profile) time.Duration { return p.StopTimeout }},
 	{"units.kill_grace", func(p Profile) time.Duration { return p.KillGrace }},
 	{"units.poll_interval", func(p Profile) time.Duration { return p.PollInterval }},
+	{"health.interval", func(p Profile) time.Duration { return p.HealthInterval }},
+	{"health.timeout", func(p Profile) time.Duration { return p.HealthTimeout }},
 }
 
 // ProfileKeys lists the dotted keys a profile sets.

@@ -40,6 +40,7 @@ func TestProfileResolution(t *testing.T) {
 			want: map[string]time.Duration{
 				"etcd.request_timeout": fast.RequestTimeout, "lease.ttl": fast.TTL, "lease.renew_interval": fast.RenewInterval,
 				"units.stop_timeout": fast.StopTimeout, "units.kill_grace": fast.KillGrace, "units.poll_interval": fast.PollInterval,
+				"health.interval": fast.HealthInterval, "health.timeout": fast.HealthTimeout,
 			}},
 		{name: "fast with an explicit ttl", toml: "profile = \"fast\"\n[lease]\nttl = \"9s\"\n", profile: "fast",
 			want:     map[string]time.Duration{"lease.ttl": 9 * time.Second, "lease.renew_interval": fast.RenewInterval, "units.kill_grace": fast.KillGrace},

@@ -240,11 +240,11 @@ func (p *Plane) HealthConfig(m string) config.Health {
 	return kube.Health(cs, p.Dir("ca", "ca.crt"), LabProbing)
 }
 
-// LabProbing probes every second (the default is 2 s) with the default 1 s
-// timeout and threshold 3: a frozen component is unhealthy about 3 s after
-// it froze and the leader steps down about 2 s later. A second, not less:
-// on the lab's loaded machine a shorter timeout would fail healthy
-// components and disturb every other scenario.
+// LabProbing is the threshold and grace of the lab's probes (3, 30 s); the
+// lab's supervisors take the interval and timeout from their profile
+// (lab.SupervisorConfig): fast 300 ms, default 2 s and 1 s. A frozen
+// component is unhealthy after three failed probes in a row and restarted
+// in place.
 var LabProbing = kube.Probing{Interval: time.Second, Timeout: time.Second, Threshold: 3, Grace: 30 * time.Second}
 
 // Units are the managed units, in the supervisor's start order.
