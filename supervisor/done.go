@@ -132,12 +132,30 @@ func (s *Supervisor) restartHungWork(hung []string) work[struct{}] {
 		if err := fencing.StopAll(ctx, s.units, hung, s.timeout); err != nil {
 			return err
 		}
-		return s.term.gate.do(func() error {
-			if why := s.Term().Closed(time.Now()); why != "" {
-				return fmt.Errorf("restart of %v not started: %s", hung, why)
+		start := func() error {
+			return s.term.gate.do(func() error {
+				if why := s.Term().Closed(time.Now()); why != "" {
+					return fmt.Errorf("restart of %v not started: %s", hung, why)
+				}
+				return fencing.StartAll(ctx, s.units, hung, s.timeout)
+			})
+		}
+		// A stop confirmed from the unit's cgroup (a process that ignored
+		// SIGTERM, SIGKILLed by us) can return while systemd's own stop job
+		// is still queued: systemd then refuses the start as destructive.
+		// Our own stop, not an operator's: retry until it has ended, within
+		// the stop budget (a stop of kha-supervisor itself is followed by
+		// SIGTERM, which cancels this job).
+		until := time.Now().Add(s.timeout.StopMax())
+		for {
+			err := start()
+			if !errors.Is(err, fencing.ErrStopPending) || time.Now().After(until) {
+				return err
 			}
-			return fencing.StartAll(ctx, s.units, hung, s.timeout)
-		})
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return err
+			}
+		}
 	}
 	return work[struct{}]{kind: jobRestart, run: noResult(run), done: s.restartDone}
 }
