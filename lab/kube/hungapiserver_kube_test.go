@@ -35,20 +35,28 @@ func TestComponentHealthzAnswersWhileTheAPIServerHangs(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Stop(context.Background(), 30*time.Second) })
-		// A 300 ms timeout, stricter than either profile's, the components'
-		// serving certificates verified with the plane's CA.
-		chk, err := health.NewChecker(c.HealthURL(), health.TLS{Roots: a.CA.Pool()}, 300*time.Millisecond)
+		// The fast profile's probe: 1 s timeout, the components' serving
+		// certificates verified with the plane's CA.
+		chk, err := health.NewChecker(c.HealthURL(), health.TLS{Roots: a.CA.Pool()}, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		probes = append(probes, chk)
 	}
-	apiProbe, err := health.NewChecker(a.URL()+"/healthz", health.TLS{Roots: a.CA.Pool()}, 300*time.Millisecond)
+	apiProbe, err := health.NewChecker(a.URL()+"/healthz", health.TLS{Roots: a.CA.Pool()}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := apiProbe.Check(t.Context()); !r.OK {
-		t.Fatalf("the apiserver's /healthz before the freeze: %+v", r)
+	// Answering before the freeze (a loaded machine may take a few tries).
+	for i := 0; ; i++ {
+		r := apiProbe.Check(t.Context())
+		if r.OK {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("the apiserver's /healthz before the freeze: %+v", r)
+		}
+		time.Sleep(time.Second)
 	}
 
 	id, ok := a.Running()
@@ -60,7 +68,7 @@ func TestComponentHealthzAnswersWhileTheAPIServerHangs(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(id.PID, syscall.SIGCONT) })
 
-	// 10 s frozen, probed every 300 ms.
+	// 10 s frozen, probed every 300 ms (each probe waits up to 1 s).
 	var ok200, apiFailed int
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
 		for _, p := range probes {
