@@ -121,8 +121,10 @@ func decideUnknown(now, since time.Time, blind time.Duration) barrierVerdict {
 // proves one. The holder fences StopMax + margin before its lease can lapse;
 // a lease with less than that left when read means the holder was already
 // past its fence instant at the read (any renewal after it comes from a
-// fencing process, which never starts a unit again), and its units are down
-// by the lease's expiry, which is before at + remaining + 1 s.
+// fencing process, which never starts a unit again, or was sent before the
+// read and is answered after the fence instant, which the holder does not
+// count: onRenewal), and its units are down by the lease's expiry, which is
+// before at + remaining + 1 s.
 func (s *Supervisor) leaseProof(remaining time.Duration, at time.Time) (time.Time, bool) {
 	if remaining < 0 {
 		return time.Time{}, false

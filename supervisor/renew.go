@@ -23,6 +23,16 @@ func (s *Supervisor) onRenewal(r renewal) {
 	switch {
 	case r.name == electionLease && r.lease != s.term.elecLease, r.name == memberLease && r.lease != s.loop.memberLease:
 		return // answer for a lease we no longer track
+	case r.err == nil && s.loop.state.Holding() && s.term.deadline.Expired(r.sent.Add(r.took)):
+		// Received past the fence instant: the fence stands, whenever the
+		// request was sent. The barrier's lease-reading proofs rest on it
+		// (leaseProof, tickProof): a standby that read our lease with at
+		// most S_max + slack left takes us for past our fence instant and
+		// our units for down by that lease's expiry, and a renewal sent
+		// before that read but processed after it reaches us only now.
+		s.log.Debug("renewal answer received after the fence instant; not counted", "lease", r.name,
+			"late", -s.term.deadline.Left(r.sent.Add(r.took)).Round(time.Millisecond))
+		return
 	case r.err == nil:
 		s.term.deadline.Renewed(r.name, r.sent, r.ttl)
 		s.resetFenceTimer()
