@@ -200,9 +200,11 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.Leade
 // away. A later read sent once that bound is at most StopMax + slack away
 // (sent >= zeroAt + 1 s - (StopMax + slack)) that still finds 0 s left
 // shows the lease not renewed since the first (a renewal in between would
-// leave at least 1 s: TTL - (at - zeroSent) > 1 s), so at that read it had
-// at most StopMax + slack left and its holder was past its fence instant,
-// as in leaseProof; its units are down by the expiry, before zeroAt + 1 s
+// leave at least 1 s while at - zeroSent < renewalGap), so at that read it
+// had at most StopMax + slack left and its holder was past its fence
+// instant, as in leaseProof (a renewal sent before the read but answered
+// after it is not counted: onRenewal); its units are down by the expiry,
+// before zeroAt + 1 s
 // (our clock may run slow: + TTL*rho). Any read with 1 s or more left
 // starts over. sent and at are one read's send and answer times.
 func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left time.Duration, sent, at time.Time) time.Time {
@@ -220,7 +222,7 @@ func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left time.
 		w.zeroSent, w.zeroAt = sent, at
 		return time.Time{}
 	}
-	if at.Sub(w.zeroSent) >= s.window.TTL-time.Second {
+	if at.Sub(w.zeroSent) >= s.renewalGap() {
 		// Too far apart to rule out a renewal: this read is the new first.
 		w.zeroSent, w.zeroAt = sent, at
 		return time.Time{}
@@ -230,6 +232,15 @@ func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left time.
 	}
 	pad := time.Duration(float64(s.window.TTL) * s.window.ClockRate)
 	return w.zeroAt.Add(time.Second + pad)
+}
+
+// renewalGap is how far apart (our send of the first, our answer of the
+// second) two reads of a lease may be for tickProof to rule out a renewal
+// between them: a lease renewed then has TTL - 1 s left on etcd's clock
+// after TTL - 1 s, and etcd's clock and ours may each run fast or slow by
+// rho, so our measure of it is shortened by 2*rho.
+func (s *Supervisor) renewalGap() time.Duration {
+	return time.Duration(float64(s.window.TTL-time.Second) * (1 - 2*s.window.ClockRate))
 }
 
 // wake is when the observer should read the lease again before its next

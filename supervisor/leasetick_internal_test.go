@@ -40,6 +40,11 @@ func TestLeaseTickProof(t *testing.T) {
 		{"renewed in between", []leaseRead{{0, ms(5), 0}, {ms(100), ms(105), 4 * time.Second}, {ms(300), ms(305), 0}}, 0},
 		{"renewed, then run down again", []leaseRead{{0, ms(5), 0}, {ms(100), ms(105), 4 * time.Second}, {ms(4100), ms(4105), 0}, {ms(4310), ms(4315), 0}}, ms(5105) + pad},
 		{"reads too far apart to rule out a renewal", []leaseRead{{0, ms(5), 0}, {ms(4100), ms(4105), 0}}, 0},
+		// A renewal 3.95 s before the second read leaves 1.05 s on our
+		// clock but 0.97 s on an etcd clock 1% fast against ours 1% slow:
+		// "0 s left" again. (TTL - 1 s) * (1 - 2 rho) = 3.92 s is the most.
+		{"reads apart by more than TTL - 1 s less both clocks' error", []leaseRead{{0, ms(5), 0}, {ms(3945), ms(3950), 0}}, 0},
+		{"reads apart by just under that", []leaseRead{{0, ms(5), 0}, {ms(3910), ms(3915), 0}}, ms(1005) + pad},
 		{"1 s left, then 0 s twice", []leaseRead{{0, ms(5), time.Second}, {ms(100), ms(105), 0}, {ms(310), ms(315), 0}}, ms(1105) + pad},
 	} {
 		t.Run(c.name, func(t *testing.T) {
