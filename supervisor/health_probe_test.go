@@ -72,12 +72,7 @@ func probeState(m *member) string {
 // its cooldown and the other member takes over, with no overlap. Standbys
 // do not probe.
 func TestFrozenUnitFailsItsProbeAndTheLeaderStepsDown(t *testing.T) {
-	w := newWorld(t)
-	hz := map[string]*healthz{"m1": newHealthz(t), "m2": newHealthz(t)}
-	a, b := w.Start("m1", hz["m1"].probing), w.Start("m2", hz["m2"].probing)
-	leader, others := leaderOf(t, a, b)
-	standby := others[0]
-	waitFor(t, "the leader's scheduler probe to be healthy", 15*time.Second, func() bool { return probeState(leader) == health.StateHealthy })
+	hz, leader, standby := probingPair(t)
 
 	before := hz[standby.Name].hits.Load()
 	time.Sleep(time.Second)
@@ -98,7 +93,7 @@ func TestFrozenUnitFailsItsProbeAndTheLeaderStepsDown(t *testing.T) {
 		t.Fatalf("the demoted leader still probes: %+v", st.Health)
 	}
 	waitFor(t, "the new leader's probe to be healthy", 15*time.Second, func() bool { return probeState(standby) == health.StateHealthy })
-	overlap := assertNoOverlap(t, a, b)
+	overlap := assertNoOverlap(t, leader, standby)
 	t.Logf("frozen probe to the other member active: %s; overlap %s", took, overlap)
 }
 
@@ -119,12 +114,7 @@ func stops(m *member, unit string, since time.Time) int {
 // over, and the new process answers. Before, every failed probe counted a
 // unit failure and the leader stepped down (issue 21 item 4).
 func TestHungUnitIsRestartedInPlace(t *testing.T) {
-	w := newWorld(t)
-	hz := map[string]*healthz{"m1": newHealthz(t), "m2": newHealthz(t)}
-	a, b := w.Start("m1", hz["m1"].probing), w.Start("m2", hz["m2"].probing)
-	leader, others := leaderOf(t, a, b)
-	standby := others[0]
-	waitFor(t, "the leader's scheduler probe to be healthy", 15*time.Second, func() bool { return probeState(leader) == health.StateHealthy })
+	hz, leader, standby := probingPair(t)
 	token := leader.Sup.Status().Token
 
 	frozenAt := time.Now()
@@ -158,6 +148,18 @@ func TestHungUnitIsRestartedInPlace(t *testing.T) {
 	if !st.CooldownUntil.IsZero() && st.CooldownUntil.After(time.Now()) {
 		t.Fatalf("cooldown until %v after one restart", st.CooldownUntil)
 	}
-	assertNoOverlap(t, a, b)
+	assertNoOverlap(t, leader, standby)
 	t.Logf("frozen probe to the restarted scheduler running: %s (probe every 200 ms, 2 in a row)", restarted.Sub(frozenAt))
+}
+
+// probingPair starts two members whose scheduler probes ask hz, and waits
+// until the leader's probe is healthy.
+func probingPair(t *testing.T) (map[string]*healthz, *supervisortest.Member, *supervisortest.Member) {
+	t.Helper()
+	w := newWorld(t)
+	hz := map[string]*healthz{"m1": newHealthz(t), "m2": newHealthz(t)}
+	a, b := w.Start("m1", hz["m1"].probing), w.Start("m2", hz["m2"].probing)
+	leader, others := leaderOf(t, a, b)
+	waitFor(t, "the leader's scheduler probe to be healthy", 15*time.Second, func() bool { return probeState(leader) == health.StateHealthy })
+	return hz, leader, others[0]
 }
