@@ -70,28 +70,51 @@ type Timeouts struct {
 // so the budget does not grow with the number of units.
 func (t Timeouts) StopMax() time.Duration { return t.Stop + t.KillGrace }
 
+// QueuedStarter is implemented by Units whose start job is queued before it
+// runs (systemd's job queue). StartQueued is Start, calling queued once the
+// job is in the queue (never when the start fails before that).
+type QueuedStarter interface {
+	StartQueued(ctx context.Context, unit string, queued func()) error
+}
+
 // StartAll starts every unit at once and returns when each start job has
 // ended, confirmed active or failed: one unit's slow start (its
 // ExecStartPre= guard, a slow exec) does not delay the next. An order
-// between them is the service manager's: systemd runs a start job ordered
-// After= another unit's only once that one's has finished, whichever was
-// queued first. A unit that fails does not keep the others from starting;
-// the joined error names each failure and the caller unwinds (normally
-// StopAll).
+// between them is the service manager's: systemd holds a start job ordered
+// After= another unit's while that one's is queued or running, so the jobs
+// are queued in list order (each once the one before is in the queue, a
+// round trip, not a start) and run concurrently from there. Queued
+// together from concurrent calls, the later unit's job could be queued
+// first and run unordered. A unit that fails does not keep the others from
+// starting; the joined error names each failure and the caller unwinds
+// (normally StopAll).
 func StartAll(ctx context.Context, u Units, units []string, t Timeouts) error {
 	errs := make([]error, len(units))
 	var wg sync.WaitGroup
 	for i, name := range units {
+		queued := make(chan struct{})
+		var once sync.Once
+		markQueued := func() { once.Do(func() { close(queued) }) }
 		wg.Go(func() {
+			defer markQueued() // a start that failed before its job was queued
 			cctx, cancel := context.WithTimeout(ctx, t.Start)
 			defer cancel()
-			if err := u.Start(cctx, name); err != nil {
+			if err := startQueued(cctx, u, name, markQueued); err != nil {
 				errs[i] = fmt.Errorf("start %s: %w", name, err)
 			}
 		})
+		<-queued
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func startQueued(ctx context.Context, u Units, unit string, queued func()) error {
+	if q, ok := u.(QueuedStarter); ok {
+		return q.StartQueued(ctx, unit, queued)
+	}
+	queued() // no queue to order by: the starts are simply concurrent
+	return u.Start(ctx, unit)
 }
 
 // StopAll stops units in reverse order (the graceful path: demotion,

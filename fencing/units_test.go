@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -47,6 +48,40 @@ func TestStartAllReportsEachFailure(t *testing.T) {
 	}
 	if !m.Running("a.service") || !m.Running("c.service") {
 		t.Fatal("a and c must start although b failed")
+	}
+}
+
+// queueRecorder is a QueuedStarter whose first unit is slow to be queued
+// (the D-Bus round trip of a busy systemd); it records the queue's order.
+type queueRecorder struct {
+	*Memory
+	mu    sync.Mutex
+	order []string
+}
+
+func (q *queueRecorder) StartQueued(ctx context.Context, unit string, queued func()) error {
+	if unit == "a.service" {
+		time.Sleep(50 * time.Millisecond)
+	}
+	q.mu.Lock()
+	q.order = append(q.order, unit)
+	q.mu.Unlock()
+	queued()
+	return q.Start(ctx, unit)
+}
+
+// StartAll queues the start jobs in list order, so that systemd's After=
+// between them holds, and only then waits for them together: a slow queue
+// for the first unit does not let the second's job in ahead of it (lab CI
+// found the second unit active first when both calls raced).
+func TestStartAllQueuesInOrder(t *testing.T) {
+	q := &queueRecorder{Memory: NewMemory()}
+	units := []string{"a.service", "b.service", "c.service"}
+	if err := StartAll(context.Background(), q, units, fast); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(q.order, units) {
+		t.Fatalf("start jobs queued in order %v, want %v", q.order, units)
 	}
 }
 

@@ -64,6 +64,7 @@ type Units struct {
 
 var (
 	_ fencing.Units         = (*Units)(nil)
+	_ fencing.QueuedStarter = (*Units)(nil)
 	_ fencing.DirectKiller  = (*Units)(nil)
 	_ fencing.ExecReader    = (*Units)(nil)
 	_ fencing.BindingReader = (*Units)(nil)
@@ -415,6 +416,12 @@ const (
 // "done" job that leaves the unit inactive or failed (a skipped condition, a
 // process that exited at once), is an error.
 func (s *Units) Start(ctx context.Context, unit string) error {
+	return s.StartQueued(ctx, unit, nil)
+}
+
+// StartQueued implements fencing.QueuedStarter: Start, calling queued (when
+// not nil) once systemd has queued the start job.
+func (s *Units) StartQueued(ctx context.Context, unit string, queued func()) error {
 	start := time.Now()
 	var ch chan string
 	err := s.do(ctx, "start "+unit, func(c *sd.Conn) error {
@@ -433,6 +440,9 @@ func (s *Units) Start(ctx context.Context, unit string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("systemd: start %s: %w", unit, err)
+	}
+	if queued != nil {
+		queued()
 	}
 	st, err := s.awaitJob(ctx, unit, ch, func(st fencing.UnitState, result string) (bool, error) {
 		switch {
