@@ -37,7 +37,8 @@ func Health(cs []Component, ca string, p Probing) config.Health {
 
 // HealthSection renders the supervisor's [health] section probing each
 // component's /healthz, verified with ca (the CA that issued their serving
-// certificates, --tls-cert-file). The lab's supervisors and the example in
+// certificates, --tls-cert-file), with p's threshold and grace; the
+// interval and timeout are the profile's. The lab's supervisors and the example in
 // packaging/examples/kubernetes are rendered by it.
 func HealthSection(cs []Component, ca string, p Probing) []byte {
 	var b bytes.Buffer
@@ -46,7 +47,12 @@ func HealthSection(cs []Component, ca string, p Probing) []byte {
 	for _, c := range cs {
 		fmt.Fprintf(&b, "  %q,\n", c.Name+".service="+c.HealthURL())
 	}
-	fmt.Fprintf(&b, "]\nca = %q\ninterval = %q\ntimeout = %q\nfailure_threshold = %d\ngrace = %q\n",
-		ca, p.Interval, p.Timeout, p.Threshold, p.Grace)
+	fmt.Fprintf(&b, "]\nca = %q\n", ca)
+	// interval and timeout are left to the profile: written here they would
+	// override the fast profiles' quicker probing for whoever copies this.
+	fmt.Fprintf(&b, "# interval and timeout: the profile's (default %s and %s; fast, fast-kill %s and %s).\n",
+		config.Profiles["default"].HealthInterval, config.Profiles["default"].HealthTimeout,
+		config.Profiles["fast"].HealthInterval, config.Profiles["fast"].HealthTimeout)
+	fmt.Fprintf(&b, "failure_threshold = %d\ngrace = %q\n", p.Threshold, p.Grace)
 	return b.Bytes()
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/health"
 )
 
@@ -35,9 +36,10 @@ func TestComponentHealthzAnswersWhileTheAPIServerHangs(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Stop(context.Background(), 30*time.Second) })
-		// The fast profile's probe: 1 s timeout, the components' serving
-		// certificates verified with the plane's CA.
-		chk, err := health.NewChecker(c.HealthURL(), health.TLS{Roots: a.CA.Pool()}, time.Second)
+		// The fast profile's probe timeout, the components' serving
+		// certificates verified with the plane's CA. One probe failing
+		// fails the test: the profile needs three in a row.
+		chk, err := health.NewChecker(c.HealthURL(), health.TLS{Roots: a.CA.Pool()}, config.Profiles["fast"].HealthTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}

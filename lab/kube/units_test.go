@@ -94,12 +94,17 @@ func TestExampleHealthSectionLoads(t *testing.T) {
 	}
 	text := strings.ReplaceAll(string(ex[ExampleHealthConfig]), examplePKI+"/ca.crt", ca.CertFile)
 	path := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(path, []byte("node = \"m1\"\n"+text), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("node = \"m1\"\nprofile = \"fast\"\n"+text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := config.Load(path)
 	if err != nil {
 		t.Fatalf("the example [health] section is refused: %v\n%s", err, text)
+	}
+	// Copied under the fast profile, the example keeps its probe timing.
+	if fast := config.Profiles["fast"]; c.Health.Interval != fast.HealthInterval || c.Health.Timeout != fast.HealthTimeout {
+		t.Errorf("with profile fast the example probes every %s with a %s timeout, not the profile's %s and %s",
+			c.Health.Interval, c.Health.Timeout, fast.HealthInterval, fast.HealthTimeout)
 	}
 	probes, err := c.Health.ProbeList()
 	if err != nil || len(probes) != 2 {

@@ -25,7 +25,10 @@ type Health struct {
 	// needs exactly one of them.
 	CA       string `toml:"ca"`
 	Insecure bool   `toml:"insecure"`
-	// Interval between probes, and Timeout of one (at most Interval).
+	// Interval between the starts of two probes, and Timeout of one. A
+	// timeout longer than the interval makes the probes overlap (the next
+	// starts on time while one waits), so a hung unit is found after
+	// Timeout + (FailureThreshold-1) x Interval without an answer.
 	Interval time.Duration `toml:"interval"`
 	Timeout  time.Duration `toml:"timeout"`
 	// FailureThreshold: consecutive failed probes that make a unit
@@ -37,6 +40,9 @@ type Health struct {
 	// seconds after they start.
 	Grace time.Duration `toml:"grace"`
 }
+
+// maxProbesInFlight bounds health.timeout / health.interval.
+const maxProbesInFlight = 10
 
 // DefaultHealth is the section's default: no probes.
 func DefaultHealth() Health {
@@ -105,8 +111,8 @@ func checkHealth(c Config) *Error {
 			return err
 		}
 	}
-	if h.Timeout > h.Interval {
-		return refuse(c, "health.timeout", "must be at most health.interval (%s): a probe still waiting when the next is due", h.Interval)
+	if h.Timeout > maxProbesInFlight*h.Interval {
+		return refuse(c, "health.timeout", "must be at most %d x health.interval (%s): the probes overlap, one starting every interval, and more than %d waiting at once is an interval too short", maxProbesInFlight, h.Interval, maxProbesInFlight)
 	}
 	if err := nonNegative(c, "health.grace"); err != nil {
 		return err

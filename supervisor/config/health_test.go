@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const schedProbe = `"kube-scheduler.service=https://127.0.0.1:10259/healthz"`
@@ -24,7 +25,7 @@ func TestHealthRefusals(t *testing.T) {
 		{"relative CA", `ca = "ca.crt"`, "health.ca", "absolute"},
 		{"missing CA", `ca = "/nonexistent/ca.crt"`, "health.ca", "cannot read"},
 		{"zero interval", `interval = "0s"`, "health.interval", "positive"},
-		{"timeout over interval", "interval = \"1s\"\ntimeout = \"2s\"", "health.timeout", "at most health.interval (1s)"},
+		{"timeout over 10 intervals", "interval = \"100ms\"\ntimeout = \"1001ms\"", "health.timeout", "at most 10 x health.interval (100ms)"},
 		{"negative grace", `grace = "-1s"`, "health.grace", "negative"},
 		{"zero threshold", `failure_threshold = 0`, "health.failure_threshold", "at least 1"},
 		{"a number for a duration", `interval = 2`, "health.interval", "wrong type"},
@@ -57,5 +58,17 @@ func TestHealthAccepts(t *testing.T) {
 	}
 	if d := Default().Health; len(d.Probes) != 0 || d.Insecure || d.CA != "" {
 		t.Errorf("the default probes something: %+v", d)
+	}
+}
+
+// A timeout longer than the interval is accepted: the probes overlap.
+func TestHealthTimeoutMayExceedTheInterval(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "config.toml", "node = \"m1\"\n[health]\ninterval = \"250ms\"\ntimeout = \"1250ms\"\n", 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Health.Timeout != 1250*time.Millisecond || c.Health.Interval != 250*time.Millisecond {
+		t.Fatalf("health %+v", c.Health)
 	}
 }

@@ -81,12 +81,15 @@ var Profiles = map[string]Profile{
 		KillGrace:     500 * time.Millisecond,
 		PollInterval:  500 * time.Millisecond,
 		// A hung component is found after health.failure_threshold (3)
-		// probes in a row, each a full timeout: 3-4 s, and restarted in
-		// place. 300 ms (0.9-1.2 s) failed healthy components at load
+		// probes in a row fail; they start every 250 ms and overlap, each
+		// waiting up to 1.25 s, so after 1.25 + 2 x 0.25 = 1.75 s without
+		// an answer (1.75-2 s after it hung), and is restarted in place. A
+		// live component may take 1.25 s to answer. Sequential probes timed
+		// 300 ms (0.9-1.2 s of silence) failed healthy components at load
 		// 40-50 on the lab's 2-core machine and restarted them in a loop;
-		// 1 s is what the lab had proven there.
-		HealthInterval: 1 * time.Second,
-		HealthTimeout:  1 * time.Second,
+		// 1 s sequential probes (3-4 s) were slower than a lease.
+		HealthInterval: 250 * time.Millisecond,
+		HealthTimeout:  1250 * time.Millisecond,
 		Watchdog:       1 * time.Second,
 	},
 	// "fast" with the units killed at once instead of stopped gracefully,
@@ -115,8 +118,8 @@ var Profiles = map[string]Profile{
 		KillGrace:    200 * time.Millisecond,
 		PollInterval: 500 * time.Millisecond,
 		// The probes as "fast" times them.
-		HealthInterval: 1 * time.Second,
-		HealthTimeout:  1 * time.Second,
+		HealthInterval: 250 * time.Millisecond,
+		HealthTimeout:  1250 * time.Millisecond,
 		// Not above lease.slack, so it costs the window nothing; the loop
 		// pings every WatchdogSec/5 (supervisor.tickFor).
 		Watchdog: 500 * time.Millisecond,

@@ -78,6 +78,9 @@ func NewChecker(rawURL string, t TLS, timeout time.Duration) (*Checker, error) {
 // URL returns the probed URL.
 func (c *Checker) URL() string { return c.url }
 
+// Timeout is how long one probe waits for its answer.
+func (c *Checker) Timeout() time.Duration { return c.timeout }
+
 // Check runs one probe, bounded by the timeout.
 func (c *Checker) Check(ctx context.Context) Result {
 	start := time.Now()

@@ -261,3 +261,43 @@ kha_health_probe_latency_seconds{unit="a.service"} 1.5
 		t.Fatalf("counters: %d series, %v", n, err)
 	}
 }
+
+// countingServer hangs every request and counts those waiting.
+type countingServer struct{ waiting atomic.Int32 }
+
+func (s *countingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	<-r.Context().Done()
+}
+
+// A probe whose timeout is longer than its interval does not wait for the
+// one in flight: the next starts on time, so a hung unit is found after
+// timeout + (threshold-1) x interval of silence rather than threshold x
+// timeout (the fast profile's 1.5 s instead of 3 s). At most
+// ceil(timeout/interval) wait at once.
+func TestProbesOverlapWhenTheTimeoutIsLonger(t *testing.T) {
+	s := &countingServer{}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	c, err := NewChecker(ts.URL+"/healthz", TLS{}, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewProbe(Spec{Unit: "u", Interval: 100 * time.Millisecond, Threshold: 3}, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Arm(ctx)
+	defer p.Disarm()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.waiting.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes waiting at once after 10 s, want 3: each probe waits for the one before", s.waiting.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if n, most := s.waiting.Load(), int32(maxInFlight(2*time.Second, 100*time.Millisecond)); n > most {
+		t.Fatalf("%d probes waiting at once, want at most %d", n, most)
+	}
+}

@@ -147,22 +147,45 @@ func (p *Probe) stateLocked() string {
 	}
 }
 
+// run starts a probe every Interval, without waiting for the one in flight
+// (a probe's timeout may be longer than the interval): a hung unit is then
+// found after timeout + (Threshold-1) x Interval of silence, not Threshold
+// x timeout, and a slow but live unit still gets the whole timeout to
+// answer. At most maxInFlight wait at once; past that the next start waits
+// for one to end.
 func (p *Probe) run(ctx context.Context, epoch int) {
-	t := time.NewTimer(0)
+	t := time.NewTicker(p.spec.Interval)
 	defer t.Stop()
+	slots := make(chan struct{}, maxInFlight(p.check.Timeout(), p.spec.Interval))
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
+		go func() {
+			defer func() { <-slots }()
+			r := p.check.Check(ctx)
+			if ctx.Err() != nil {
+				return // disarmed mid-probe: its failure says nothing
+			}
+			p.record(epoch, r)
+		}()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		t.Reset(p.spec.Interval)
-		r := p.check.Check(ctx)
-		if ctx.Err() != nil {
-			return // disarmed mid-probe: its failure says nothing
-		}
-		p.record(epoch, r)
 	}
+}
+
+// maxInFlight is how many probes can wait at once: those started within one
+// timeout, and the next.
+func maxInFlight(timeout, interval time.Duration) int {
+	if interval <= 0 {
+		return 1
+	}
+	return int((timeout+interval-1)/interval) + 1
 }
 
 // record adds one result, unless the probe was re-armed since it began.

@@ -242,7 +242,8 @@ func (p *Plane) HealthConfig(m string) config.Health {
 
 // LabProbing is the threshold and grace of the lab's probes (3, 30 s); the
 // lab's supervisors take the interval and timeout from their profile
-// (lab.SupervisorConfig): fast 1 s and 1 s, default 2 s and 1 s. A frozen
+// (lab.SupervisorConfig): fast 250 ms and 1.25 s (overlapping), default
+// 2 s and 1 s. A frozen
 // component is unhealthy after three failed probes in a row and restarted
 // in place.
 var LabProbing = kube.Probing{Interval: time.Second, Timeout: time.Second, Threshold: 3, Grace: 30 * time.Second}
