@@ -95,7 +95,8 @@ func Run(ctx context.Context, o Options) int {
 	}
 	defer fence.close()
 	sup, code := newSupervisor(cfg, log, supervisor.Options{Client: conns.cli, Units: units, Notify: o.Notify, Watchdog: wd,
-		Pool: conns.pool, APIFence: fence.iface(), Hook: hooks.Steps{Hooks: o.Hooks}.Hook, Version: o.Version}, m)
+		Pool: conns.pool, APIFence: fence.iface(), Hook: hooks.Steps{Hooks: o.Hooks}.Hook, Version: o.Version,
+		ResetConnections: connResetter(ctx, cfg, log)}, m)
 	if sup == nil {
 		return code
 	}

@@ -50,6 +50,7 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	}
 	s.term.unitsMayRun.Store(false)
 	s.log.Error("fenced: units stopped", "reason", reason, "took", took.Round(time.Millisecond), "stop_budget", s.timeout.StopMax())
+	s.resetConnections()
 	// The units are down: a watchdog kill can no longer do harm, so keep
 	// pinging through the bounded epilogue rather than lose its work.
 	pctx, stopPing := context.WithCancel(bg)
@@ -103,6 +104,28 @@ func (s *Supervisor) fenceEpilogue(bg context.Context, kind string, took time.Du
 	hcancel()
 	s.withdrawToken()
 	s.runHook(bg, "on_fence", s.term.token)
+}
+
+// resetConnections destroys this host's connections to etcd now that the
+// units are down (Options.ResetConnections): a write the node's apiserver
+// had sent for them and a partition holds in the kernel's queue is
+// discarded rather than retransmitted after the heal, when it could land
+// after the next leader's first write (issue 22). It runs before the
+// record, the lease revocation and on_fence, so before the next leader can
+// be let in early; its failure is loud but stops nothing.
+func (s *Supervisor) resetConnections() {
+	if s.opts.ResetConnections == nil {
+		return
+	}
+	start := deadlineNow()
+	n, err := s.opts.ResetConnections()
+	took := deadlineNow().Sub(start).Round(time.Microsecond)
+	if err != nil {
+		s.log.Error("fenced: connections to etcd not all reset; a write already queued for etcd may still reach it when a partition heals",
+			"destroyed", n, "took", took, "err", err)
+		return
+	}
+	s.log.Info("fenced: connections to etcd reset", "destroyed", n, "took", took)
 }
 
 // pingUntil feeds the watchdog every tick until ctx ends or, when until is

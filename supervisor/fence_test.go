@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
+	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
 )
 
@@ -120,3 +121,56 @@ func TestFenceThatCannotConfirmStopsPinging(t *testing.T) {
 }
 
 func supervisortestLastStop(m *member) time.Time { return lastStop(m) }
+
+// TestFenceResetsTheConnectionsToEtcdOnceTheUnitsAreDown: a fenced leader
+// destroys the node's connections to etcd (etcd.reset_on_fence), after its
+// units are confirmed down (the apiserver's requests for them are then
+// cancelled, and what they had already queued for etcd is what the reset
+// discards) and before its record says so (the next leader may be let in
+// early from then on).
+func TestFenceResetsTheConnectionsToEtcdOnceTheUnitsAreDown(t *testing.T) {
+	w := newWorld(t)
+	type call struct {
+		running []string
+		state   group.State
+	}
+	var (
+		mu    sync.Mutex
+		calls []call
+	)
+	var a *supervisortest.Member
+	w.Options = func(name string, o *supervisor.Options) {
+		o.ResetConnections = func() (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			c := call{state: a.State()}
+			for _, u := range units {
+				if a.Units.Running(u) {
+					c.running = append(c.running, u)
+				}
+			}
+			calls = append(calls, c)
+			return 3, nil
+		}
+	}
+	a = w.Start("m1", nil)
+	leaderOf(t, a)
+	mu.Lock()
+	if len(calls) != 0 {
+		t.Fatalf("connections reset %d times before any fence", len(calls))
+	}
+	mu.Unlock()
+	a.Cut(true)
+	var fe *supervisor.FenceError
+	if err := a.WaitExit(t, 30*time.Second, "fence"); !errors.As(err, &fe) {
+		t.Fatalf("Run returned %v, want a FenceError", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 1 {
+		t.Fatalf("connections reset %d times by one fence, want once", len(calls))
+	}
+	if c := calls[0]; len(c.running) != 0 || c.state != group.Fencing {
+		t.Fatalf("reset while %v still ran, in state %s: want the units down, still fencing", c.running, c.state)
+	}
+}

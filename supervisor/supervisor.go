@@ -69,6 +69,13 @@ type Options struct {
 	// Clock is the loop's time of day (see Clock: the fence clock is not
 	// on it). Nil means the real clock.
 	Clock Clock
+	// ResetConnections destroys this host's connections to etcd
+	// (etcd.reset_on_fence; connreset.Reset in the daemon). A fence calls
+	// it once the units are confirmed down, before it tells anyone: what
+	// the node's apiserver had queued for etcd on the fenced components'
+	// behalf is discarded, never delivered when a partition heals. It
+	// returns how many connections it destroyed. Nil: none.
+	ResetConnections func() (int, error)
 }
 
 // Transition is one change of state, with its reason.

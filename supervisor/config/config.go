@@ -59,6 +59,12 @@ type Etcd struct {
 	PasswordFile   string        `toml:"password_file"` // file holding the password; must not be world-readable
 	DialTimeout    time.Duration `toml:"dial_timeout"`
 	RequestTimeout time.Duration `toml:"request_timeout"`
+	// ResetOnFence: once a fence has the units down, destroy this host's
+	// TCP connections to the endpoints (fencing/connreset), so that what
+	// the node's kube-apiserver had already written to etcd for the
+	// fenced components is discarded rather than delivered when a
+	// partition heals. Needs CAP_NET_ADMIN.
+	ResetOnFence bool `toml:"reset_on_fence"`
 }
 
 // Lease sets the election lease and the renewal that proves it.
@@ -145,6 +151,7 @@ func Default() Config {
 			Prefix:         "/kha-supervisor",
 			DialTimeout:    2 * time.Second,
 			RequestTimeout: p.RequestTimeout,
+			ResetOnFence:   true,
 		},
 		Lease: Lease{
 			TTL:           p.TTL,

@@ -69,6 +69,9 @@ func TestServiceUnitSecurity(t *testing.T) {
 	if !contains(caps, "CAP_KILL") {
 		t.Errorf("CapabilityBoundingSet = %q: the supervisor must be able to SIGKILL a managed unit's processes", caps)
 	}
+	if !contains(caps, "CAP_NET_ADMIN") {
+		t.Errorf("CapabilityBoundingSet = %q: a fence must be able to destroy the node's connections to etcd (etcd.reset_on_fence)", caps)
+	}
 	// What would cut the daemon off from what it needs.
 	for key, bad := range map[string]string{
 		"ProtectControlGroups": "yes",       // cgroup.kill
