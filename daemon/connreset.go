@@ -26,6 +26,9 @@ func connResetter(ctx context.Context, cfg config.Config, log *slog.Logger) func
 		defer cancel()
 		return net.DefaultResolver.LookupNetIP(lctx, "ip", host)
 	}
+	if ok, err := connreset.Capable(); err == nil && !ok {
+		log.Error("etcd.reset_on_fence: no CAP_NET_ADMIN; a fence cannot reset the node's connections to etcd")
+	}
 	addrs, resolveErr := connreset.Endpoints(cfg.Etcd.Endpoints, lookup)
 	if resolveErr != nil {
 		log.Error("etcd.reset_on_fence: some endpoints have no address to reset connections to", "err", resolveErr)

@@ -27,7 +27,9 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -128,4 +130,25 @@ func hostPort(raw string) (string, uint16, error) {
 		return "", 0, fmt.Errorf("port %q is not 1-65535", p)
 	}
 	return host, uint16(port), nil
+}
+
+// Capable reports whether this process has CAP_NET_ADMIN in its effective
+// set, which SOCK_DESTROY needs (read from /proc/self/status).
+func Capable() (bool, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		hex, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		eff, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		if err != nil {
+			return false, fmt.Errorf("CapEff %q: %w", hex, err)
+		}
+		return eff&(1<<unix.CAP_NET_ADMIN) != 0, nil
+	}
+	return false, errors.New("no CapEff line in /proc/self/status")
 }

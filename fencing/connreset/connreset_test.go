@@ -88,3 +88,12 @@ func dial(t *testing.T, l net.Listener) net.Conn {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// As root (the tests' and the packaged unit's case) the capability is there.
+func TestCapable(t *testing.T) {
+	testenv.RequireRoot(t)
+	ok, err := Capable()
+	if err != nil || !ok {
+		t.Fatalf("Capable() = %v, %v as root", ok, err)
+	}
+}
