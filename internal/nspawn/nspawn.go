@@ -201,6 +201,11 @@ func (c *Container) start(opts Options) error {
 		// nspawn's own seccomp filter leaves fanotify out; the supervisor's
 		// exec watch needs it (a master keeps CAP_SYS_ADMIN, nspawn's default).
 		"--system-call-filter=fanotify_init fanotify_mark",
+		// The supervisor's fence destroys the node's connections to etcd
+		// (SOCK_DESTROY, etcd.reset_on_fence), which needs CAP_NET_ADMIN in
+		// the master's network namespace (its own; nspawn drops the
+		// capability by default).
+		"--capability=CAP_NET_ADMIN",
 	}
 	for _, b := range opts.Binds {
 		dst := b.Container
