@@ -114,22 +114,18 @@ func Endpoints(urls []string, lookup func(host string) ([]netip.Addr, error)) ([
 	return out, errors.Join(errs...)
 }
 
-// hostPort splits an etcd client URL (scheme://host:port, or host:port)
-// into its host and port.
+// hostPort splits an etcd client URL (scheme://host:port, as the
+// configuration requires) into its host and port.
 func hostPort(raw string) (string, uint16, error) {
-	hp := raw
-	if u, err := url.Parse(raw); err == nil && u.Host != "" {
-		hp = u.Host
-	}
-	host, p, err := net.SplitHostPort(hp)
+	u, err := url.Parse(raw)
 	if err != nil {
 		return "", 0, err
 	}
-	port, err := strconv.ParseUint(p, 10, 16)
-	if err != nil || port == 0 {
-		return "", 0, fmt.Errorf("port %q is not 1-65535", p)
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil || port == 0 || u.Hostname() == "" {
+		return "", 0, fmt.Errorf("not scheme://host:port with a port 1-65535")
 	}
-	return host, uint16(port), nil
+	return u.Hostname(), uint16(port), nil
 }
 
 // Capable reports whether this process has CAP_NET_ADMIN in its effective

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -135,12 +134,7 @@ func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.C
 	}
 	time.Sleep(burstLead)
 	topo := t.R.P.Lab.Topo
-	rack := "r1"
-	if t.Leader != "m1" {
-		rack = "r2"
-	}
-	other := map[string]string{"r1": "r2", "r2": "r1"}[rack]
-	a, b := topo.InRack(rack), slices.Concat(topo.InRack("etcd"), topo.InRack(other))
+	a, b := leaderRackCut(t)
 	t.Mark("cut")
 	if err := topo.Cut(ctx, a, b); err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
@@ -32,11 +31,7 @@ const (
 
 func injectFlapping(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 	topo := t.R.P.Lab.Topo
-	rack, other := "r1", "r2"
-	if t.Leader != "m1" {
-		rack, other = "r2", "r1"
-	}
-	a, b := topo.InRack(rack), slices.Concat(topo.InRack("etcd"), topo.InRack(other))
+	a, b := leaderRackCut(t)
 	done := make(chan error, 1)
 	go func() {
 		var errs []error

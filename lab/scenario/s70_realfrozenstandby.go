@@ -3,7 +3,6 @@ package scenario
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
@@ -34,10 +33,7 @@ func init() {
 			}
 			t.Mark("frozen")
 			topo := t.R.P.Lab.Topo
-			rack := map[string]string{"m1": "r1", "m2": "r2"}[t.Leader]
-			other := map[string]string{"r1": "r2", "r2": "r1"}[rack]
-			a := topo.InRack(rack)
-			b := slices.Concat(topo.InRack("etcd"), topo.InRack(other))
+			a, b := leaderRackCut(t)
 			if err := topo.Cut(ctx, a, b); err != nil {
 				return nil, errors.Join(err, thaw())
 			}
