@@ -94,9 +94,10 @@ func Run(ctx context.Context, o Options) int {
 		return ExitFailure
 	}
 	defer fence.close()
+	resets := newConnResets(ctx, cfg, log)
 	sup, code := newSupervisor(cfg, log, supervisor.Options{Client: conns.cli, Units: units, Notify: o.Notify, Watchdog: wd,
 		Pool: conns.pool, APIFence: fence.iface(), Hook: hooks.Steps{Hooks: o.Hooks}.Hook, Version: o.Version,
-		ResetConnections: connResetter(ctx, cfg, log)}, m)
+		ResetConnections: resets.fence(cfg.Etcd), ResetConnectionsTo: resets.promote(cfg.Etcd)}, m)
 	if sup == nil {
 		return code
 	}

@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,6 +123,48 @@ func TestTakeoverThroughASilentMember(t *testing.T) {
 	leader.Cut(true)
 	others[0].Proxies[0].Blackhole(true)
 	takeoverDuring(t, leader, others[0], cutAt, ttl, 4*ttl)
+}
+
+// TestPromotionResetsTheConnectionsToSilentMembers: the standby that takes
+// over while one etcd member is silent for it (issue 21's minority
+// partition) destroys its host's connections to that member and to no
+// other (etcd.reset_on_promote); the first leader, promoted with every
+// member answering, resets nothing.
+func TestPromotionResetsTheConnectionsToSilentMembers(t *testing.T) {
+	w := newWorld(t)
+	var (
+		mu    sync.Mutex
+		calls = map[string][][]string{}
+	)
+	w.Options = func(name string, o *supervisor.Options) {
+		o.ResetConnectionsTo = func(eps []string) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[name] = append(calls[name], eps)
+			return 2, nil
+		}
+	}
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	leader, others := leaderOf(t, a, b)
+	next := others[0]
+	cutAt := time.Now()
+	leader.Cut(true)
+	next.Proxies[0].Blackhole(true)
+	takeoverDuring(t, leader, next, cutAt, ttl, 4*ttl)
+	silent := "http://" + next.Proxies[0].Addr()
+	waitFor(t, "the new leader's reset", 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls[next.Name]) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if got := calls[leader.Name]; len(got) != 0 {
+		t.Errorf("%s reset %v when promoted with every member answering", leader.Name, got)
+	}
+	if got := calls[next.Name]; len(got) != 1 || len(got[0]) != 1 || got[0][0] != silent {
+		t.Errorf("%s reset %v at its promotion, want [[%s]] (the silent member only)", next.Name, got, silent)
+	}
 }
 
 // TestForeignEndpointNeverFencesTheHolder: each member's pool also holds a

@@ -76,6 +76,14 @@ type Options struct {
 	// behalf is discarded, never delivered when a partition heals. It
 	// returns how many connections it destroyed. Nil: none.
 	ResetConnections func() (int, error)
+	// ResetConnectionsTo destroys this host's connections to the given
+	// etcd endpoints (etcd.reset_on_promote). A promotion calls it, beside
+	// the barrier and the start, with the endpoints that did not answer
+	// within etcd.request_timeout: the node's kube-apiserver keeps sending
+	// part of its requests over established connections to a member a
+	// partition took away, and the components about to start would wait
+	// on those until its TCP user timeout. Nil: none.
+	ResetConnectionsTo func(endpoints []string) (int, error)
 }
 
 // Transition is one change of state, with its reason.

@@ -65,6 +65,12 @@ type Etcd struct {
 	// fenced components is discarded rather than delivered when a
 	// partition heals. Needs CAP_NET_ADMIN.
 	ResetOnFence bool `toml:"reset_on_fence"`
+	// ResetOnPromote: when this node wins, destroy its TCP connections to
+	// the endpoints that do not answer within request_timeout, so that
+	// the node's kube-apiserver stops sending the starting components'
+	// requests to a member a partition took away (they would wait for
+	// its TCP user timeout). Needs CAP_NET_ADMIN.
+	ResetOnPromote bool `toml:"reset_on_promote"`
 }
 
 // Lease sets the election lease and the renewal that proves it.
@@ -152,6 +158,7 @@ func Default() Config {
 			DialTimeout:    2 * time.Second,
 			RequestTimeout: p.RequestTimeout,
 			ResetOnFence:   true,
+			ResetOnPromote: true,
 		},
 		Lease: Lease{
 			TTL:           p.TTL,

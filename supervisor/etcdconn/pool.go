@@ -113,6 +113,36 @@ func (p *Pool) Foreign() []string {
 	return out
 }
 
+// Silent asks every single-endpoint member for its status and returns
+// the endpoints that gave no answer before ctx ended, in pool order. A
+// member of another etcd cluster answers, so it is not silent. The
+// promotion uses it to find the members this node cannot reach (a
+// partition, a blackhole route), whose established connections the
+// node's other etcd clients would keep using until gRPC's keepalive or
+// TCP's user timeout gives up on them.
+func (p *Pool) Silent(ctx context.Context) []string {
+	answered := make([]bool, len(p.members))
+	var wg sync.WaitGroup
+	for i, m := range p.members {
+		if m.endpoint == "balanced" {
+			answered[i] = true
+			continue
+		}
+		wg.Go(func() {
+			_, err := m.cli.Status(ctx, m.endpoint)
+			answered[i] = err == nil
+		})
+	}
+	wg.Wait()
+	var out []string
+	for i, m := range p.members {
+		if !answered[i] {
+			out = append(out, m.endpoint)
+		}
+	}
+	return out
+}
+
 // ClusterID is the etcd cluster ID the pool accepts (0 while unknown).
 func (p *Pool) ClusterID() uint64 { return p.cluster.Load() }
 

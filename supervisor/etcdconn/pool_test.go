@@ -64,6 +64,33 @@ func TestPoolHedgesPastASilentMember(t *testing.T) {
 	}
 }
 
+// Silent names exactly the members that do not answer: one behind a
+// blackhole (connected before, so its gRPC connection still looks ready),
+// not the two that answer, nor an isolated member (it has no leader, but
+// it answers, and a reset would not move anyone off it).
+func TestPoolSilentNamesTheMembersThatDoNotAnswer(t *testing.T) {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3})
+	eps, proxies := c.ProxiedEndpoints(t)
+	p := newPool(t, eps, 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Verify(ctx); err != nil { // every member connected
+		t.Fatal(err)
+	}
+	if got := p.Silent(ctx); len(got) != 0 {
+		t.Fatalf("Silent with every member answering = %v, want none", got)
+	}
+	proxies.Proxy(1).Blackhole(true)
+	c.Member(2).Isolate()
+	defer c.Member(2).Heal()
+	pctx, pcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	got := p.Silent(pctx)
+	pcancel()
+	if len(got) != 1 || got[0] != eps[1] {
+		t.Fatalf("Silent = %v, want [%s] (the blackholed member only)", got, eps[1])
+	}
+}
+
 // A member without a raft leader (isolated) rejects every request at once
 // (require-leader), so even a serial write moves on to the next member,
 // and grants and renewals never wait for it.
