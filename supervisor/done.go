@@ -33,6 +33,7 @@ func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (e
 	s.loop.memberLease = res.lease.id
 	s.term.deadline.Renewed(memberLease, res.lease.sent, res.lease.ttl)
 	s.startRenewer(bg, memberLease, res.lease.id)
+	s.adoptPredecessorHolder(res.holder, res.rev)
 	if res.crashed {
 		// Our previous incarnation died holding its records; they lapse
 		// at about the time its election key does. Give the members that

@@ -43,6 +43,8 @@ func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
 	downBy := time.Time{}
 	if s.term.prevHolder.Token == li.Token {
 		downBy = s.term.prevHolder.DownBy
+	} else {
+		s.keepHolder(li.Node, li.Lease, li.Token, li.Revision)
 	}
 	s.term.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: s.now(), DownBy: downBy}
 }

@@ -141,3 +141,66 @@ type keptState struct {
 	mu    sync.Mutex      // guards state and the file
 	state runstate.State
 }
+
+// keepHolder saves a newly seen holder of the election key for a successor
+// (runstate.Holder): a process the watchdog kills after a freeze would
+// otherwise leave its successor knowing no holder at all, whose barrier
+// then waits one full lease from its first look, where this process would
+// have passed as soon as that holder's record said its units were down
+// (lab scenario 70). rev is the store revision of the read that showed it.
+func (s *Supervisor) keepHolder(node string, lease clientv3.LeaseID, token, rev int64) {
+	s.saveRunState(func(st *runstate.State) {
+		st.Holder = &runstate.Holder{Node: node, Lease: int64(lease), Token: token, Revision: rev}
+	})
+}
+
+// predecessorHolder is the last other holder of the election key as of
+// store revision upTo (our registration's write): the holder our
+// predecessor last saw, brought up to date by the key's history since. The
+// history is what makes it as good as a look of our own: a member that
+// took the key after our predecessor's last look, and whose key and record
+// are gone now, is found there and waited for. Zero (so the barrier waits
+// as for a holder never seen) when there is nothing to go on, or the
+// history cannot be read in time or was compacted.
+func (s *Supervisor) predecessorHolder(ctx context.Context, p predecessor, upTo int64) holderMark {
+	if !p.ok || p.Holder == nil || p.Holder.Token == 0 || p.Holder.Revision <= 0 || upTo <= p.Holder.Revision {
+		return holderMark{}
+	}
+	h := *p.Holder
+	// The leader key and the member records up to ours: our own record's
+	// write at upTo ends the replay, with every earlier event delivered.
+	wctx, cancel := context.WithTimeout(ctx, 2*s.cfg.Etcd.RequestTimeout)
+	defer cancel()
+	leader := s.keys.Leader()
+	wch := s.pool.Watch(wctx, leader, clientv3.WithRange(s.keys.Member(s.cfg.Node)+"\x00"), clientv3.WithRev(h.Revision+1))
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			s.log.Info("start-up: cannot replay the election key since our predecessor's last look; the barrier waits as for an unknown holder", "from_revision", h.Revision+1, "err", err)
+			return holderMark{}
+		}
+		for _, ev := range resp.Events {
+			kv := ev.Kv
+			if kv.ModRevision >= upTo {
+				return holderMark{Node: h.Node, Lease: clientv3.LeaseID(h.Lease), Token: h.Token}
+			}
+			if ev.Type == clientv3.EventTypePut && string(kv.Key) == leader && kv.CreateRevision > h.Token && string(kv.Value) != s.cfg.Node {
+				h = runstate.Holder{Node: string(kv.Value), Lease: kv.Lease, Token: kv.CreateRevision, Revision: kv.ModRevision}
+			}
+		}
+	}
+	s.log.Info("start-up: the election key's history since our predecessor's last look was not read in time; the barrier waits as for an unknown holder", "from_revision", h.Revision+1)
+	return holderMark{}
+}
+
+// adoptPredecessorHolder makes the holder replayed at start-up the one the
+// next promotion's barrier waits for, unless this process has seen one
+// itself by now (a later one), and keeps it for our own successor.
+func (s *Supervisor) adoptPredecessorHolder(h holderMark, upTo int64) {
+	if !h.known() || s.term.prevHolder.known() {
+		return
+	}
+	h.Seen = s.now()
+	s.term.prevHolder = h
+	s.keepHolder(h.Node, h.Lease, h.Token, upTo-1)
+	s.log.Info("start-up: the barrier waits for the election key's last holder our previous incarnation saw", "holder", h.Node, "token", h.Token, "lease", fmt.Sprintf("%x", h.Lease))
+}

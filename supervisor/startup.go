@@ -19,6 +19,8 @@ type registration struct {
 	// crashed: a record of an earlier incarnation of this member was
 	// still alive, so that incarnation ended without leaving the group.
 	crashed bool
+	rev     int64      // store revision of the write that registered us
+	holder  holderMark // the predecessor's last holder, replayed up to rev (zero: none known)
 }
 
 // startupJob reconciles (stops whatever managed unit runs: this process
@@ -35,7 +37,12 @@ func (s *Supervisor) startupJob(ctx context.Context) (registration, error) {
 		}
 	}
 	s.term.unitsMayRun.Store(false)
-	return s.register(ctx, s.loadPredecessor())
+	pred := s.loadPredecessor()
+	reg, err := s.register(ctx, pred)
+	if err == nil {
+		reg.holder = s.predecessorHolder(ctx, pred, reg.rev)
+	}
+	return reg, err
 }
 
 // register puts our member record on a fresh lease, waiting while a live
@@ -100,9 +107,9 @@ func (s *Supervisor) registered(l lease, rev int64, crashed bool, prev predecess
 	s.givePredecessorLeasesBack(prev)
 	s.publishPredecessorFence(context.Background(), prev)
 	s.saveRunState(func(st *runstate.State) {
-		*st = runstate.State{MemberLease: int64(l.id)}
+		*st = runstate.State{MemberLease: int64(l.id), Holder: st.Holder}
 	})
-	return registration{lease: l, crashed: crashed}
+	return registration{lease: l, crashed: crashed, rev: rev}
 }
 
 // warnNameInUse says once (not every poll) that another record holds our

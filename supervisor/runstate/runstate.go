@@ -39,6 +39,19 @@ type State struct {
 	// Fenced is left by a process that fenced, for its successor to
 	// publish (the fencing process may not reach etcd).
 	Fenced *Fenced `json:"fenced,omitempty"`
+	// Holder is the last other holder of the election key this
+	// incarnation saw, for a successor's promotion barrier.
+	Holder *Holder `json:"holder,omitempty"`
+}
+
+// Holder is another member's hold of the election key, and the store
+// revision of the read that showed it: a successor replays the key's
+// history from there rather than trust it blindly.
+type Holder struct {
+	Node     string `json:"node"`
+	Lease    int64  `json:"lease"`
+	Token    int64  `json:"token"`
+	Revision int64  `json:"revision"`
 }
 
 // Fenced describes a fence, as the fencing process saw it.
