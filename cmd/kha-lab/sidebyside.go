@@ -81,9 +81,9 @@ func runReal(ctx context.Context, f labFlags, modes string, repeat int, ids []in
 				s, _ := scenario.RealSpec(id)
 				res := r.Run(ctx, s, m, rep)
 				results = append(results, res)
-				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, late commits %d, ghost writes %d, handoff %v, pass %v %s %s | %s\n",
+				fmt.Printf("%d %s #%d: leader %s -> %s, scheduler %.0f ms, unbound %.0f ms, controller-manager %.0f ms, cold %.0f ms, overlaps %d, 409s %d, extra RS %d, late commits %d, ghost writes %d, exits %v, handoff %v, pass %v %s %s | %s\n",
 					id, m.Name, rep, res.Leader, res.NewLeader, res.SchedMS, res.UnboundMS, res.CMMS, res.ColdMS, len(res.Overlaps), res.DoubleBind, res.ExtraRS, res.LateCommits, res.GhostWrites,
-					res.Handoff, res.Pass, res.Finding, strings.Join(res.Problems, "; "), strings.Join(res.Notes, "; "))
+					res.Exits, res.Handoff, res.Pass, res.Finding, strings.Join(res.Problems, "; "), strings.Join(res.Notes, "; "))
 				if err := save(results); err != nil {
 					return err
 				}

@@ -110,6 +110,11 @@ type RealPlane struct {
 	LateList    []string `json:"late_list,omitempty"`
 	GhostWrites int      `json:"ghost_writes"`
 	GhostList   []string `json:"ghost_list,omitempty"`
+	// Exits: the components ("master/unit") that ran before the fault and
+	// whose process did not run through the trial ("... stopped",
+	// "... restarted"): a failover's stop, a restart in place, or a
+	// leader-elected component exiting on a lost Lease.
+	Exits []string `json:"exits,omitempty"`
 }
 
 // ResumedMS is the trial's "service resumed": the later of the longest

@@ -67,6 +67,14 @@ func TestParseModesNamesTheChoices(t *testing.T) {
 	if _, err := ParseModes("kha-fast,le-fast"); err == nil || !strings.Contains(err.Error(), "le-tuned") {
 		t.Errorf("error %v, want one listing the modes", err)
 	}
+	if ms, err := ParseModes("le-8-6-1"); err != nil || len(ms) != 1 || !ms[0].LeaderElect || ms[0].Lease != 8*time.Second || ms[0].Renew != 6*time.Second || ms[0].Retry != time.Second {
+		t.Errorf("le-8-6-1: %v, %v", ms, err)
+	}
+	for _, bad := range []string{"le-5-5-1", "le-5-3-3", "le-5-3-0"} {
+		if _, err := ParseModes(bad); err == nil || !strings.Contains(err.Error(), "renew deadline") {
+			t.Errorf("%s: %v, want client-go's timing relations named", bad, err)
+		}
+	}
 	if m := Modes["le-tuned"]; m.Lease != 5*time.Second || m.Renew != 3*time.Second || m.Retry != time.Second {
 		t.Errorf("le-tuned %v, want 5/3/1 s", m)
 	}

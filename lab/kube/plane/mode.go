@@ -67,15 +67,37 @@ func ParseModes(s string) ([]Mode, error) {
 	var out []Mode
 	for _, n := range strings.Split(s, ",") {
 		m, ok := Modes[strings.TrimSpace(n)]
+		if !ok && strings.HasPrefix(strings.TrimSpace(n), "le-") {
+			var err error
+			if m, ok, err = leaderElectTiming(strings.TrimSpace(n)); err != nil {
+				return nil, err
+			}
+		}
 		if !ok {
 			names := make([]string, 0, len(Modes))
 			for k := range Modes {
 				names = append(names, k)
 			}
 			slices.Sort(names)
-			return nil, fmt.Errorf("mode %q: want one of %s", n, strings.Join(names, ", "))
+			return nil, fmt.Errorf("mode %q: want one of %s, or le-L-R-P (leader election with lease L, renew deadline R and retry period P, in whole seconds)", n, strings.Join(names, ", "))
 		}
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// leaderElectTiming parses le-L-R-P: leader election with lease duration
+// L, renew deadline R and retry period P seconds, under client-go's own
+// checks (L > R > 1.2 P: leaderelection.NewLeaderElector refuses the rest).
+// ok is false when name is not of that form.
+func leaderElectTiming(name string) (Mode, bool, error) {
+	var l, r, p int
+	if n, err := fmt.Sscanf(name, "le-%d-%d-%d", &l, &r, &p); err != nil || n != 3 || fmt.Sprintf("le-%d-%d-%d", l, r, p) != name {
+		return Mode{}, false, nil
+	}
+	if p <= 0 || float64(r) <= 1.2*float64(p) || l <= r {
+		return Mode{}, false, fmt.Errorf("mode %q: leader election needs lease > renew deadline > 1.2 x retry period, all above 0", name)
+	}
+	sec := func(v int) time.Duration { return time.Duration(v) * time.Second }
+	return Mode{Name: name, LeaderElect: true, Lease: sec(l), Renew: sec(r), Retry: sec(p)}, true, nil
 }

@@ -23,6 +23,9 @@ type Group struct {
 	Margin                       report.Stat
 	Overlaps, DoubleBinds, Extra int
 	Pass, Findings, LabFailures  int
+	// Moved: trials after which another master led; Exited: trials in
+	// which a component that ran before the fault exited (Result.Exits).
+	Moved, Exited int
 }
 
 // Groups folds results into groups, by scenario then in the order the
@@ -74,6 +77,12 @@ func group(rs []report.Result) Group {
 		if m, ok := r.Handoff[audit.Scheduler].MarginMS(); ok {
 			margin = append(margin, m)
 		}
+		if r.NewLeader != "" && r.NewLeader != r.Leader {
+			g.Moved++
+		}
+		if len(r.Exits) > 0 {
+			g.Exited++
+		}
 		g.Overlaps += len(r.Overlaps)
 		g.DoubleBinds += r.DoubleBind
 		g.Extra = max(g.Extra, r.ExtraRS)
@@ -109,12 +118,13 @@ var Pairs = [][2]string{{"kha-fast", "le-tuned"}, {"kha-default", "le-defaults"}
 // and spread of each figure, the verdict at the resource, and the ratio of
 // kha-supervisor to leader election.
 func WriteTable(w io.Writer, results []report.Result) {
-	fmt.Fprintln(w, "| scenario | mode | runs | scheduler back (fault -> first new pod bound) | longest pod unbound | controller-manager (longest unreplaced RS pod) | cold start (unit start -> first bind) | scheduler handoff at the resource (other master's first write - old one's last) | overlap at the resource | 409 double binds | RS pods beyond replicas | pass |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| scenario | mode | runs | scheduler back (fault -> first new pod bound) | longest pod unbound | controller-manager (longest unreplaced RS pod) | cold start (unit start -> first bind) | scheduler handoff at the resource (other master's first write - old one's last) | overlap at the resource | 409 double binds | RS pods beyond replicas | leader moved | a component exited | pass |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	gs := Groups(results)
 	for _, g := range gs {
-		fmt.Fprintf(w, "| %d %s | %s | %d | %s | %s | %s | %s | %s | %d intervals | %d | %d | %s |\n",
-			g.ID, g.Scenario, g.Mode, len(g.Trials), g.Sched.Seconds(), g.Unbound.Seconds(), g.CM.Seconds(), g.Cold.Seconds(), g.Margin.Seconds(), g.Overlaps, g.DoubleBinds, g.Extra, g.PassCell())
+		fmt.Fprintf(w, "| %d %s | %s | %d | %s | %s | %s | %s | %s | %d intervals | %d | %d | %d/%d | %d/%d | %s |\n",
+			g.ID, g.Scenario, g.Mode, len(g.Trials), g.Sched.Seconds(), g.Unbound.Seconds(), g.CM.Seconds(), g.Cold.Seconds(), g.Margin.Seconds(), g.Overlaps, g.DoubleBinds, g.Extra,
+			g.Moved, len(g.Trials), g.Exited, len(g.Trials), g.PassCell())
 	}
 	fmt.Fprintln(w)
 	WriteRatios(w, gs)

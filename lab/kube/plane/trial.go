@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
+	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
@@ -60,6 +62,7 @@ func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) report.
 		}
 	}
 	r.Prober.ResetExtra()
+	running := r.componentRuns(ctx, nodes)
 	// The judge at etcd reads etcd's history from here (commits.go).
 	rec, err := r.P.recordCommits(ctx)
 	if err != nil {
@@ -102,6 +105,7 @@ func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) report.
 		s.After(ctx, t, &res)
 	}
 	end := time.Now()
+	res.Exits = componentExits(running, r.componentRuns(ctx, nodes))
 	r.judge(ctx, &res, end)
 	r.judgeFence(s, t, &res, end)
 	r.judgeCommits(ctx, rec, &res, end)
@@ -380,4 +384,42 @@ func msAfter(t, from time.Time) *float64 {
 	}
 	d := ms(t.Sub(from))
 	return &d
+}
+
+// componentRuns is, per "master/unit", when each component's main process
+// started, for the units active now (componentExits compares two).
+func (r *Runner) componentRuns(ctx context.Context, nodes map[string]*master.Node) map[string]string {
+	out := map[string]string{}
+	for name, n := range nodes {
+		for _, u := range []string{audit.Scheduler, audit.ControllerManager} {
+			b, err := n.Exec(ctx, "systemctl", "show", "--timestamp=us+utc", "-p", "ActiveState,ExecMainPID,ExecMainStartTimestamp", u)
+			if err != nil {
+				continue
+			}
+			v := string(b)
+			if strings.Contains(v, "ActiveState=active") && !strings.Contains(v, "ExecMainPID=0\n") {
+				out[name+"/"+u] = strings.Join(strings.Fields(v), " ")
+			}
+		}
+	}
+	return out
+}
+
+// componentExits names the components that ran before the fault and whose
+// process did not run through the trial: stopped, or started again (a
+// leader-elected component that lost its Lease exits, and systemd starts
+// it again; a supervisor's failover stops the old leader's units).
+func componentExits(before, after map[string]string) []string {
+	var out []string
+	for k, b := range before {
+		a, ok := after[k]
+		switch {
+		case !ok:
+			out = append(out, k+" stopped")
+		case a != b:
+			out = append(out, k+" restarted")
+		}
+	}
+	slices.Sort(out)
+	return out
 }
