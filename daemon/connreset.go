@@ -15,7 +15,7 @@ import (
 
 // connResets are the two resets of this host's connections to etcd: all of
 // them at a fence (etcd.reset_on_fence), those to the members that do not
-// answer at a promotion (etcd.reset_on_promote). The endpoints' addresses
+// answer at a promotion (etcd.reset_silent). The endpoints' addresses
 // are resolved once, here: at a fence a partition may have taken DNS with
 // it. An endpoint that does not resolve is reported now and at every reset
 // that would have covered it.
@@ -25,7 +25,7 @@ type connResets struct {
 }
 
 func newConnResets(ctx context.Context, cfg config.Config, log *slog.Logger) *connResets {
-	if !cfg.Etcd.ResetOnFence && !cfg.Etcd.ResetOnPromote {
+	if !cfg.Etcd.ResetOnFence && !cfg.Etcd.ResetSilent {
 		return nil
 	}
 	lookup := func(host string) ([]netip.Addr, error) {
@@ -34,7 +34,7 @@ func newConnResets(ctx context.Context, cfg config.Config, log *slog.Logger) *co
 		return net.DefaultResolver.LookupNetIP(lctx, "ip", host)
 	}
 	if ok, err := connreset.Capable(); err == nil && !ok {
-		log.Error("etcd.reset_on_fence/reset_on_promote: no CAP_NET_ADMIN; this node's connections to etcd cannot be reset")
+		log.Error("etcd.reset_on_fence/reset_silent: no CAP_NET_ADMIN; this node's connections to etcd cannot be reset")
 	}
 	r := &connResets{byEndpoint: map[string][]netip.AddrPort{}, resolveErr: map[string]error{}}
 	var errs []error
@@ -47,7 +47,7 @@ func newConnResets(ctx context.Context, cfg config.Config, log *slog.Logger) *co
 		r.byEndpoint[ep] = addrs
 	}
 	if len(errs) > 0 {
-		log.Error("etcd.reset_on_fence/reset_on_promote: some endpoints have no address to reset connections to", "err", errors.Join(errs...))
+		log.Error("etcd.reset_on_fence/reset_silent: some endpoints have no address to reset connections to", "err", errors.Join(errs...))
 	}
 	return r
 }
@@ -82,9 +82,9 @@ func (r *connResets) fence(cfg config.Etcd) func() (int, error) {
 }
 
 // promote is Options.ResetConnectionsTo, or nil when
-// etcd.reset_on_promote is off.
+// etcd.reset_silent is off.
 func (r *connResets) promote(cfg config.Etcd) func([]string) (int, error) {
-	if r == nil || !cfg.ResetOnPromote {
+	if r == nil || !cfg.ResetSilent {
 		return nil
 	}
 	return r.to

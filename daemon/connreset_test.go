@@ -67,9 +67,9 @@ func TestConnResetsPromoteAndFence(t *testing.T) {
 		t.Fatalf("fence reset: %d destroyed, %v; want the one left", n, err)
 	}
 
-	cfg.Etcd.ResetOnPromote = false
+	cfg.Etcd.ResetSilent = false
 	if r.promote(cfg.Etcd) != nil || r.fence(cfg.Etcd) == nil {
-		t.Fatal("reset_on_promote = false must turn off the promotion's reset only")
+		t.Fatal("reset_silent = false must turn off the promotion's reset only")
 	}
 	cfg.Etcd.ResetOnFence = false
 	if newConnResets(context.Background(), cfg, log).fence(cfg.Etcd) != nil {

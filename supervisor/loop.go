@@ -101,6 +101,9 @@ func (s *Supervisor) transition(to group.State, kind, reason string) {
 	if to != group.Active {
 		s.health.DisarmAll() // only the active leader probes its units (monitor.go)
 	}
+	if !to.Holding() {
+		s.silent.stop()
+	}
 	s.log.Info("transition", "from", from, "to", to, "reason", reason, "token", s.term.token)
 	s.notify("STATUS=" + s.statusLine())
 	s.recordHistory(group.Event{At: s.loop.since, Node: s.cfg.Node, From: from, To: to, Kind: kind, Reason: reason, Token: s.term.token})

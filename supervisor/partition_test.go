@@ -128,7 +128,7 @@ func TestTakeoverThroughASilentMember(t *testing.T) {
 // TestPromotionResetsTheConnectionsToSilentMembers: the standby that takes
 // over while one etcd member is silent for it (issue 21's minority
 // partition) destroys its host's connections to that member and to no
-// other (etcd.reset_on_promote); the first leader, promoted with every
+// other (etcd.reset_silent); the first leader, promoted with every
 // member answering, resets nothing.
 func TestPromotionResetsTheConnectionsToSilentMembers(t *testing.T) {
 	w := newWorld(t)
@@ -164,6 +164,53 @@ func TestPromotionResetsTheConnectionsToSilentMembers(t *testing.T) {
 	}
 	if got := calls[next.Name]; len(got) != 1 || len(got[0]) != 1 || got[0][0] != silent {
 		t.Errorf("%s reset %v at its promotion, want [[%s]] (the silent member only)", next.Name, got, silent)
+	}
+}
+
+// TestLeaderResetsTheConnectionsToAMemberThatGoesSilent: while it leads, a
+// member that stops answering (a stalled etcd leader, lab scenario 68) has
+// this host's connections to it reset once it was silent for two looks,
+// once per silence; a leader cut off from every member resets nothing (its
+// fence handles that).
+func TestLeaderResetsTheConnectionsToAMemberThatGoesSilent(t *testing.T) {
+	w := newWorld(t)
+	var (
+		mu    sync.Mutex
+		calls [][]string
+	)
+	w.Options = func(_ string, o *supervisor.Options) {
+		o.ResetConnectionsTo = func(eps []string) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, eps)
+			return 1, nil
+		}
+	}
+	a := w.Start("m1", nil)
+	leaderOf(t, a)
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }
+	time.Sleep(2 * time.Second)
+	if n := count(); n != 0 {
+		t.Fatalf("%d resets with every member answering", n)
+	}
+	silent := "http://" + a.Proxies[1].Addr()
+	for round := 1; round <= 2; round++ {
+		a.Proxies[1].Blackhole(true)
+		waitFor(t, "the reset of the silent member", 10*time.Second, func() bool { return count() == round })
+		time.Sleep(3 * time.Second) // still silent: no second reset
+		a.Proxies[1].Blackhole(false)
+		time.Sleep(2 * time.Second) // answered again: the next silence is reset again
+	}
+	mu.Lock()
+	got := append([][]string(nil), calls...)
+	mu.Unlock()
+	if len(got) != 2 || len(got[0]) != 1 || got[0][0] != silent || len(got[1]) != 1 || got[1][0] != silent {
+		t.Fatalf("resets %v, want [[%s] [%s]]: once per silence", got, silent, silent)
+	}
+	a.Cut(true)
+	_ = a.WaitExit(t, 3*ttl, "fence when cut off")
+	if n := count(); n != 2 {
+		t.Fatalf("%d resets after the leader was cut off from every member, want none more", n-2)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -31,7 +30,7 @@ func (s *Supervisor) clearHandoff(bg context.Context, id string) {
 // promoteJob runs the promotion barrier, then starts the units in order.
 func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Context) error {
 	return func(ctx context.Context) error {
-		go s.resetSilentMembers(ctx)
+		s.silent.start() // silent.go: beside the barrier and the start, delaying neither
 		// Barrier: the previous holder's leadership must be over (lease
 		// gone, record says stopped, or one full lease waited out), and no
 		// other record may say its units may run.
@@ -61,37 +60,4 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 			return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 		})
 	}
-}
-
-// resetSilentMembers destroys this host's connections to the etcd members
-// that do not answer now (Options.ResetConnectionsTo). It runs beside the
-// barrier and the start and delays neither: a member a partition took away
-// keeps its established connections from the node's kube-apiserver in
-// gRPC's ready set, and part of the requests of the components this
-// promotion starts would wait on them for the apiserver's TCP user timeout
-// or keepalive (10-40 s, issue 21's scenario 46). Reset, they reconnect,
-// fail to, and the requests go to the members that answer. Safety does not
-// depend on it; a member slow rather than gone costs its requests in
-// flight one error.
-func (s *Supervisor) resetSilentMembers(job context.Context) {
-	if s.opts.ResetConnectionsTo == nil {
-		return
-	}
-	// Not the job's context: the start may well end the job before the
-	// slowest answer is due, and an unheard answer would count as silence.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(job), s.cfg.Etcd.RequestTimeout)
-	silent := s.pool.Silent(ctx)
-	cancel()
-	if len(silent) == 0 {
-		return
-	}
-	start := deadlineNow()
-	n, err := s.opts.ResetConnectionsTo(silent)
-	took := deadlineNow().Sub(start).Round(time.Microsecond)
-	if err != nil {
-		s.log.Warn("promotion: connections to silent etcd members not all reset; requests on them wait for the apiserver's TCP timeout",
-			"silent", silent, "destroyed", n, "took", took, "err", err)
-		return
-	}
-	s.log.Info("promotion: connections to silent etcd members reset", "silent", silent, "destroyed", n, "took", took)
 }

@@ -77,12 +77,12 @@ type Options struct {
 	// returns how many connections it destroyed. Nil: none.
 	ResetConnections func() (int, error)
 	// ResetConnectionsTo destroys this host's connections to the given
-	// etcd endpoints (etcd.reset_on_promote). A promotion calls it, beside
-	// the barrier and the start, with the endpoints that did not answer
-	// within etcd.request_timeout: the node's kube-apiserver keeps sending
-	// part of its requests over established connections to a member a
-	// partition took away, and the components about to start would wait
-	// on those until its TCP user timeout. Nil: none.
+	// etcd endpoints (etcd.reset_silent). While this node holds the
+	// election key, silentWatch (silent.go) calls it with the endpoints
+	// that stopped answering: the node's kube-apiserver keeps sending part
+	// of the components' requests over established connections to a
+	// member a partition took away or that stalls, until its TCP user
+	// timeout or keepalive. Nil: none.
 	ResetConnectionsTo func(endpoints []string) (int, error)
 }
 
@@ -149,6 +149,7 @@ type Supervisor struct {
 	badTransitions atomic.Int64 // transitions not in the lifecycle table (state.go); tests assert zero
 	dropins        dropinWatch  // the units' bindings as last checked (dropins.go)
 	health         *health.Set  // the units' health probes, armed on the leader only (monitor.go); nil: none
+	silent         *silentWatch // resets connections to silent etcd members while we hold (silent.go)
 
 	in inbox // the channels into the loop
 
@@ -238,6 +239,8 @@ func New(o Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	s.health = hs
+	s.silent = &silentWatch{pool: s.pool, reset: o.ResetConnectionsTo, every: max(time.Second, s.cfg.Lease.RenewInterval),
+		timeout: s.cfg.Etcd.RequestTimeout, log: s.log}
 	if o.RunStateDir != "" {
 		s.kept.store = &runstate.Store{Dir: o.RunStateDir}
 	}
@@ -282,6 +285,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer s.history.flush()
 	defer stopBG()
+	defer s.silent.stop()
 	defer func() {
 		for _, c := range s.loop.stopRenew {
 			c()

@@ -65,12 +65,13 @@ type Etcd struct {
 	// fenced components is discarded rather than delivered when a
 	// partition heals. Needs CAP_NET_ADMIN.
 	ResetOnFence bool `toml:"reset_on_fence"`
-	// ResetOnPromote: when this node wins, destroy its TCP connections to
-	// the endpoints that do not answer within request_timeout, so that
-	// the node's kube-apiserver stops sending the starting components'
-	// requests to a member a partition took away (they would wait for
-	// its TCP user timeout). Needs CAP_NET_ADMIN.
-	ResetOnPromote bool `toml:"reset_on_promote"`
+	// ResetSilent: while this node holds the election key (from the
+	// promotion on), destroy its TCP connections to the endpoints that
+	// stop answering (supervisor/silent.go), so that the node's
+	// kube-apiserver stops sending the components' requests to a member
+	// a partition took away or that stalls (they would wait for its TCP
+	// user timeout or keepalive). Needs CAP_NET_ADMIN.
+	ResetSilent bool `toml:"reset_silent"`
 }
 
 // Lease sets the election lease and the renewal that proves it.
@@ -158,7 +159,7 @@ func Default() Config {
 			DialTimeout:    2 * time.Second,
 			RequestTimeout: p.RequestTimeout,
 			ResetOnFence:   true,
-			ResetOnPromote: true,
+			ResetSilent: true,
 		},
 		Lease: Lease{
 			TTL:           p.TTL,

@@ -113,6 +113,18 @@ func (p *Pool) Foreign() []string {
 	return out
 }
 
+// Endpoints are the endpoints of the pool's single-endpoint members, in
+// pool order (those Silent asks).
+func (p *Pool) Endpoints() []string {
+	var out []string
+	for _, m := range p.members {
+		if m.endpoint != "balanced" {
+			out = append(out, m.endpoint)
+		}
+	}
+	return out
+}
+
 // Silent asks every single-endpoint member for its status and returns
 // the endpoints that gave no answer before ctx ended, in pool order. A
 // member of another etcd cluster answers, so it is not silent. The
