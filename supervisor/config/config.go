@@ -159,7 +159,7 @@ func Default() Config {
 			DialTimeout:    2 * time.Second,
 			RequestTimeout: p.RequestTimeout,
 			ResetOnFence:   true,
-			ResetSilent: true,
+			ResetSilent:    true,
 		},
 		Lease: Lease{
 			TTL:           p.TTL,
