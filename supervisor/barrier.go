@@ -33,6 +33,13 @@ type holderMark struct {
 	// it first looked (zero: not yet). A holder whose key and record were
 	// removed before we looked may still be within its lease.
 	Unknown bool
+	// ReplayedTo, when set, says this holder was not seen by this process
+	// but replayed from its predecessor's (predecessorHolder), complete up
+	// to that store revision; the promotion replays on to its win
+	// (replayToWin), or waits as for an unknown holder from unknownSince
+	// (our first look).
+	ReplayedTo   int64
+	unknownSince time.Time
 }
 
 func (h holderMark) known() bool { return h.Token != 0 }

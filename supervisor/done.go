@@ -76,6 +76,7 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	}
 	s.term.view.allowStarts(false)
 	s.term.gate.open()
+	s.silent.start(bg) // silent.go: beside the barrier and the start, delaying neither
 	launch(s, bg, s.promoteWork(s.term.token, s.barrierHolder()))
 	return nil, false
 }

@@ -20,6 +20,7 @@ type groupSeen struct {
 	keyProblem  string                  // the election key's problem, if any
 	members     map[string]group.Record // every record as last read
 	firstLook   time.Time               // when the election key was first read
+	holderKept  time.Time               // when the holder was last saved for a successor (keepHolder)
 	// newestToken is the newest election token (the key's create
 	// revision, which only grows) seen held by anyone: a handoff request
 	// for an older leadership is fulfilled, whatever etcd still holds.
@@ -41,9 +42,11 @@ func (s *Supervisor) notePrevHolder(li group.LeaderInfo) {
 		return
 	}
 	downBy := time.Time{}
-	if s.term.prevHolder.Token == li.Token {
+	same := s.term.prevHolder.Token == li.Token
+	if same {
 		downBy = s.term.prevHolder.DownBy
-	} else {
+	}
+	if !same || s.term.prevHolder.Lease != li.Lease || s.term.prevHolder.ReplayedTo != 0 || s.now().Sub(s.seen.holderKept) >= holderKeepEvery {
 		s.keepHolder(li.Node, li.Lease, li.Token, li.Revision)
 	}
 	s.term.prevHolder = holderMark{Node: li.Node, Lease: li.Lease, Token: li.Token, Seen: s.now(), DownBy: downBy}
@@ -84,7 +87,9 @@ func (s *Supervisor) checkOwnRecord(o leaderObs) {
 // barrierHolder is what the next promotion's barrier waits for.
 func (s *Supervisor) barrierHolder() holderMark {
 	if s.term.prevHolder.known() {
-		return s.term.prevHolder
+		h := s.term.prevHolder
+		h.unknownSince = s.seen.firstLook
+		return h
 	}
 	return holderMark{Unknown: true, Seen: s.seen.firstLook}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -140,61 +141,94 @@ type keptState struct {
 	store *runstate.Store // nil without Options.RunStateDir
 	mu    sync.Mutex      // guards state and the file
 	state runstate.State
+	// pred is the previous incarnation as New read it: before the loop
+	// runs, so before anything of ours (a holder the loop notes, even
+	// before start-up) can replace the file. Read by start-up only.
+	pred predecessor
 }
 
-// keepHolder saves a newly seen holder of the election key for a successor
-// (runstate.Holder): a process the watchdog kills after a freeze would
-// otherwise leave its successor knowing no holder at all, whose barrier
-// then waits one full lease from its first look, where this process would
-// have passed as soon as that holder's record said its units were down
-// (lab scenario 70). rev is the store revision of the read that showed it.
+// keepHolder saves the holder of the election key a read at store
+// revision rev showed, for a successor (runstate.Holder): a process the
+// watchdog kills after a freeze would otherwise leave its successor knowing
+// no holder at all, whose barrier then waits one full lease from its first
+// look, where this process would have passed as soon as that holder's
+// record said its units were down (lab scenario 70). The etcd cluster ID
+// goes with it: revisions mean nothing in another cluster.
 func (s *Supervisor) keepHolder(node string, lease clientv3.LeaseID, token, rev int64) {
+	s.seen.holderKept = s.now()
+	cluster := s.pool.ClusterID()
 	s.saveRunState(func(st *runstate.State) {
-		st.Holder = &runstate.Holder{Node: node, Lease: int64(lease), Token: token, Revision: rev}
+		st.Holder = &runstate.Holder{Node: node, Lease: int64(lease), Token: token, Revision: rev, ClusterID: cluster}
 	})
 }
 
+// holderKeepEvery is how often a read that shows the same holder saves its
+// revision again: a successor replays the election key's history from the
+// saved revision, and etcd compacts old history away (the apiserver every
+// 5 minutes), which leaves the successor knowing no holder.
+const holderKeepEvery = 10 * time.Second
+
 // predecessorHolder is the last other holder of the election key as of
 // store revision upTo (our registration's write): the holder our
-// predecessor last saw, brought up to date by the key's history since. The
-// history is what makes it as good as a look of our own: a member that
-// took the key after our predecessor's last look, and whose key and record
-// are gone now, is found there and waited for. Zero (so the barrier waits
-// as for a holder never seen) when there is nothing to go on, or the
-// history cannot be read in time or was compacted.
+// predecessor last saw, brought up to date by the key's history since
+// (replayHolder). The history is what makes it as good as a look of our
+// own: a member that took the key after our predecessor's last look, and
+// whose key and record are gone now, is found there and waited for. Zero
+// (so the barrier waits as for a holder never seen) when there is nothing
+// to go on, the saved holder is of another etcd cluster, or the history
+// cannot be read in time or was compacted.
 func (s *Supervisor) predecessorHolder(ctx context.Context, p predecessor, upTo int64) holderMark {
-	if !p.ok || p.Holder == nil || p.Holder.Token == 0 || p.Holder.Revision <= 0 || upTo <= p.Holder.Revision {
+	if !p.ok || p.Holder == nil || p.Holder.Token == 0 || p.Holder.Revision <= 0 || upTo <= p.Holder.Revision ||
+		p.Holder.ClusterID == 0 || p.Holder.ClusterID != s.pool.ClusterID() {
 		return holderMark{}
 	}
-	h := *p.Holder
+	h := holderMark{Node: p.Holder.Node, Lease: clientv3.LeaseID(p.Holder.Lease), Token: p.Holder.Token}
 	// The leader key and the member records up to ours: our own record's
 	// write at upTo ends the replay, with every earlier event delivered.
+	h, ok := s.replayHolder(ctx, h, p.Holder.Revision+1, upTo, s.keys.Member(s.cfg.Node)+"\x00")
+	if !ok {
+		return holderMark{}
+	}
+	h.ReplayedTo = upTo
+	return h
+}
+
+// replayHolder brings h, the holder of the election key as of store
+// revision from-1, up to revision upTo from the key's history: a watch
+// from `from` over [leader key, end), which must hold a write at upTo
+// (that event ends it, every earlier one delivered in order). Another
+// member's create, or a rewrite of the key by hand, makes its writer the
+// holder; our own creates are nobody to wait for (as in notePrevHolder).
+// ok is false when the history is compacted, cannot be read within twice
+// the request timeout, or ends early.
+func (s *Supervisor) replayHolder(ctx context.Context, h holderMark, from, upTo int64, end string) (holderMark, bool) {
 	wctx, cancel := context.WithTimeout(ctx, 2*s.cfg.Etcd.RequestTimeout)
 	defer cancel()
 	leader := s.keys.Leader()
-	wch := s.pool.Watch(wctx, leader, clientv3.WithRange(s.keys.Member(s.cfg.Node)+"\x00"), clientv3.WithRev(h.Revision+1))
-	for resp := range wch {
+	for resp := range s.pool.Watch(wctx, leader, clientv3.WithRange(end), clientv3.WithRev(from)) {
 		if err := resp.Err(); err != nil {
-			s.log.Info("start-up: cannot replay the election key since our predecessor's last look; the barrier waits as for an unknown holder", "from_revision", h.Revision+1, "err", err)
-			return holderMark{}
+			s.log.Info("cannot replay the election key's history; the barrier waits as for an unknown holder", "from_revision", from, "to_revision", upTo, "err", err)
+			return holderMark{}, false
 		}
 		for _, ev := range resp.Events {
 			kv := ev.Kv
 			if kv.ModRevision >= upTo {
-				return holderMark{Node: h.Node, Lease: clientv3.LeaseID(h.Lease), Token: h.Token}
+				return h, true
 			}
-			if ev.Type == clientv3.EventTypePut && string(kv.Key) == leader && kv.CreateRevision > h.Token && string(kv.Value) != s.cfg.Node {
-				h = runstate.Holder{Node: string(kv.Value), Lease: kv.Lease, Token: kv.CreateRevision, Revision: kv.ModRevision}
+			if ev.Type == clientv3.EventTypePut && string(kv.Key) == leader && kv.CreateRevision >= h.Token && string(kv.Value) != s.cfg.Node {
+				h = holderMark{Node: string(kv.Value), Lease: clientv3.LeaseID(kv.Lease), Token: kv.CreateRevision}
 			}
 		}
 	}
-	s.log.Info("start-up: the election key's history since our predecessor's last look was not read in time; the barrier waits as for an unknown holder", "from_revision", h.Revision+1)
-	return holderMark{}
+	s.log.Info("the election key's history was not read in time; the barrier waits as for an unknown holder", "from_revision", from, "to_revision", upTo)
+	return holderMark{}, false
 }
 
 // adoptPredecessorHolder makes the holder replayed at start-up the one the
 // next promotion's barrier waits for, unless this process has seen one
-// itself by now (a later one), and keeps it for our own successor.
+// itself by now (a later one), and keeps it for our own successor. The
+// promotion replays again from upTo to its win (replayToWin): a holder
+// between the two is then not missed either.
 func (s *Supervisor) adoptPredecessorHolder(h holderMark, upTo int64) {
 	if !h.known() || s.term.prevHolder.known() {
 		return
@@ -203,4 +237,31 @@ func (s *Supervisor) adoptPredecessorHolder(h holderMark, upTo int64) {
 	s.term.prevHolder = h
 	s.keepHolder(h.Node, h.Lease, h.Token, upTo-1)
 	s.log.Info("start-up: the barrier waits for the election key's last holder our previous incarnation saw", "holder", h.Node, "token", h.Token, "lease", fmt.Sprintf("%x", h.Lease))
+}
+
+// replayToWin brings a holder known only from a replay (ReplayedTo set) up
+// to our win: the election key's history from ReplayedTo to our own create
+// at token. Anything short of that makes the holder unknown, with the
+// blind wait from our first look (unknownSince), as if we had never had
+// our predecessor's knowledge. A holder this process saw itself needs
+// none of this.
+func (s *Supervisor) replayToWin(ctx context.Context, prev holderMark, token int64) holderMark {
+	if prev.ReplayedTo == 0 || prev.Unknown {
+		return prev
+	}
+	if prev.ReplayedTo >= token {
+		return prev
+	}
+	h, ok := s.replayHolder(ctx, prev, prev.ReplayedTo+1, token, s.keys.Leader()+"\x00")
+	if !ok {
+		return holderMark{Unknown: true, Seen: prev.unknownSince}
+	}
+	if h.Token != prev.Token {
+		s.log.Info("promotion: the election key had another holder after our previous incarnation's", "holder", h.Node, "token", h.Token)
+	}
+	h.Seen, h.DownBy = prev.Seen, prev.DownBy
+	if h.Token != prev.Token {
+		h.DownBy = time.Time{}
+	}
+	return h
 }

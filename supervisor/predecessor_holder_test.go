@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
@@ -179,4 +180,92 @@ func (h tapHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h tapHandler) WithGroup(g string) slog.Handler {
 	return tapHandler{next: h.next.WithGroup(g), tap: h.tap, attrs: h.attrs}
+}
+
+// A restarted member reads its predecessor's run state before its loop can
+// replace the file: here the loop sees the peer hold the key (and saves
+// that holder) while start-up is held up by a hung service manager. The
+// successor must still recognise its predecessor's live record and replace
+// it, not wait for it as for another machine using its name.
+func TestRestartedMemberReadsItsPredecessorBeforeTheLoopWrites(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.Start("m1", nil), w.Start("m2", nil)
+	_, others := leaderOf(t, a, b)
+	standby := others[0]
+	standby.Kill() // its record stays on its live member lease
+	logs := &logTap{}
+	w.Options = func(name string, o *supervisor.Options) {
+		if name != standby.Name {
+			return
+		}
+		o.Log = slog.New(logs.tee(o.Log.Handler()))
+		units := o.Units.(*fencing.Memory)
+		units.SetHung(true) // start-up's first look at the units waits
+		time.AfterFunc(2*time.Second, func() { units.SetHung(false) })
+	}
+	successor := w.Start(standby.Name, nil)
+	waitFor(t, "the successor registered", 4*ttl, func() bool { return successor.State() == group.Standby })
+	if logs.has("a live member record already uses this node name") {
+		t.Fatal("the successor waited for its predecessor's record as for another machine's: it lost its run state to its own loop")
+	}
+}
+
+// The holder replayed at start-up is complete only up to the successor's
+// registration; its promotion replays on to its own win. Here the group is
+// frozen (no campaign) while the successor starts and adopts m1, then "m3"
+// holds the key and loses it while the successor cannot read; after the
+// unfreeze its barrier must wait for m3, not for m1.
+func TestPromotionReplaysTheKeyFromStartUpToItsWin(t *testing.T) {
+	w := newWorld(t)
+	logs := &logTap{}
+	w.Options = func(_ string, o *supervisor.Options) { o.Log = slog.New(logs.tee(o.Log.Handler())) }
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := supervisortest.FastConfig("m2")
+	keys := group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)
+	hold := func(node string) (clientv3.LeaseID, int64) {
+		l, err := w.Admin.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := w.Admin.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keys.Leader()), "=", 0)).
+			Then(clientv3.OpPut(keys.Leader(), node, clientv3.WithLease(l.ID))).Commit()
+		if err != nil || !r.Succeeded {
+			t.Fatalf("put the election key for %s: %v", node, err)
+		}
+		return l.ID, r.Header.Revision
+	}
+	l1, _ := hold("m1")
+	m := w.Start("m2", nil)
+	waitFor(t, "m2 to see m1 hold", 10*time.Second, func() bool { return m.Sup.Status().Leader == "m1" })
+	m.Kill()
+	if _, err := w.Admin.Revoke(ctx, l1); err != nil {
+		t.Fatal(err)
+	}
+	if err := group.SetFreeze(ctx, w.Admin, keys, group.Freeze{Reason: "test", At: time.Now()}, group.Event{At: time.Now(), Node: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	logs.reset()
+	succ := w.Start("m2", nil)
+	waitFor(t, "the successor to adopt m1", 10*time.Second, func() bool {
+		return logs.has("the barrier waits for the election key's last holder") && logs.has("holder=m1")
+	})
+	succ.Cut(true) // it reads nothing while m3 comes and goes
+	l3, t3 := hold("m3")
+	if _, err := w.Admin.Revoke(ctx, l3); err != nil {
+		t.Fatal(err)
+	}
+	succ.Cut(false)
+	time.Sleep(time.Second)
+	if logs.has("holder=m3") {
+		t.Fatal("the successor saw m3 itself: the test did not reach the gap it is about")
+	}
+	if err := group.ClearFreeze(ctx, w.Admin, keys); err != nil {
+		t.Fatal(err)
+	}
+	want := "holder=m3 token=" + itoa(t3)
+	waitFor(t, "the promotion's replay to find "+want, 15*time.Second, func() bool {
+		return logs.has("the election key had another holder after our previous incarnation's") && logs.has(want)
+	})
+	waitFor(t, "the barrier to wait for m3", 5*time.Second, func() bool { return logs.has("record of m3 (token " + itoa(t3)) })
 }

@@ -30,7 +30,7 @@ func (s *Supervisor) clearHandoff(bg context.Context, id string) {
 // promoteJob runs the promotion barrier, then starts the units in order.
 func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Context) error {
 	return func(ctx context.Context) error {
-		s.silent.start() // silent.go: beside the barrier and the start, delaying neither
+		prev = s.replayToWin(ctx, prev, token)
 		// Barrier: the previous holder's leadership must be over (lease
 		// gone, record says stopped, or one full lease waited out), and no
 		// other record may say its units may run.

@@ -26,8 +26,7 @@ import (
 // silence: a member is reset again only after it has answered. A look in
 // which no member answers resets nothing: this node is the one cut off,
 // which the fence handles, and nothing is left to steer to. It owns
-// its state; start and stop may be called from any goroutine. Safety does
-// not depend on it.
+// its state. Safety does not depend on it.
 type silentWatch struct {
 	pool    *etcdconn.Pool
 	reset   func([]string) (int, error) // nil: off
@@ -39,8 +38,10 @@ type silentWatch struct {
 	cancel context.CancelFunc // nil: not running
 }
 
-// start begins watching, unless it already runs.
-func (w *silentWatch) start() {
+// start begins watching until stop or until bg ends, unless it already
+// runs. The loop calls it (at a win) and stops it (on leaving the holding
+// states), so a stop never precedes its start.
+func (w *silentWatch) start(bg context.Context) {
 	if w == nil || w.reset == nil {
 		return
 	}
@@ -49,7 +50,7 @@ func (w *silentWatch) start() {
 	if w.cancel != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(bg)
 	w.cancel = cancel
 	go w.run(ctx)
 }
@@ -119,6 +120,9 @@ func (w *silentWatch) look(ctx context.Context, streak map[string]int, done map[
 	}
 	if len(due) == 0 {
 		return
+	}
+	if ctx.Err() != nil {
+		return // stopped while asking: this node no longer holds the key
 	}
 	n, err := w.reset(due)
 	for _, ep := range due {

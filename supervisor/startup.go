@@ -37,7 +37,7 @@ func (s *Supervisor) startupJob(ctx context.Context) (registration, error) {
 		}
 	}
 	s.term.unitsMayRun.Store(false)
-	pred := s.loadPredecessor()
+	pred := s.kept.pred
 	reg, err := s.register(ctx, pred)
 	if err == nil {
 		reg.holder = s.predecessorHolder(ctx, pred, reg.rev)

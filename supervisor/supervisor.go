@@ -243,6 +243,7 @@ func New(o Options) (*Supervisor, error) {
 		timeout: s.cfg.Etcd.RequestTimeout, log: s.log}
 	if o.RunStateDir != "" {
 		s.kept.store = &runstate.Store{Dir: o.RunStateDir}
+		s.kept.pred = s.loadPredecessor()
 	}
 	s.snap.st = Status{Node: c.Node, Cluster: c.Cluster, State: group.Starting, StopMax: s.timeout.StopMax()}
 	return s, nil

@@ -52,6 +52,8 @@ type Holder struct {
 	Lease    int64  `json:"lease"`
 	Token    int64  `json:"token"`
 	Revision int64  `json:"revision"`
+	// ClusterID is the etcd cluster the revision is of.
+	ClusterID uint64 `json:"cluster_id"`
 }
 
 // Fenced describes a fence, as the fencing process saw it.
