@@ -73,18 +73,7 @@ func TestSuccessorReplaysTheElectionKeySinceItsPredecessorsLook(t *testing.T) {
 			defer cancel()
 			keys := group.NewKeys(supervisortest.FastConfig("m2").Etcd.Prefix, supervisortest.FastConfig("m2").Cluster)
 			// A holder "m1", seen by m2 (who then waits as a standby).
-			hold := func(node string) (clientv3.LeaseID, int64) {
-				l, err := w.Admin.Grant(ctx, 60)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r, err := w.Admin.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keys.Leader()), "=", 0)).
-					Then(clientv3.OpPut(keys.Leader(), node, clientv3.WithLease(l.ID))).Commit()
-				if err != nil || !r.Succeeded {
-					t.Fatalf("put the election key for %s: %v", node, err)
-				}
-				return l.ID, r.Header.Revision
-			}
+			hold := func(node string) (clientv3.LeaseID, int64) { return holdKey(ctx, t, w, keys, node) }
 			l1, _ := hold("m1")
 			m := w.Start("m2", nil)
 			waitFor(t, "m2 to see m1 hold", 10*time.Second, func() bool { return m.Sup.Status().Leader == "m1" })
@@ -223,18 +212,7 @@ func TestPromotionReplaysTheKeyFromStartUpToItsWin(t *testing.T) {
 	defer cancel()
 	cfg := supervisortest.FastConfig("m2")
 	keys := group.NewKeys(cfg.Etcd.Prefix, cfg.Cluster)
-	hold := func(node string) (clientv3.LeaseID, int64) {
-		l, err := w.Admin.Grant(ctx, 60)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := w.Admin.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keys.Leader()), "=", 0)).
-			Then(clientv3.OpPut(keys.Leader(), node, clientv3.WithLease(l.ID))).Commit()
-		if err != nil || !r.Succeeded {
-			t.Fatalf("put the election key for %s: %v", node, err)
-		}
-		return l.ID, r.Header.Revision
-	}
+	hold := func(node string) (clientv3.LeaseID, int64) { return holdKey(ctx, t, w, keys, node) }
 	l1, _ := hold("m1")
 	m := w.Start("m2", nil)
 	waitFor(t, "m2 to see m1 hold", 10*time.Second, func() bool { return m.Sup.Status().Leader == "m1" })
@@ -268,4 +246,20 @@ func TestPromotionReplaysTheKeyFromStartUpToItsWin(t *testing.T) {
 		return logs.has("the election key had another holder after our previous incarnation's") && logs.has(want)
 	})
 	waitFor(t, "the barrier to wait for m3", 5*time.Second, func() bool { return logs.has("record of m3 (token " + itoa(t3)) })
+}
+
+// holdKey puts the election key for node on a fresh lease of 60 s, as a
+// holder's campaign would, and returns the lease and the store revision.
+func holdKey(ctx context.Context, t *testing.T, w *world, keys group.Keys, node string) (clientv3.LeaseID, int64) {
+	t.Helper()
+	l, err := w.Admin.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := w.Admin.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keys.Leader()), "=", 0)).
+		Then(clientv3.OpPut(keys.Leader(), node, clientv3.WithLease(l.ID))).Commit()
+	if err != nil || !r.Succeeded {
+		t.Fatalf("put the election key for %s: %v", node, err)
+	}
+	return l.ID, r.Header.Revision
 }
