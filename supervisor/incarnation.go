@@ -246,10 +246,7 @@ func (s *Supervisor) adoptPredecessorHolder(h holderMark, upTo int64) {
 // our predecessor's knowledge. A holder this process saw itself needs
 // none of this.
 func (s *Supervisor) replayToWin(ctx context.Context, prev holderMark, token int64) holderMark {
-	if prev.ReplayedTo == 0 || prev.Unknown {
-		return prev
-	}
-	if prev.ReplayedTo >= token {
+	if prev.ReplayedTo == 0 || prev.Unknown || prev.ReplayedTo >= token {
 		return prev
 	}
 	h, ok := s.replayHolder(ctx, prev, prev.ReplayedTo+1, token, s.keys.Leader()+"\x00")
@@ -259,9 +256,8 @@ func (s *Supervisor) replayToWin(ctx context.Context, prev holderMark, token int
 	if h.Token != prev.Token {
 		s.log.Info("promotion: the election key had another holder after our previous incarnation's", "holder", h.Node, "token", h.Token)
 	}
-	h.Seen, h.DownBy = prev.Seen, prev.DownBy
-	if h.Token != prev.Token {
-		h.DownBy = time.Time{}
-	}
+	// A replayed mark has no proof of its holder's units being down
+	// (noteProof only proves what the loop itself saw): nothing else to keep.
+	h.Seen = prev.Seen
 	return h
 }
