@@ -37,8 +37,9 @@ type Config struct {
 	Hooks   Hooks   `toml:"hooks"`
 	History History `toml:"history"`
 
-	APIFence APIFence `toml:"api_fence"` // apifence.go
-	Health   Health   `toml:"health"`    // health.go
+	APIFence  APIFence  `toml:"api_fence"`  // apifence.go
+	EtcdFence EtcdFence `toml:"etcd_fence"` // etcdfence.go
+	Health    Health    `toml:"health"`     // health.go
 
 	// Path is the file this configuration was read from (not a TOML key).
 	Path string `toml:"-"`
@@ -185,8 +186,9 @@ func Default() Config {
 		Hooks:   Hooks{Timeout: 10 * time.Second, AbortOnPromoteErr: true},
 		History: History{Retain: 1000},
 
-		APIFence: DefaultAPIFence(),
-		Health:   DefaultHealth(),
+		APIFence:  DefaultAPIFence(),
+		EtcdFence: EtcdFence{Role: "kube-apiserver"},
+		Health:    DefaultHealth(),
 	}
 }
 

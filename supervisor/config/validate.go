@@ -44,6 +44,7 @@ var rules = []rule{
 	checkTLSFiles,
 	checkPasswordFile,
 	checkAPIFence,
+	checkEtcdFence,
 	checkHealth,
 	// Last: a file with a plain mistake gets that named first; this one
 	// weighs the whole timing against the etcd the profile assumes.
