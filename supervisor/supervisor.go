@@ -150,6 +150,7 @@ type Supervisor struct {
 	dropins        dropinWatch  // the units' bindings as last checked (dropins.go)
 	health         *health.Set  // the units' health probes, armed on the leader only (monitor.go); nil: none
 	silent         *silentWatch // resets connections to silent etcd members while we hold (silent.go)
+	etcdFence      *etcdFence   // etcd_fence: the old master's apiserver cut off at etcd (etcdfence.go); nil when off
 
 	in inbox // the channels into the loop
 
@@ -239,6 +240,9 @@ func New(o Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	s.health = hs
+	if s.etcdFence, err = newEtcdFence(c, s.pool, s.log); err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
 	s.silent = &silentWatch{pool: s.pool, reset: o.ResetConnectionsTo, every: max(time.Second, s.cfg.Lease.RenewInterval),
 		timeout: s.cfg.Etcd.RequestTimeout, log: s.log}
 	if o.RunStateDir != "" {
@@ -306,6 +310,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.watchPeers(bg)
 	go s.scanStrays(bg)
 	go s.checkDropins(bg)
+	go s.etcdFence.keepGranted(bg, max(time.Second, s.cfg.Lease.RenewInterval), s.standbyUnitsDown)
 
 	done := ctx.Done()
 	for {

@@ -102,6 +102,9 @@ type World struct {
 	// ProxyDelay, when set, slows every member started from then on: each
 	// chunk through its proxies arrives this much later, both ways.
 	ProxyDelay time.Duration
+	// Username and Password, when set, are the etcd credentials of every
+	// member started from then on (a cluster with auth enabled).
+	Username, Password string
 
 	stateDir string // one run-state directory per node name, kept across restarts
 }
@@ -137,7 +140,7 @@ func (w *World) Start(name string, tweak func(*config.Config)) *Member {
 	}
 	dial := func(eps ...string) *clientv3.Client {
 		cli, err := clientv3.New(clientv3.Config{
-			Endpoints: eps, DialTimeout: 2 * time.Second,
+			Endpoints: eps, DialTimeout: 2 * time.Second, Username: w.Username, Password: w.Password,
 			DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: time.Second,
 			Logger: zap.NewNop(),
 		})

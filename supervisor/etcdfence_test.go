@@ -1,0 +1,138 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// apiRole is the etcd role that lets the test's stand-in apiservers write
+// under /registry/.
+const apiRole = "kube-apiserver"
+
+// withAuth turns etcd's auth on in w: a root user for the supervisors, the
+// role apiRole and one user per node's stand-in kube-apiserver holding it.
+// Members started from then on authenticate as root.
+func withAuth(t *testing.T, w *world, nodes ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	steps := []func() error{
+		func() error { _, err := w.Admin.UserAdd(ctx, "root", "root-pw"); return err },
+		func() error { _, err := w.Admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := w.Admin.RoleAdd(ctx, apiRole); return err },
+		func() error {
+			_, err := w.Admin.RoleGrantPermission(ctx, apiRole, "/registry/", clientv3.GetPrefixRangeEnd("/registry/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+	}
+	for _, n := range nodes {
+		steps = append(steps,
+			func() error { _, err := w.Admin.UserAdd(ctx, "api-"+n, "api-pw"); return err },
+			func() error { _, err := w.Admin.UserGrantRole(ctx, "api-"+n, apiRole); return err })
+	}
+	steps = append(steps, func() error { _, err := w.Admin.AuthEnable(ctx); return err })
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("auth set-up step %d: %v", i+1, err)
+		}
+	}
+	w.Username, w.Password = "root", "root-pw"
+}
+
+// apiserverOf is a client as node's stand-in kube-apiserver: straight to
+// etcd, past the node's proxies, so that it outlives a cut of its
+// supervisor as a paused-and-resumed master's apiserver does.
+func apiserverOf(t *testing.T, w *world, node string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: w.Cluster.Endpoints(), DialTimeout: 2 * time.Second,
+		Username: "api-" + node, Password: "api-pw", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func apiWrite(cli *clientv3.Client, key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := cli.Put(ctx, "/registry/"+key, "x")
+	return err
+}
+
+func fenceAtEtcd(c *config.Config) {
+	c.EtcdFence = config.EtcdFence{Role: apiRole, Users: []string{"m1=api-m1", "m2=api-m2"}}
+}
+
+// Issue 22, scenario 65: a master paused together with its kube-apiserver
+// keeps requests its apiserver had admitted, and sends them when it
+// resumes, after the other master's takeover; nothing on the node can stop
+// them (the supervisor resumes at the same instant). With etcd_fence the
+// new leader revokes the old master's apiserver's role before its units
+// start, so etcd refuses whatever that apiserver still sends; the old
+// master, back as a standby with its units down, grants it back.
+func TestTakeoverFencesTheOldLeadersAPIServerAtEtcd(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	withAuth(t, w, "m1", "m2")
+	a, b := w.Start("m1", fenceAtEtcd), w.Start("m2", fenceAtEtcd)
+	leader, others := leaderOf(t, a, b)
+	next := others[0]
+	oldAPI, newAPI := apiserverOf(t, w, leader.Name), apiserverOf(t, w, next.Name)
+	if err := apiWrite(oldAPI, "before"); err != nil {
+		t.Fatalf("the leader's apiserver cannot write before any fault: %v", err)
+	}
+
+	leader.Cut(true) // its supervisor is gone from etcd; its apiserver is not
+	if err := leader.WaitExit(t, 3*ttl, "fence when cut off"); err == nil {
+		t.Fatal("the cut leader's Run returned nil, want a fence")
+	}
+	waitFor(t, "the takeover", 4*ttl, func() bool { return next.Units.Running(units[0]) && next.Units.Running(units[1]) })
+	// The old term's writer, alive after the new term's units started.
+	err := apiWrite(oldAPI, "late")
+	if err == nil {
+		t.Fatal("the old leader's apiserver wrote after the takeover: a write of the old term committed after the new term began")
+	}
+	if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("the old leader's apiserver's write failed with %v, want etcd's permission denied", err)
+	}
+	if err := apiWrite(newAPI, "new"); err != nil {
+		t.Fatalf("the new leader's apiserver cannot write: %v", err)
+	}
+
+	// The old master's supervisor comes back (the daemon's restart after
+	// its fence) with its units down: its apiserver gets the role back.
+	back := w.Start(leader.Name, fenceAtEtcd)
+	waitFor(t, "the old master's apiserver to be granted back", 4*ttl, func() bool { return apiWrite(oldAPI, "back") == nil })
+	if back.Units.Running(units[0]) || back.Units.Running(units[1]) {
+		t.Fatal("the returning master runs units")
+	}
+}
+
+// A handover whose old leader says its units are stopped (a graceful stop)
+// leaves that master's apiserver alone: its components are down and its
+// record says so; only a master that could not say so is fenced at etcd.
+func TestCleanHandoverLeavesTheOldLeadersAPIServerAlone(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	withAuth(t, w, "m1", "m2")
+	a, b := w.Start("m1", fenceAtEtcd), w.Start("m2", fenceAtEtcd)
+	leader, others := leaderOf(t, a, b)
+	next := others[0]
+	oldAPI := apiserverOf(t, w, leader.Name)
+	leader.Cancel() // graceful stop: units down, record says so, lease released
+	if err := leader.WaitExit(t, 3*ttl, "graceful stop"); err != nil {
+		t.Fatalf("graceful stop returned %v", err)
+	}
+	waitFor(t, "the takeover", 4*ttl, func() bool { return next.Units.Running(units[0]) && next.Units.Running(units[1]) })
+	if err := apiWrite(oldAPI, "after-handover"); err != nil {
+		t.Fatalf("the old leader's apiserver was fenced after a clean handover: %v", err)
+	}
+}
