@@ -21,26 +21,34 @@ import (
 // and the [etcd] section of a node that logs in as kha.
 func restrictedEtcd(t *testing.T) config.Etcd {
 	t.Helper()
+	e, _ := authEtcd(t)
+	return e
+}
+
+// authEtcd is restrictedEtcd, and the [etcd] section of a node whose
+// client certificate names etcd's root user.
+func authEtcd(t *testing.T) (kha, root config.Etcd) {
+	t.Helper()
 	ca, err := pki.NewCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 1, TLS: ca})
-	root := c.Client(t)
+	rootCli := c.Client(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	const prefix = "/kha-supervisor/"
 	for i, step := range []func() error{
-		func() error { _, err := root.UserAdd(ctx, "root", "root-pw"); return err },
-		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := root.RoleAdd(ctx, "kha"); return err },
+		func() error { _, err := rootCli.UserAdd(ctx, "root", "root-pw"); return err },
+		func() error { _, err := rootCli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := rootCli.RoleAdd(ctx, "kha"); return err },
 		func() error {
-			_, err := root.RoleGrantPermission(ctx, "kha", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			_, err := rootCli.RoleGrantPermission(ctx, "kha", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
 			return err
 		},
-		func() error { _, err := root.UserAdd(ctx, "kha", "kha-pw"); return err },
-		func() error { _, err := root.UserGrantRole(ctx, "kha", "kha"); return err },
-		func() error { _, err := root.AuthEnable(ctx); return err },
+		func() error { _, err := rootCli.UserAdd(ctx, "kha", "kha-pw"); return err },
+		func() error { _, err := rootCli.UserGrantRole(ctx, "kha", "kha"); return err },
+		func() error { _, err := rootCli.AuthEnable(ctx); return err },
 	} {
 		if err := step(); err != nil {
 			t.Fatalf("auth set-up step %d: %v", i, err)
@@ -58,7 +66,13 @@ func restrictedEtcd(t *testing.T) config.Etcd {
 	e.Endpoints = c.Endpoints()
 	e.CA, e.Cert, e.Key = ca.CertFile, cert.CertFile, cert.KeyFile
 	e.Username, e.PasswordFile = "kha", pw
-	return e
+	rootCert, err := ca.Client("root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e
+	r.Cert, r.Key, r.Username, r.PasswordFile = rootCert.CertFile, rootCert.KeyFile, "", ""
+	return e, r
 }
 
 // The parameter's etcd record is read with the node's own etcd identity:

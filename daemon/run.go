@@ -84,6 +84,10 @@ func Run(ctx context.Context, o Options) int {
 		return code
 	}
 	defer conns.close()
+	if code := etcdFenceAtStart(ctx, conns.cli, cfg, log); code != ExitOK {
+		stopManaged(cfg, units, log)
+		return code
+	}
 	m, code := newMetrics(cfg, o.Version, log)
 	if m == nil {
 		return code

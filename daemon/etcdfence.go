@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
+)
+
+// checkEtcdFence refuses to start with etcd_fence set when etcd could not
+// carry it out: auth off (a revoked role would change nothing), the role or
+// a listed user missing, or this supervisor's identity unable to manage
+// users (it needs etcd's root role). Better at start-up, with the culprit
+// named, than at the first takeover, which would then fail.
+func checkEtcdFence(ctx context.Context, cli *clientv3.Client, cfg config.Config) error {
+	f := cfg.EtcdFence
+	if !f.Enabled() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout+cfg.Etcd.RequestTimeout)
+	defer cancel()
+	st, err := cli.AuthStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd_fence: read etcd's auth status: %w", err)
+	}
+	if !st.Enabled {
+		return errors.New("etcd_fence: etcd's auth is not enabled: a revoked role would not stop anyone (etcdctl auth enable)")
+	}
+	// Listing roles and users needs the root role, as revoking and
+	// granting do: one read proves both the identity and the names.
+	roles, err := cli.RoleList(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd_fence: list etcd's roles: %w%s", err, rootHint(err))
+	}
+	if !slices.Contains(roles.Roles, f.Role) {
+		return fmt.Errorf("etcd_fence.role %q: no such role in etcd (etcdctl role add %s, then grant-permission its prefix)", f.Role, f.Role)
+	}
+	known, err := cli.UserList(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd_fence: list etcd's users: %w%s", err, rootHint(err))
+	}
+	users, err := f.UserMap()
+	if err != nil {
+		return fmt.Errorf("etcd_fence.users: %w", err)
+	}
+	for _, node := range slices.Sorted(maps.Keys(users)) {
+		// Whether it holds the role does not matter here: a master
+		// fenced earlier gets it back from its own supervisor.
+		if !slices.Contains(known.Users, users[node]) {
+			return fmt.Errorf("etcd_fence.users: %s (the kube-apiserver of %s) is no etcd user", users[node], node)
+		}
+	}
+	return nil
+}
+
+func rootHint(err error) string {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return " (this supervisor's etcd identity needs etcd's root role to revoke and grant roles)"
+	}
+	return ""
+}
+
+// etcdFenceAtStart is checkEtcdFence's verdict as the daemon's exit code.
+func etcdFenceAtStart(ctx context.Context, cli *clientv3.Client, cfg config.Config, log *slog.Logger) int {
+	if err := checkEtcdFence(ctx, cli, cfg); err != nil {
+		log.Error("cannot fence at etcd as configured; exiting", "err", err, "config", cfg.Path)
+		return ExitConfig
+	}
+	return ExitOK
+}
