@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"time"
 
@@ -57,28 +56,48 @@ func newEtcdFence(c config.Config, pool *etcdconn.Pool, log *slog.Logger) (*etcd
 }
 
 // atPromotion runs in the promotion after the barrier and before anything
-// starts: it revokes the role of every other master whose member record
-// does not say its units are stopped (recs, read after the barrier passed:
-// a record is written before a unit starts and after the last is confirmed
-// down, so a master that says so has no component of a term left), then
+// starts: it revokes the role of the masters revokeTargets names, then
 // grants it to this node's own apiserver (revoked earlier, and never
 // granted back if the leader that revoked it died first).
-func (f *etcdFence) atPromotion(ctx context.Context, recs map[string]group.Record) error {
+func (f *etcdFence) atPromotion(ctx context.Context, recs map[string]group.Record, prev holderMark) error {
 	if f == nil {
 		return nil
 	}
-	for _, node := range slices.Sorted(maps.Keys(f.users)) {
-		if node == f.self {
-			continue
-		}
-		if r, ok := recs[node]; ok && !r.UnitsRunning {
-			continue
-		}
+	for _, node := range revokeTargets(f.users, f.self, recs, prev) {
 		if err := f.revoke(ctx, node); err != nil {
 			return err
 		}
 	}
 	return f.grantOwn(ctx)
+}
+
+// revokeTargets are the masters whose apiservers may still carry writes of
+// an earlier term: the previous holder of the key, or every other master
+// when this member never saw who held it; minus those whose member record
+// (recs, read after the barrier passed) says their units are stopped. A
+// record is written before the first start and after the last unit is
+// confirmed down, so a master that says so has no component of a term
+// left; one that was cut off, paused or killed has no record any more, or
+// one saying its units may run. Earlier holders than the previous one were
+// revoked by the takeover that followed them, and only their own
+// supervisor, fenced, grants them back.
+func revokeTargets(users map[string]string, self string, recs map[string]group.Record, prev holderMark) []string {
+	var cand []string
+	switch {
+	case prev.Unknown:
+		for node := range users {
+			if node != self {
+				cand = append(cand, node)
+			}
+		}
+	case prev.known() && prev.Node != self && users[prev.Node] != "":
+		cand = []string{prev.Node}
+	}
+	slices.Sort(cand)
+	return slices.DeleteFunc(cand, func(node string) bool {
+		r, ok := recs[node]
+		return ok && !r.UnitsRunning
+	})
 }
 
 // revoke takes the role from node's apiserver: one member at a time

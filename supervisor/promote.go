@@ -39,7 +39,7 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 		}
 		// The fence at etcd (etcd_fence): the old master's apiserver is cut
 		// off before this term writes anything.
-		if err := s.fenceAtEtcd(ctx); err != nil {
+		if err := s.fenceAtEtcd(ctx, prev); err != nil {
 			return err
 		}
 		if d := s.cfg.Lease.TakeoverDelay; d > 0 {
@@ -69,7 +69,7 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 
 // fenceAtEtcd reads the member records as they are after the barrier and
 // hands them to the fence at etcd (etcdfence.go); nothing when it is off.
-func (s *Supervisor) fenceAtEtcd(ctx context.Context) error {
+func (s *Supervisor) fenceAtEtcd(ctx context.Context, prev holderMark) error {
 	if s.etcdFence == nil {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (s *Supervisor) fenceAtEtcd(ctx context.Context) error {
 		return fmt.Errorf("fence at etcd: read member records: %w", err)
 	}
 	recs, _ := group.DecodeMembers(s.keys, resp.Kvs)
-	return s.etcdFence.atPromotion(ctx, recs)
+	return s.etcdFence.atPromotion(ctx, recs, prev)
 }
 
 // standbyUnitsDown: the published state is standby and every unit is
