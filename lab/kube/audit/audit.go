@@ -219,6 +219,14 @@ type Options struct {
 	// address sent it; unknown sources fall back to the receiving
 	// apiserver (the components talk to their own node's).
 	Masters map[string]string
+	// WriteTime, when set, is when an accepted write took effect at the
+	// resource; nil: when its answer completed, the latest it can have.
+	// The etcd judge passes the request's arrival for the writes it found
+	// committed (any committed after another master's first write although
+	// they arrived before it are its late commits): a request a paused
+	// apiserver had committed before the pause completes only at the
+	// thaw, after the other master's writes, without overlapping them.
+	WriteTime func(e *Event) time.Time
 }
 
 // Overlap is an interval in which one role's writes from two masters were
@@ -264,23 +272,28 @@ func Analyze(events []Event, o Options) Report {
 	}
 	rep := Report{Writes: map[string]map[string]int{}}
 	times := map[string]map[string][]time.Time{} // role -> master -> accepted write times
-	for _, e := range events {
+	for i := range events {
+		e := &events[i]
 		if (!o.From.IsZero() && e.Completed.Before(o.From)) || (!o.To.IsZero() && e.Completed.After(o.To)) {
 			continue
 		}
 		if e.DoubleBind() {
-			rep.DoubleBinds = append(rep.DoubleBinds, e)
+			rep.DoubleBinds = append(rep.DoubleBinds, *e)
 		}
 		role := e.Role()
 		if role == "" || !e.Write() || !e.Accepted() || e.DryRun {
 			continue
 		}
-		m := o.Master(e)
+		m := o.Master(*e)
 		if times[role] == nil {
 			times[role] = map[string][]time.Time{}
 			rep.Writes[role] = map[string]int{}
 		}
-		times[role][m] = append(times[role][m], e.Completed)
+		at := e.Completed
+		if o.WriteTime != nil {
+			at = o.WriteTime(e)
+		}
+		times[role][m] = append(times[role][m], at)
 		rep.Writes[role][m]++
 	}
 	roles := make([]string, 0, len(times))

@@ -77,8 +77,11 @@ type Report struct {
 	Commits        []Commit // the managed components' writes, by revision
 	Late           []Late
 	Ghosts         []Commit
-	// Overlaps are the audit judge's (audit.Analyze over From..To).
-	Overlaps []audit.Overlap
+	// Overlaps are the audit judge's (audit.Analyze over From..To), each
+	// write found committed timed at its request's arrival
+	// (resourceOverlaps); AuditOnly are those the audit log alone shows
+	// (timed at the answers), not at the resource.
+	Overlaps, AuditOnly []audit.Overlap
 	// Problems: writes that could not be decoded (a history the judge
 	// cannot read must not pass as one without late commits).
 	Problems []string
@@ -98,7 +101,6 @@ func (r Report) String() string {
 // write in the recording may answer a request received before it began).
 func Judge(rec Recording, evs []audit.Event, o Options) Report {
 	rep := Report{FromRev: rec.FromRev, ToRev: rec.ToRev}
-	rep.Overlaps = audit.Analyze(evs, audit.Options{From: o.From, To: o.To, Masters: o.Masters}).Overlaps
 	writes := slices.Clone(rec.Writes)
 	sort.SliceStable(writes, func(i, j int) bool { return writes[i].Rev < writes[j].Rev })
 	var all []Commit
@@ -111,6 +113,7 @@ func Judge(rec Recording, evs []audit.Event, o Options) Report {
 		all = append(all, Commit{Write: w, Object: obj})
 	}
 	match(all, evs)
+	rep.Overlaps, rep.AuditOnly = resourceOverlaps(all, evs, o)
 	ao := audit.Options{Masters: o.Masters}
 	for _, c := range all {
 		c.Role = c.Object.Role
@@ -161,4 +164,34 @@ func (o Options) hostMaster(h string) string {
 		}
 	}
 	return ""
+}
+
+// resourceOverlaps is the audit judge's overlap with every accepted write
+// that etcd committed timed at its request's arrival instead of its
+// answer: the commit lies between the two, and one committed after
+// another master's first write although it arrived before it is a late
+// commit (late), so the arrival loses nothing. It matters for a paused
+// apiserver: what it had committed before the pause is answered, and
+// audited, at the thaw. auditOnly are the audit log's own overlaps that
+// this timing does not find.
+func resourceOverlaps(all []Commit, evs []audit.Event, o Options) (overlaps, auditOnly []audit.Overlap) {
+	committed := map[*audit.Event]bool{}
+	for _, c := range all {
+		if c.Request != nil {
+			committed[c.Request] = true
+		}
+	}
+	ao := audit.Options{From: o.From, To: o.To, Masters: o.Masters}
+	byAnswer := audit.Analyze(evs, ao).Overlaps
+	ao.WriteTime = func(e *audit.Event) time.Time {
+		if committed[e] {
+			return e.Received
+		}
+		return e.Completed
+	}
+	overlaps = audit.Analyze(evs, ao).Overlaps
+	if len(byAnswer) != len(overlaps) {
+		auditOnly = byAnswer
+	}
+	return overlaps, auditOnly
 }

@@ -389,3 +389,40 @@ func TestJudgeDeleteCollectionOfTheObjectsTime(t *testing.T) {
 		}
 	}
 }
+
+// Scenario 65 with etcd_fence (3 December, 10:01): m1's apiserver, frozen
+// with its master, had committed a scheduler write just before the freeze
+// and answered it, and audited it, only at the thaw, 12 s later, in the
+// middle of m2's bindings. By its answer the audit judge saw both masters
+// writing at once; at the resource the write came before m2's first. A
+// write committed is timed at its request's arrival; one that arrived
+// early and committed late stays the late commits' to catch.
+func TestOverlapTimesCommittedWritesAtTheirArrival(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 10, 1, 5, 0, time.UTC)
+	write := func(master string, received, completed time.Duration) audit.Event {
+		return audit.Event{Verb: "create", Resource: "pods", Subresource: "binding", Namespace: "kha-probe", Code: 201,
+			User: "system:kube-scheduler", Server: master, Received: t0.Add(received), Completed: t0.Add(completed)}
+	}
+	evs := []audit.Event{write("m1", -time.Second, -time.Second+5*time.Millisecond), write("m1", 0, 12*time.Second)}
+	for d := 7 * time.Second; d <= 14*time.Second; d += 200 * time.Millisecond {
+		evs = append(evs, write("m2", d, d+5*time.Millisecond))
+	}
+	o := Options{From: t0.Add(-time.Minute), To: t0.Add(time.Minute)}
+	// Unpaired (no etcd case of the write): timed at its answer, as the
+	// audit judge alone does.
+	if over, _ := resourceOverlaps(nil, evs, o); len(over) != 1 {
+		t.Fatalf("without the commit: %d overlaps, want the audit log's 1", len(over))
+	}
+	all := []Commit{{Write: Write{Rev: 100}, Request: &evs[1]}}
+	over, auditOnly := resourceOverlaps(all, evs, o)
+	if len(over) != 0 || len(auditOnly) != 1 {
+		t.Fatalf("with the commit: overlaps %v, audit-only %v; want none at the resource and the audit log's one", over, auditOnly)
+	}
+	// A write of m1 that arrived after m2 began is an overlap however it
+	// is timed.
+	evs = append(evs, write("m1", 9*time.Second, 9*time.Second+5*time.Millisecond))
+	all = []Commit{{Write: Write{Rev: 100}, Request: &evs[1]}, {Write: Write{Rev: 200}, Request: &evs[len(evs)-1]}}
+	if over, _ := resourceOverlaps(all, evs, o); len(over) != 1 {
+		t.Fatalf("m1 writing after m2 began: %d overlaps, want 1", len(over))
+	}
+}

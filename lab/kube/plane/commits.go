@@ -118,6 +118,15 @@ const maxListed = 10
 func applyCommits(res *report.Result, rep commits.Report) {
 	res.Etcd = rep.String()
 	res.LateCommits, res.GhostWrites = len(rep.Late), len(rep.Ghosts)
+	// The overlap at the resource replaces the audit log's: writes etcd
+	// committed are timed at their arrival (commits.resourceOverlaps).
+	res.Overlaps = res.Overlaps[:0]
+	for _, o := range rep.Overlaps {
+		res.Overlaps = append(res.Overlaps, o.String())
+	}
+	for _, o := range rep.AuditOnly {
+		res.Notes = append(res.Notes, "audit log only, not at the resource (answered late, committed before): "+o.String())
+	}
 	for i, l := range rep.Late {
 		if i == maxListed {
 			res.LateList = append(res.LateList, fmt.Sprintf("... and %d more", len(rep.Late)-i))
