@@ -13,6 +13,8 @@ import (
 //	PREFIX/CLUSTER/members/NODE    member record (JSON) on the member's own lease
 //	PREFIX/CLUSTER/control/...     operator requests (control.go)
 //	PREFIX/CLUSTER/history/...     transitions and operator actions (history.go)
+//	PREFIX/CLUSTER/writers/NODE    etcd_fence: NODE may have started units and not yet
+//	                               shown them down (value: its token; no lease)
 type Keys struct{ Root string }
 
 // NewKeys returns the layout under prefix for cluster.
@@ -35,6 +37,14 @@ func (k Keys) Freeze() string         { return k.Control() + "freeze" }
 func (k Keys) Ban(node string) string { return k.Control() + "ban/" + node }
 func (k Keys) Handoff() string        { return k.Control() + "handoff" }
 func (k Keys) Drill() string          { return k.Control() + "drill" }
+
+// Writers is the prefix of the etcd fence's writer marks: a node whose mark
+// exists may still have components of a term, or their requests in its
+// kube-apiserver (supervisor/etcdfence.go).
+func (k Keys) Writers() string { return k.Root + "/writers/" }
+
+// Writer is node's writer mark.
+func (k Keys) Writer(node string) string { return k.Writers() + node }
 
 // History is the prefix of the transition history.
 func (k Keys) History() string { return k.Root + "/history/" }

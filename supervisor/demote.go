@@ -46,6 +46,11 @@ func (s *Supervisor) demoteJob(token int64, lease clientv3.LeaseID) func(context
 		if err := s.writeRecord(ctx, true); err != nil {
 			s.log.Warn("could not publish units stopped before release", "err", err)
 		}
+		// Before the release, so that the next leader does not fence this
+		// master's apiserver at etcd after a clean handover.
+		if err := s.etcdFence.clearOwn(ctx); err != nil {
+			s.log.Warn("cannot grant this node's kube-apiserver its etcd role back", "err", err)
+		}
 		if s.release(ctx, token, lease) {
 			s.saveRunState(func(st *runstate.State) { st.ElectionLease, st.Token = 0, 0 })
 		}

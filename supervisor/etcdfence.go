@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -17,26 +18,38 @@ import (
 )
 
 // grantCheckEvery is how often a standby makes sure again that its own
-// kube-apiserver holds the role (etcd_fence): a promotion elsewhere that
-// raced with this node's start-up may have revoked it.
+// kube-apiserver holds the role and that its writer mark is gone
+// (etcd_fence): a promotion elsewhere that raced with this node's start-up
+// may have revoked it.
 const grantCheckEvery = 10 * time.Second
 
+// revokeTries bounds the promotion's attempts at one revoke before it
+// fails: a member without a leader or a lost answer is worth another try,
+// a failed promotion costs a cooldown.
+const revokeTries = 3
+
 // etcdFence is the fence at etcd itself (etcd_fence, docs/architecture.md
-// "The fence at etcd"): the promotion revokes the apiserver role of every
-// other master that may still carry writes of an earlier term, and each
-// node grants it back to its own apiserver once its units are down. Nil
-// when the section is off.
+// "The old term's writes in etcd", item 5). Nil when the section is off.
 //
 // Why at etcd: a master paused together with its kube-apiserver sends, when
 // it resumes, the requests its apiserver had admitted before the pause, and
 // its supervisor resumes at the same instant: nothing on the node can stop
 // them (scenario 65). etcd checks a request's permission when it applies
 // it, against the auth store as it is then, and fails every request
-// proposed under an older auth revision (ErrAuthOldRevision), so once the
-// revoke has committed no write of that apiserver commits, whether it was
-// sent after the revoke or already in flight.
+// proposed under an older auth revision (ErrAuthOldRevision), so once a
+// revoke of that apiserver's role has committed, none of its writes
+// commits while the role stays revoked.
+//
+// Who is revoked is kept in etcd, not in one promotion's memory: before a
+// node's units may run it puts its writer mark (Keys.Writer, no lease), and
+// only that node deletes it, once its units are confirmed down (a demotion
+// before it gives the key back; a standby, later). Every promotion revokes
+// the role of every other master with a mark whose record does not say its
+// units are stopped, so a holder that was never revoked (its successor's
+// promotion failed before it could) is revoked by the next one.
 type etcdFence struct {
 	pool    *etcdconn.Pool
+	keys    group.Keys
 	role    string
 	users   map[string]string // node -> its kube-apiserver's etcd user
 	self    string
@@ -44,7 +57,7 @@ type etcdFence struct {
 	log     *slog.Logger
 }
 
-func newEtcdFence(c config.Config, pool *etcdconn.Pool, log *slog.Logger) (*etcdFence, error) {
+func newEtcdFence(c config.Config, pool *etcdconn.Pool, keys group.Keys, log *slog.Logger) (*etcdFence, error) {
 	if !c.EtcdFence.Enabled() {
 		return nil, nil
 	}
@@ -52,93 +65,156 @@ func newEtcdFence(c config.Config, pool *etcdconn.Pool, log *slog.Logger) (*etcd
 	if err != nil {
 		return nil, fmt.Errorf("etcd_fence.users: %w", err)
 	}
-	return &etcdFence{pool: pool, role: c.EtcdFence.Role, users: users, self: c.Node, timeout: c.Etcd.RequestTimeout, log: log}, nil
+	return &etcdFence{pool: pool, keys: keys, role: c.EtcdFence.Role, users: users, self: c.Node, timeout: c.Etcd.RequestTimeout, log: log}, nil
 }
 
 // atPromotion runs in the promotion after the barrier and before anything
-// starts: it revokes the role of the masters revokeTargets names, then
-// grants it to this node's own apiserver (revoked earlier, and never
-// granted back if the leader that revoked it died first).
-func (f *etcdFence) atPromotion(ctx context.Context, recs map[string]group.Record, prev holderMark) error {
+// starts: it revokes the role of the masters revokeTargets names, grants it
+// to this node's own apiserver (revoked earlier, and never granted back if
+// the leader that revoked it died first), and puts this node's writer mark.
+func (f *etcdFence) atPromotion(ctx context.Context, token int64) error {
 	if f == nil {
 		return nil
 	}
-	for _, node := range revokeTargets(f.users, f.self, recs, prev) {
+	marks, recs, err := f.look(ctx)
+	if err != nil {
+		return err
+	}
+	for _, node := range revokeTargets(f.self, marks, recs) {
 		if err := f.revoke(ctx, node); err != nil {
 			return err
 		}
 	}
-	return f.grantOwn(ctx)
+	if err := f.grantOwn(ctx); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	if _, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.PutResponse, error) {
+		return c.Put(ctx, f.keys.Writer(f.self), fmt.Sprint(token))
+	}); err != nil {
+		return fmt.Errorf("fence at etcd: put this node's writer mark: %w", err)
+	}
+	return nil
 }
 
-// revokeTargets are the masters whose apiservers may still carry writes of
-// an earlier term: the previous holder of the key, or every other master
-// when this member never saw who held it; minus those whose member record
-// (recs, read after the barrier passed) says their units are stopped. A
-// record is written before the first start and after the last unit is
-// confirmed down, so a master that says so has no component of a term
-// left; one that was cut off, paused or killed has no record any more, or
-// one saying its units may run. Earlier holders than the previous one were
-// revoked by the takeover that followed them, and only their own
-// supervisor, fenced, grants them back.
-func revokeTargets(users map[string]string, self string, recs map[string]group.Record, prev holderMark) []string {
-	var cand []string
-	switch {
-	case prev.Unknown:
-		for node := range users {
-			if node != self {
-				cand = append(cand, node)
-			}
-		}
-	case prev.known() && prev.Node != self && users[prev.Node] != "":
-		cand = []string{prev.Node}
+// look reads the writer marks and the member records in one revision.
+func (f *etcdFence) look(ctx context.Context) (marks []string, recs map[string]group.Record, err error) {
+	rctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	resp, err := f.pool.Hedged().Txn(rctx).Then(
+		clientv3.OpGet(f.keys.Writers(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(f.keys.Members(), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, nil, fmt.Errorf("fence at etcd: read writer marks and member records: %w", err)
 	}
-	slices.Sort(cand)
-	return slices.DeleteFunc(cand, func(node string) bool {
-		r, ok := recs[node]
-		return ok && !r.UnitsRunning
-	})
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		marks = append(marks, strings.TrimPrefix(string(kv.Key), f.keys.Writers()))
+	}
+	recs, _ = group.DecodeMembers(f.keys, resp.Responses[1].GetResponseRange().Kvs)
+	return marks, recs, nil
+}
+
+// revokeTargets are the other masters whose apiservers may still carry
+// writes of a term: those with a writer mark, minus those whose member
+// record says their units are stopped (a record is written before the first
+// start and after the last unit is confirmed down, so a master that says so
+// has no component of a term left; one that was cut off, paused or killed
+// has no record any more, or one saying its units may run).
+func revokeTargets(self string, marks []string, recs map[string]group.Record) []string {
+	var out []string
+	for _, node := range marks {
+		if r, ok := recs[node]; node == self || (ok && !r.UnitsRunning) {
+			continue
+		}
+		out = append(out, node)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // revoke takes the role from node's apiserver: one member at a time
 // (Serial), so that a duplicate cannot land after that node granted it
-// back. Already revoked is done.
+// back, and a few times. Already revoked, or a user or role that no longer
+// exists, is done: that apiserver cannot write either way.
 func (f *etcdFence) revoke(ctx context.Context, node string) error {
-	user := f.users[node]
-	_, err := etcdconn.Serial(ctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserRevokeRoleResponse, error) {
-		rctx, cancel := context.WithTimeout(ctx, f.timeout)
-		defer cancel()
-		return c.UserRevokeRole(rctx, user, f.role)
-	})
-	if err != nil && !errors.Is(err, rpctypes.ErrRoleNotGranted) {
-		return fmt.Errorf("fence at etcd: revoke role %s from %s (the kube-apiserver of %s): %w", f.role, user, node, err)
+	user, ok := f.users[node]
+	if !ok {
+		f.log.Warn("cannot fence a master at etcd: it is not in etcd_fence.users", "master", node)
+		return nil
 	}
-	f.log.Warn("fenced the kube-apiserver of the previous master at etcd", "master", node, "user", user, "role", f.role)
-	return nil
+	var err error
+	for range revokeTries {
+		rctx, cancel := context.WithTimeout(ctx, f.timeout)
+		_, err = etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserRevokeRoleResponse, error) {
+			return c.UserRevokeRole(ctx, user, f.role)
+		})
+		cancel()
+		switch {
+		case err == nil:
+			f.log.Warn("fenced the kube-apiserver of a master that may still write at etcd", "master", node, "user", user, "role", f.role)
+			return nil
+		case errors.Is(err, rpctypes.ErrRoleNotGranted), errors.Is(err, rpctypes.ErrUserNotFound), errors.Is(err, rpctypes.ErrRoleNotFound):
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("fence at etcd: revoke role %s from %s (the kube-apiserver of %s): %w", f.role, user, node, err)
 }
 
 // grantOwn gives the role to this node's apiserver; etcd ignores a grant
-// the user already has.
+// the user already has. One member at a time (Serial): a copy held up in a
+// partition must not land after a later revoke.
 func (f *etcdFence) grantOwn(ctx context.Context) error {
 	user := f.users[f.self]
-	_, err := etcdconn.Hedged(ctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserGrantRoleResponse, error) {
-		rctx, cancel := context.WithTimeout(ctx, f.timeout)
-		defer cancel()
-		return c.UserGrantRole(rctx, user, f.role)
-	}, nil)
-	if err != nil {
+	rctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	if _, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserGrantRoleResponse, error) {
+		return c.UserGrantRole(ctx, user, f.role)
+	}); err != nil {
 		return fmt.Errorf("fence at etcd: grant role %s to %s (this node's kube-apiserver): %w", f.role, user, err)
 	}
 	return nil
 }
 
-// keepGranted grants the role back to this node's apiserver whenever the
-// node is a standby with its units confirmed down (down reports it): at
-// once on entering that state, then every grantCheckEvery. Never while the
+// clearOwn, with this node's units confirmed down, gives its apiserver the
+// role back if it lacks it and deletes its writer mark if there is one:
+// reads every time, writes only when needed.
+func (f *etcdFence) clearOwn(ctx context.Context) error {
+	if f == nil {
+		return nil
+	}
+	user := f.users[f.self]
+	rctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	u, err := etcdconn.Hedged(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserGetResponse, error) {
+		return c.UserGet(ctx, user)
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("read etcd user %s: %w", user, err)
+	}
+	if !slices.Contains(u.Roles, f.role) {
+		if err := f.grantOwn(ctx); err != nil {
+			return err
+		}
+		f.log.Info("granted this node's kube-apiserver its etcd role back (units down, standby)", "user", user, "role", f.role)
+	}
+	if _, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.DeleteResponse, error) {
+		return c.Delete(ctx, f.keys.Writer(f.self))
+	}); err != nil {
+		return fmt.Errorf("delete this node's writer mark: %w", err)
+	}
+	return nil
+}
+
+// keepClear runs clearOwn whenever the node is a standby with its units
+// confirmed down (down reports it): on entering that state (at the next
+// tick, every `every`), then every grantCheckEvery. Never while the
 // published state is anything else: a master resuming from a pause still
 // shows its old term until its loop has fenced, and its apiserver must stay
 // fenced until then.
-func (f *etcdFence) keepGranted(ctx context.Context, every time.Duration, down func() bool) {
+func (f *etcdFence) keepClear(ctx context.Context, every time.Duration, down func() bool) {
 	if f == nil {
 		return
 	}
@@ -153,31 +229,9 @@ func (f *etcdFence) keepGranted(ctx context.Context, every time.Duration, down f
 			continue
 		}
 		wasDown, last = true, time.Now()
-		if err := f.grantBack(ctx); err != nil {
+		if err := f.clearOwn(ctx); err != nil {
 			f.log.Warn("cannot grant this node's kube-apiserver its etcd role back", "err", err)
 			wasDown = false // try again next tick
 		}
 	}
-}
-
-// grantBack grants the role to this node's apiserver if it lacks it: a
-// read every time, a write only when needed.
-func (f *etcdFence) grantBack(ctx context.Context) error {
-	user := f.users[f.self]
-	u, err := etcdconn.Hedged(ctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserGetResponse, error) {
-		rctx, cancel := context.WithTimeout(ctx, f.timeout)
-		defer cancel()
-		return c.UserGet(rctx, user)
-	}, nil)
-	if err != nil {
-		return fmt.Errorf("read etcd user %s: %w", user, err)
-	}
-	if slices.Contains(u.Roles, f.role) {
-		return nil
-	}
-	if err := f.grantOwn(ctx); err != nil {
-		return err
-	}
-	f.log.Info("granted this node's kube-apiserver its etcd role back (units down, standby)", "user", user, "role", f.role)
-	return nil
 }

@@ -21,7 +21,7 @@ const apiRole = "kube-apiserver"
 // withAuth turns etcd's auth on in w: a root user for the supervisors, the
 // role apiRole and one user per node's stand-in kube-apiserver holding it.
 // Members started from then on authenticate as root.
-func withAuth(t *testing.T, w *world, nodes ...string) {
+func withAuth(t *testing.T, w *world, nodes ...string) *clientv3.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -46,6 +46,25 @@ func withAuth(t *testing.T, w *world, nodes ...string) {
 		}
 	}
 	w.Username, w.Password = "root", "root-pw"
+	root, err := clientv3.New(clientv3.Config{Endpoints: w.Cluster.Endpoints(), DialTimeout: 2 * time.Second,
+		Username: "root", Password: "root-pw", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return root
+}
+
+// hasWriterMark reports whether node's writer mark exists.
+func hasWriterMark(t *testing.T, root *clientv3.Client, m *member, node string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := root.Get(ctx, m.Sup.Keys().Writer(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Kvs) == 1
 }
 
 // apiserverOf is a client as node's stand-in kube-apiserver: straight to
@@ -82,10 +101,13 @@ func fenceAtEtcd(c *config.Config) {
 // master, back as a standby with its units down, grants it back.
 func TestTakeoverFencesTheOldLeadersAPIServerAtEtcd(t *testing.T) {
 	w := supervisortest.NewWorld(t, 1)
-	withAuth(t, w, "m1", "m2")
+	root := withAuth(t, w, "m1", "m2")
 	a, b := w.Start("m1", fenceAtEtcd), w.Start("m2", fenceAtEtcd)
 	leader, others := leaderOf(t, a, b)
 	next := others[0]
+	if !hasWriterMark(t, root, leader, leader.Name) {
+		t.Fatal("the leader runs its units without its writer mark")
+	}
 	oldAPI, newAPI := apiserverOf(t, w, leader.Name), apiserverOf(t, w, next.Name)
 	if err := apiWrite(oldAPI, "before"); err != nil {
 		t.Fatalf("the leader's apiserver cannot write before any fault: %v", err)
@@ -115,6 +137,7 @@ func TestTakeoverFencesTheOldLeadersAPIServerAtEtcd(t *testing.T) {
 	if back.Units.Running(units[0]) || back.Units.Running(units[1]) {
 		t.Fatal("the returning master runs units")
 	}
+	waitFor(t, "the old master's writer mark to go", 2*ttl, func() bool { return !hasWriterMark(t, root, next, leader.Name) })
 }
 
 // A handover whose old leader says its units are stopped (a graceful stop)
@@ -122,7 +145,7 @@ func TestTakeoverFencesTheOldLeadersAPIServerAtEtcd(t *testing.T) {
 // record says so; only a master that could not say so is fenced at etcd.
 func TestCleanHandoverLeavesTheOldLeadersAPIServerAlone(t *testing.T) {
 	w := supervisortest.NewWorld(t, 1)
-	withAuth(t, w, "m1", "m2")
+	root := withAuth(t, w, "m1", "m2")
 	a, b := w.Start("m1", fenceAtEtcd), w.Start("m2", fenceAtEtcd)
 	leader, others := leaderOf(t, a, b)
 	next := others[0]
@@ -134,5 +157,8 @@ func TestCleanHandoverLeavesTheOldLeadersAPIServerAlone(t *testing.T) {
 	waitFor(t, "the takeover", 4*ttl, func() bool { return next.Units.Running(units[0]) && next.Units.Running(units[1]) })
 	if err := apiWrite(oldAPI, "after-handover"); err != nil {
 		t.Fatalf("the old leader's apiserver was fenced after a clean handover: %v", err)
+	}
+	if hasWriterMark(t, root, next, leader.Name) {
+		t.Fatal("the old leader's writer mark outlived its clean handover")
 	}
 }

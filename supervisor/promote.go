@@ -37,9 +37,9 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 		if err := s.barrier(ctx, prev); err != nil {
 			return err
 		}
-		// The fence at etcd (etcd_fence): the old master's apiserver is cut
-		// off before this term writes anything.
-		if err := s.fenceAtEtcd(ctx, prev); err != nil {
+		// The fence at etcd (etcd_fence): the apiserver of any master that
+		// may still write is cut off before this term writes anything.
+		if err := s.etcdFence.atPromotion(ctx, token); err != nil {
 			return err
 		}
 		if d := s.cfg.Lease.TakeoverDelay; d > 0 {
@@ -65,22 +65,6 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 			return fencing.StartAll(ctx, s.units, s.cfg.Units.Managed, s.timeout)
 		})
 	}
-}
-
-// fenceAtEtcd reads the member records as they are after the barrier and
-// hands them to the fence at etcd (etcdfence.go); nothing when it is off.
-func (s *Supervisor) fenceAtEtcd(ctx context.Context, prev holderMark) error {
-	if s.etcdFence == nil {
-		return nil
-	}
-	rctx, cancel := s.reqCtx(ctx)
-	resp, err := s.pool.Hedged().Get(rctx, s.keys.Members(), clientv3.WithPrefix())
-	cancel()
-	if err != nil {
-		return fmt.Errorf("fence at etcd: read member records: %w", err)
-	}
-	recs, _ := group.DecodeMembers(s.keys, resp.Kvs)
-	return s.etcdFence.atPromotion(ctx, recs, prev)
 }
 
 // standbyUnitsDown: the published state is standby and every unit is

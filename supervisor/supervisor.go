@@ -240,7 +240,7 @@ func New(o Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	s.health = hs
-	if s.etcdFence, err = newEtcdFence(c, s.pool, s.log); err != nil {
+	if s.etcdFence, err = newEtcdFence(c, s.pool, s.keys, s.log); err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	s.silent = &silentWatch{pool: s.pool, reset: o.ResetConnectionsTo, every: max(time.Second, s.cfg.Lease.RenewInterval),
@@ -310,7 +310,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.watchPeers(bg)
 	go s.scanStrays(bg)
 	go s.checkDropins(bg)
-	go s.etcdFence.keepGranted(bg, max(time.Second, s.cfg.Lease.RenewInterval), s.standbyUnitsDown)
+	go s.etcdFence.keepClear(bg, max(time.Second, s.cfg.Lease.RenewInterval), s.standbyUnitsDown)
 
 	done := ctx.Done()
 	for {
