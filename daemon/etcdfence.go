@@ -19,6 +19,10 @@ import (
 // a listed user missing, or this supervisor's identity unable to manage
 // users (it needs etcd's root role). Better at start-up, with the culprit
 // named, than at the first takeover, which would then fail.
+//
+// A refusal by etcd (auth off, permission denied, a missing role or user)
+// wraps errEtcdFenceSetup, a configuration error; a failure to get an
+// answer does not (etcd unreachable: the daemon's ordinary failure).
 func checkEtcdFence(ctx context.Context, cli *clientv3.Client, cfg config.Config) error {
 	f := cfg.EtcdFence
 	if !f.Enabled() {
@@ -31,20 +35,20 @@ func checkEtcdFence(ctx context.Context, cli *clientv3.Client, cfg config.Config
 		return fmt.Errorf("etcd_fence: read etcd's auth status: %w", err)
 	}
 	if !st.Enabled {
-		return errors.New("etcd_fence: etcd's auth is not enabled: a revoked role would not stop anyone (etcdctl auth enable)")
+		return fmt.Errorf("%w: etcd's auth is not enabled: a revoked role would not stop anyone (etcdctl auth enable)", errEtcdFenceSetup)
 	}
 	// Listing roles and users needs the root role, as revoking and
 	// granting do: one read proves both the identity and the names.
 	roles, err := cli.RoleList(ctx)
 	if err != nil {
-		return fmt.Errorf("etcd_fence: list etcd's roles: %w%s", err, rootHint(err))
+		return fmt.Errorf("etcd_fence: list etcd's roles: %w%s", setupErr(err), rootHint(err))
 	}
 	if !slices.Contains(roles.Roles, f.Role) {
-		return fmt.Errorf("etcd_fence.role %q: no such role in etcd (etcdctl role add %s, then grant-permission its prefix)", f.Role, f.Role)
+		return fmt.Errorf("%w: etcd_fence.role %q: no such role in etcd (etcdctl role add %s, then grant-permission its prefix)", errEtcdFenceSetup, f.Role, f.Role)
 	}
 	known, err := cli.UserList(ctx)
 	if err != nil {
-		return fmt.Errorf("etcd_fence: list etcd's users: %w%s", err, rootHint(err))
+		return fmt.Errorf("etcd_fence: list etcd's users: %w%s", setupErr(err), rootHint(err))
 	}
 	users, err := f.UserMap()
 	if err != nil {
@@ -54,10 +58,22 @@ func checkEtcdFence(ctx context.Context, cli *clientv3.Client, cfg config.Config
 		// Whether it holds the role does not matter here: a master
 		// fenced earlier gets it back from its own supervisor.
 		if !slices.Contains(known.Users, users[node]) {
-			return fmt.Errorf("etcd_fence.users: %s (the kube-apiserver of %s) is no etcd user", users[node], node)
+			return fmt.Errorf("%w: etcd_fence.users: %s (the kube-apiserver of %s) is no etcd user", errEtcdFenceSetup, users[node], node)
 		}
 	}
 	return nil
+}
+
+// errEtcdFenceSetup marks what etcd refused: a configuration error.
+var errEtcdFenceSetup = errors.New("etcd cannot fence as configured")
+
+// setupErr marks err as a configuration error when etcd refused the
+// request (permission denied), leaves it otherwise.
+func setupErr(err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return fmt.Errorf("%w: %w", errEtcdFenceSetup, err)
+	}
+	return err
 }
 
 func rootHint(err error) string {
@@ -69,9 +85,15 @@ func rootHint(err error) string {
 
 // etcdFenceAtStart is checkEtcdFence's verdict as the daemon's exit code.
 func etcdFenceAtStart(ctx context.Context, cli *clientv3.Client, cfg config.Config, log *slog.Logger) int {
-	if err := checkEtcdFence(ctx, cli, cfg); err != nil {
+	err := checkEtcdFence(ctx, cli, cfg)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, errEtcdFenceSetup):
 		log.Error("cannot fence at etcd as configured; exiting", "err", err, "config", cfg.Path)
 		return ExitConfig
+	default:
+		log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
+		return ExitFailure
 	}
-	return ExitOK
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,8 @@ func TestEtcdFenceCheckedAtStart(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("got %v, want an error saying %q", err, tc.want)
+			case tc.want != "" && !errors.Is(err, errEtcdFenceSetup):
+				t.Fatalf("%v is not marked a configuration error (exit 2)", err)
 			}
 		})
 	}
