@@ -108,9 +108,13 @@ func (l *Lab) InstallSupervisor(ctx context.Context, n *master.Node) error {
 }
 
 // WithConfigEdit is l with edit applied to each supervisor's configuration
-// (the real plane's [api_fence] section).
+// (the real plane's [api_fence] and [etcd_fence] sections); edits compose.
 func (l *Lab) WithConfigEdit(edit func(node string, c *config.Config)) *Lab {
 	c := *l
-	c.configEdit = edit
+	if prev := l.configEdit; prev != nil {
+		c.configEdit = func(node string, cfg *config.Config) { prev(node, cfg); edit(node, cfg) }
+	} else {
+		c.configEdit = edit
+	}
 	return &c
 }

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
 	"github.com/kha-supervisor/kha-supervisor/lab"
@@ -126,6 +127,11 @@ func queueStale(ctx context.Context, t *plane.Trial, token int64) (func() (sent,
 	if err != nil {
 		return nil, err
 	}
+	return queueStaleWith(ctx, c), nil
+}
+
+// queueStaleWith is queueStale through client c.
+func queueStaleWith(ctx context.Context, c kubernetes.Interface) func() (sent, refused int) {
 	var wg sync.WaitGroup
 	var refused atomic.Int64
 	for i := range staleBurst {
@@ -135,7 +141,7 @@ func queueStale(ctx context.Context, t *plane.Trial, token int64) (func() (sent,
 			}
 		})
 	}
-	return func() (int, int) { wg.Wait(); return staleBurst, int(refused.Load()) }, nil
+	return func() (int, int) { wg.Wait(); return staleBurst, int(refused.Load()) }
 }
 
 // stalePod creates the pod the stale bindings try to bind (left pending:

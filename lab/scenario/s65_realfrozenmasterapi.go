@@ -23,13 +23,29 @@ import (
 // received, not yet sent to etcd) resumes at the thaw, after the new
 // term's first writes: the judge at etcd counts any of them committed
 // as a late commit, which fails the trial; the audit logs show what the
-// apiservers accepted from the thawed master.
+// apiservers accepted from the thawed master. So that the trial does not
+// depend on a request of the burst being inside the apiserver at the
+// freeze (a loaded machine's luck), 50 events of the old master's
+// scheduler are also queued at the frozen apiserver just before the thaw
+// (as scenario 58 does): served at the thaw, they commit after the new
+// term's writes unless etcd refuses them (etcd_fence).
 func init() {
 	s := &burstTrial{}
 	registerReal(plane.Spec{ID: 65, Name: "real: whole leader master frozen with its apiserver during a burst, thawed after the takeover",
 		Fault:   fmt.Sprintf("a ReplicaSet scaled 0 -> %d, %s later the cgroup freezer on the leader's container and its kube-apiserver, thawed after the takeover", burstPods, burstLead),
 		Prepare: s.prepare,
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
+			// The token the old term's writes carry in a fenced mode: the
+			// one held before the takeover (the webhook refuses it), sent
+			// as the gate forwards; in mode off the scheduler's own
+			// certificate.
+			var old int64
+			if t.Mode.Fence != "" {
+				var err error
+				if old, err = t.R.P.HeldToken(ctx); err != nil {
+					return nil, fmt.Errorf("the leader's token: %w", err)
+				}
+			}
 			if err := t.R.AnyFrom(ctx, t.Leader, func(ctx context.Context, c kubernetes.Interface) error { return scaleBurst(ctx, c, burstPods) }); err != nil {
 				return nil, fmt.Errorf("scale the burst: %w", err)
 			}
@@ -40,10 +56,30 @@ func init() {
 				return nil, err
 			}
 			t.Mark("frozen_done")
-			return func(context.Context) error {
+			return func(ctx context.Context) error {
+				// A client of the old term that kept sending to the paused
+				// apiserver: its requests wait in that apiserver's sockets
+				// and are served the instant it resumes, at the same
+				// instant its supervisor does, before any fence.
+				c, err := t.R.P.SchedulerAt(t.Leader, t.Leader)
+				if old != 0 {
+					c, err = t.R.P.StaleScheduler(t.Leader, t.Leader, old)
+				}
+				if err != nil {
+					_ = thaw()
+					return err
+				}
+				queued := queueStaleWith(ctx, c)
+				if err := Sleep(ctx, 300*time.Millisecond); err != nil {
+					_ = thaw()
+					return err
+				}
 				t.Mark("thaw")
-				err := thaw()
+				err = thaw()
 				t.Mark("thawed")
+				sent, refused := queued()
+				t.Figures("stale_queued", float64(sent))
+				t.Figures("stale_refused_at_client", float64(refused))
 				return err
 			}, nil
 		},

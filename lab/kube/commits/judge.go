@@ -190,8 +190,10 @@ func resourceOverlaps(all []Commit, evs []audit.Event, o Options) (overlaps, aud
 		return e.Completed
 	}
 	overlaps = audit.Analyze(evs, ao).Overlaps
-	if len(byAnswer) != len(overlaps) {
-		auditOnly = byAnswer
+	for _, b := range byAnswer {
+		if !slices.ContainsFunc(overlaps, func(o audit.Overlap) bool { return o.Role == b.Role && b.From.Before(o.To.Add(time.Nanosecond)) && o.From.Before(b.To.Add(time.Nanosecond)) }) {
+			auditOnly = append(auditOnly, b)
+		}
 	}
 	return overlaps, auditOnly
 }

@@ -135,6 +135,9 @@ func (p *Plane) fenceEdit(mode Mode) (func(node string, c *config.Config), error
 // profile, and [api_fence] for a fenced mode).
 func (p *Plane) SupervisorLab(mode Mode) (*lab.Lab, error) {
 	l := p.Lab.WithProfile(mode.Profile)
+	if mode.EtcdFence {
+		l = l.WithConfigEdit(etcdFenceEdit)
+	}
 	if mode.Fence == "" {
 		return l, nil
 	}
@@ -153,6 +156,11 @@ func (p *Plane) StartSupervisor(ctx context.Context, n *master.Node, mode Mode) 
 	l, err := p.SupervisorLab(mode)
 	if err != nil {
 		return err
+	}
+	if mode.EtcdFence {
+		if err := p.EnsureEtcdAuth(ctx); err != nil {
+			return err
+		}
 	}
 	if mode.Fence != "" {
 		if err := n.WriteFile(lab.SupervisorConfig, l.SupervisorConfigFor(n.Name), 0o600); err != nil {

@@ -58,6 +58,34 @@ func (p *Plane) StaleScheduler(from, server string, token int64) (kubernetes.Int
 	return kubernetes.NewForConfig(cfg)
 }
 
+// SchedulerAt is a client of master server's apiserver with the
+// scheduler's own certificate (user system:kube-scheduler), dialled from
+// master from's network namespace: a scheduler of that master's term as
+// the apiserver sees it in mode off, where no gate or token is involved.
+func (p *Plane) SchedulerAt(from, server string) (kubernetes.Interface, error) {
+	ca, err := p.CA()
+	if err != nil {
+		return nil, err
+	}
+	a, err := p.APIServer(server)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := clientPair(ca, "system:kube-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(&rest.Config{
+		Host:            a.URL(),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: ca.CertFile, CertFile: pair.CertFile, KeyFile: pair.KeyFile},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return p.Lab.Topo.DialContext(ctx, from, network, addr)
+		},
+		Timeout: 5 * time.Second,
+		QPS:     -1,
+	})
+}
+
 // HandScheduler starts a second kube-scheduler by hand in master m's
 // network namespace, outside systemd and the supervisor, with the
 // scheduler's real kubeconfig and certificate (the plane's file: straight

@@ -27,6 +27,9 @@ type Mode struct {
 	// before the webhook became the authority; scenario 61 measures what
 	// the webhook closes).
 	PolicyOnly bool
+	// EtcdFence turns etcd_fence on (etcdauth.go): the plane's etcd gets
+	// auth, and each takeover revokes the old master's apiserver's role.
+	EtcdFence bool
 	// Balanced points the components' kubeconfig at the master's local
 	// balancer (both apiservers behind it) instead of its own apiserver:
 	// the layout of scenario 48, set by the scenario, not by the mode's
@@ -56,6 +59,11 @@ var Modes = map[string]Mode{
 	"kha-fast-token-policy": func() Mode {
 		m := FencedMode(lab.Fast, FenceToken)
 		m.Name, m.PolicyOnly = m.Name+"-policy", true
+		return m
+	}(),
+	"kha-fast-etcd": func() Mode {
+		m := KhaMode(lab.Fast)
+		m.Name, m.EtcdFence = m.Name+"-etcd", true
 		return m
 	}(),
 	"le-defaults": {Name: "le-defaults", LeaderElect: true},

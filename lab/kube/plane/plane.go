@@ -120,7 +120,7 @@ func (p *Plane) APIServer(m string) (kube.APIServer, error) {
 	if p.Lab.Etcd.CA == nil {
 		return kube.APIServer{}, errors.New("plane: the lab's etcd CA is not loaded (lab not up?)")
 	}
-	ec, err := p.Lab.Etcd.CA.Client("kube-apiserver")
+	ec, err := p.Lab.Etcd.CA.Client(apiserverEtcdUser(m))
 	if err != nil {
 		return kube.APIServer{}, err
 	}
