@@ -24,7 +24,7 @@ var soakModes = map[string]string{"off": "", "gate": plane.FenceGate, "token": p
 // (plane.Runner.Soak), every trial's etcd case kept while it runs and
 // removed when it passed; a failed one keeps its case, the run's
 // results and the seed.
-func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, modeName string) error {
+func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, modeName string, etcdFence bool) error {
 	fence, ok := soakModes[modeName]
 	if !ok || d <= 0 {
 		fmt.Fprintf(os.Stderr, "kha-lab soak: --mode %q: want off, gate or token; --duration %s: want > 0\n", modeName, d)
@@ -38,6 +38,12 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 	if fence != "" {
 		mode = plane.FencedMode(profile, fence)
 	}
+	replay := "--mode " + modeName
+	if etcdFence {
+		mode.Name, mode.EtcdFence = mode.Name+"-etcd", true
+		modeName += "-etcd"
+		replay += " --etcd-fence"
+	}
 	r, dir, err := openRunner(ctx, f)
 	if err != nil {
 		return err
@@ -48,7 +54,7 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 	if err := os.Setenv(plane.KeepCommitsEnv, cases); err != nil {
 		return err
 	}
-	fmt.Printf("soak: seed %d (replay: kha-lab soak --plane real --mode %s --seed %d), results in %s.json\n", seed, modeName, seed, base)
+	fmt.Printf("soak: seed %d (replay: kha-lab soak --plane real %s --seed %d), results in %s.json\n", seed, replay, seed, base)
 	o := plane.SoakOptions{Duration: d, Seed: seed, Mode: mode, Progress: os.Stdout, Lookup: scenario.RealSpec,
 		Save: func(rs []report.Result) error {
 			dropPassedCases(rs)

@@ -182,11 +182,16 @@ func runSoak(ctx context.Context, args []string) error {
 	d := fs.Duration("duration", 30*time.Minute, "how long to inject faults")
 	seed := fs.Uint64("seed", 1, "random seed (the same seed draws the same faults)")
 	mode := fs.String("mode", "off", "real plane only: api_fence.mode of the supervisors: off, gate or token")
+	etcdFence := fs.Bool("etcd-fence", false, "real plane only: [etcd_fence] on (etcd auth, the old master's apiserver revoked at each takeover)")
 	if _, err := parse("soak", args, &fs); err != nil {
 		return err
 	}
 	if f.plane == lab.PlaneReal {
-		return runRealSoak(ctx, f, *d, *seed, *mode)
+		return runRealSoak(ctx, f, *d, *seed, *mode, *etcdFence)
+	}
+	if *etcdFence {
+		fmt.Fprintln(os.Stderr, "kha-lab soak: --etcd-fence needs --plane real (the stand-in plane has no apiservers)")
+		return errUsage
 	}
 	l, env, err := openEnv(ctx, &f)
 	if err != nil {

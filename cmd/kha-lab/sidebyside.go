@@ -44,7 +44,7 @@ func runSideBySide(ctx context.Context, args []string) error {
 	return runReal(ctx, f, *modes, *repeat, ids)
 }
 
-const modesUsage = "real plane: comma list of modes: kha-fast, kha-fast-kill, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s), and the fenced kha-*-gate, kha-*-token"
+const modesUsage = "real plane: comma list of modes: kha-fast, kha-fast-kill, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s), le-L-R-P (seconds), the fenced kha-*-gate, kha-*-token, and kha-fast-etcd (etcd_fence: etcd auth on, the old master's apiserver revoked at each takeover)"
 
 // runReal runs real-plane scenarios ids in every mode of modes, repeat
 // times, saving the results after every trial.
