@@ -30,31 +30,12 @@ import (
 // exactly what a resumed gate of that term forwards, dialled from master
 // from's network namespace (the audit log attributes it to that master).
 func (p *Plane) StaleScheduler(from, server string, token int64) (kubernetes.Interface, error) {
-	ca, err := p.CA()
+	cfg, err := p.clientAt(from, server, supervisorUser)
 	if err != nil {
 		return nil, err
 	}
-	a, err := p.APIServer(server)
-	if err != nil {
-		return nil, err
-	}
-	pair, err := clientPair(ca, supervisorUser)
-	if err != nil {
-		return nil, err
-	}
-	cfg := &rest.Config{
-		Host:            a.URL(),
-		TLSClientConfig: rest.TLSClientConfig{CAFile: ca.CertFile, CertFile: pair.CertFile, KeyFile: pair.KeyFile},
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return p.Lab.Topo.DialContext(ctx, from, network, addr)
-		},
-		Timeout: 5 * time.Second,
-		// No client-side rate limit: a resumed gate forwards its queue at
-		// once (scenarios 58 and 59 queue a burst at a frozen apiserver).
-		QPS: -1,
-		Impersonate: rest.ImpersonationConfig{UserName: "system:kube-scheduler",
-			Extra: map[string][]string{gate.TokenExtra: {strconv.FormatInt(token, 10)}}},
-	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:kube-scheduler",
+		Extra: map[string][]string{gate.TokenExtra: {strconv.FormatInt(token, 10)}}}
 	return kubernetes.NewForConfig(cfg)
 }
 
@@ -63,6 +44,18 @@ func (p *Plane) StaleScheduler(from, server string, token int64) (kubernetes.Int
 // master from's network namespace: a scheduler of that master's term as
 // the apiserver sees it in mode off, where no gate or token is involved.
 func (p *Plane) SchedulerAt(from, server string) (kubernetes.Interface, error) {
+	cfg, err := p.clientAt(from, server, "system:kube-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// clientAt is the configuration of a client of master server's apiserver
+// with user's certificate, dialled from master from's network namespace,
+// without a client-side rate limit: a resumed gate forwards its queue at
+// once (scenarios 58, 59 and 65 queue a burst at a frozen apiserver).
+func (p *Plane) clientAt(from, server, user string) (*rest.Config, error) {
 	ca, err := p.CA()
 	if err != nil {
 		return nil, err
@@ -71,11 +64,11 @@ func (p *Plane) SchedulerAt(from, server string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	pair, err := clientPair(ca, "system:kube-scheduler")
+	pair, err := clientPair(ca, user)
 	if err != nil {
 		return nil, err
 	}
-	return kubernetes.NewForConfig(&rest.Config{
+	return &rest.Config{
 		Host:            a.URL(),
 		TLSClientConfig: rest.TLSClientConfig{CAFile: ca.CertFile, CertFile: pair.CertFile, KeyFile: pair.KeyFile},
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -83,7 +76,7 @@ func (p *Plane) SchedulerAt(from, server string) (kubernetes.Interface, error) {
 		},
 		Timeout: 5 * time.Second,
 		QPS:     -1,
-	})
+	}, nil
 }
 
 // HandScheduler starts a second kube-scheduler by hand in master m's
