@@ -426,3 +426,30 @@ func TestOverlapTimesCommittedWritesAtTheirArrival(t *testing.T) {
 		t.Fatalf("m1 writing after m2 began: %d overlaps, want 1", len(over))
 	}
 }
+
+// Terms A, B, A without tokens (mode off): B's write that arrived before A
+// wrote again and committed after A's write is late, though B's first
+// write came after A's first (issue 22 review: the order by first arrival
+// never checked B against A's second term).
+func TestLateCommitAcrossASecondTermOfTheFirstMaster(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC)
+	write := func(master string, rev int64, received time.Duration) Commit {
+		e := audit.Event{Verb: "create", Resource: "events", Namespace: "kha-probe", Code: 201, User: "system:kube-scheduler",
+			Server: master, Received: t0.Add(received), Completed: t0.Add(received + 5*time.Millisecond)}
+		return Commit{Write: Write{Rev: rev}, Role: audit.Scheduler, Master: master, Request: &e}
+	}
+	cs := []Commit{
+		write("m1", 1, 0),
+		write("m2", 2, time.Second),
+		write("m2", 5, 2*time.Second), // in flight across m1's second term
+		write("m1", 4, 3*time.Second),
+	}
+	got := late(cs, audit.Scheduler)
+	if len(got) != 1 || got[0].Write.Rev != 5 || got[0].Next.Write.Rev != 4 {
+		t.Fatalf("late = %v, want m2's rev 5 after m1's rev 4", got)
+	}
+	// The same without the straggler: nothing is late.
+	if got := late([]Commit{cs[0], cs[1], cs[3]}, audit.Scheduler); len(got) != 0 {
+		t.Fatalf("late = %v, want none", got)
+	}
+}

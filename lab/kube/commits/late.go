@@ -82,9 +82,32 @@ func lateByMaster(cs []Commit) []Late {
 				next = &f
 			}
 		}
+		if next == nil {
+			next = inFlightAcross(cs, c)
+		}
 		if next != nil {
 			out = append(out, Late{Commit: c, Next: *next})
 		}
 	}
 	return out
+}
+
+// inFlightAcross is the first write of another master that committed
+// while c was in flight: c's request had arrived before that write's
+// request did, and c committed after it. Whatever the terms' order, c's
+// master was still writing when another had begun. It catches what the
+// order by first arrival cannot: a master's writes after another master's
+// second term began (terms A, B, A: B's write that arrived before A wrote
+// again and committed after). Arrivals, not answers: a paused apiserver
+// answers at the thaw what it committed before the pause.
+func inFlightAcross(cs []Commit, c Commit) *Commit {
+	var next *Commit
+	for i := range cs {
+		f := &cs[i]
+		if f.Master != c.Master && f.Write.Rev < c.Write.Rev && c.Request.Received.Before(f.Request.Received) &&
+			(next == nil || f.Write.Rev < next.Write.Rev) {
+			next = f
+		}
+	}
+	return next
 }
