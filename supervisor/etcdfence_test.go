@@ -162,3 +162,39 @@ func TestCleanHandoverLeavesTheOldLeadersAPIServerAlone(t *testing.T) {
 		t.Fatal("the old leader's writer mark outlived its clean handover")
 	}
 }
+
+// Issue 22 review, three masters: the old leader A is paused (cut off for
+// good); B takes over, but A's apiserver ends up with its role (here granted
+// by hand, as if B's promotion had failed before its revoke); then B is
+// paused too and C takes over. C must fence A's apiserver as well: A's
+// writer mark outlives B's term, whoever C's previous holder was.
+func TestEveryPromotionFencesEveryMasterThatMayStillWrite(t *testing.T) {
+	w := supervisortest.NewWorld(t, 1)
+	root := withAuth(t, w, "m1", "m2", "m3")
+	fence3 := func(c *config.Config) {
+		c.EtcdFence = config.EtcdFence{Role: apiRole, Users: []string{"m1=api-m1", "m2=api-m2", "m3=api-m3"}}
+	}
+	ms := []*member{w.Start("m1", fence3), w.Start("m2", fence3), w.Start("m3", fence3)}
+	a, rest := leaderOf(t, ms...)
+	a.Kill()
+	b, rest := leaderOf(t, rest...)
+	c := rest[0]
+	if !hasWriterMark(t, root, b, a.Name) {
+		t.Fatalf("%s's writer mark is gone while it is cut off", a.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := root.UserGrantRole(ctx, "api-"+a.Name, apiRole); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiWrite(apiserverOf(t, w, a.Name), "regranted"); err != nil {
+		t.Fatalf("the hand grant did not take: %v", err)
+	}
+	b.Kill()
+	waitFor(t, "the third master's takeover", 4*ttl, func() bool { return c.Units.Running(units[0]) && c.Units.Running(units[1]) })
+	for _, old := range []*member{a, b} {
+		if err := apiWrite(apiserverOf(t, w, old.Name), "late"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Errorf("%s's apiserver after the third master's takeover: %v, want etcd's permission denied", old.Name, err)
+		}
+	}
+}
