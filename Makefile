@@ -110,15 +110,19 @@ lab-down: lab
 # with a fixed seed on a lab of its own (prefix sq, up and down around it):
 # not part of `make test`, whose CI budget (30 min, ~21 used) it does not fit
 # on a shared machine (one real-plane fault takes 1-4 min there).
+# SOAK_ETCD_FENCE=1 (the default) turns [etcd_fence] on: without it scenario
+# 65 (a master paused with its apiserver) fails in every mode by design.
 SOAK_MODE ?= off
 SOAK_SHORT ?= 5m
+SOAK_ETCD_FENCE ?= 1
+SOAK_FLAGS = --mode $(SOAK_MODE) $(if $(filter 1,$(SOAK_ETCD_FENCE)),--etcd-fence)
 .PHONY: lab-soak-real test-soak-real
 lab-soak-real: lab
-	$(LAB) soak --plane real --mode $(SOAK_MODE) --duration $(SOAK_DURATION) --seed $(SOAK_SEED) $(LAB_FLAGS)
+	$(LAB) soak --plane real $(SOAK_FLAGS) --duration $(SOAK_DURATION) --seed $(SOAK_SEED) $(LAB_FLAGS)
 
 test-soak-real: deps build lab
 	@rc=0; $(LAB) up --plane real --prefix sq && \
-	  $(LAB) soak --plane real --prefix sq --mode $(SOAK_MODE) --duration $(SOAK_SHORT) --seed 1 || rc=$$?; \
+	  $(LAB) soak --plane real --prefix sq $(SOAK_FLAGS) --duration $(SOAK_SHORT) --seed 1 || rc=$$?; \
 	$(LAB) down --prefix sq || rc=1; exit $$rc
 
 # The demo's second half runs the real control plane (kube-apiserver,
