@@ -68,10 +68,13 @@ func checkEtcdFence(ctx context.Context, cli *clientv3.Client, cfg config.Config
 var errEtcdFenceSetup = errors.New("etcd cannot fence as configured")
 
 // setupErr marks err as a configuration error when etcd refused the
-// request (permission denied), leaves it otherwise.
+// request for who asked (permission denied; no user given; a certificate
+// or user name that is no etcd user), leaves it otherwise.
 func setupErr(err error) error {
-	if errors.Is(err, rpctypes.ErrPermissionDenied) {
-		return fmt.Errorf("%w: %w", errEtcdFenceSetup, err)
+	for _, refusal := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound, rpctypes.ErrAuthFailed} {
+		if errors.Is(err, refusal) {
+			return fmt.Errorf("%w: %w", errEtcdFenceSetup, err)
+		}
 	}
 	return err
 }

@@ -48,7 +48,7 @@ func (s *Supervisor) demoteJob(token int64, lease clientv3.LeaseID) func(context
 		}
 		// Before the release, so that the next leader does not fence this
 		// master's apiserver at etcd after a clean handover.
-		if err := s.etcdFence.clearOwn(ctx); err != nil {
+		if err := s.etcdFence.unitsDown(ctx); err != nil {
 			s.log.Warn("cannot grant this node's kube-apiserver its etcd role back", "err", err)
 		}
 		if s.release(ctx, token, lease) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -22,11 +23,6 @@ import (
 // (etcd_fence): a promotion elsewhere that raced with this node's start-up
 // may have revoked it.
 const grantCheckEvery = 10 * time.Second
-
-// revokeTries bounds the promotion's attempts at one revoke before it
-// fails: a member without a leader or a lost answer is worth another try,
-// a failed promotion costs a cooldown.
-const revokeTries = 3
 
 // etcdFence is the fence at etcd itself (etcd_fence, docs/architecture.md
 // "The old term's writes in etcd", item 5). Nil when the section is off.
@@ -55,6 +51,14 @@ type etcdFence struct {
 	self    string
 	timeout time.Duration // per request (etcd.request_timeout)
 	log     *slog.Logger
+
+	// mu orders clearOwn against a promotion's start: mayWrite is set
+	// before the promotion revokes or puts anything and cleared only once
+	// this node's units are confirmed down (unitsDown), so that a clearOwn
+	// of the standby that is campaigning can never delete the mark the
+	// promotion is about to put.
+	mu       sync.Mutex
+	mayWrite bool
 }
 
 func newEtcdFence(c config.Config, pool *etcdconn.Pool, keys group.Keys, log *slog.Logger) (*etcdFence, error) {
@@ -71,11 +75,15 @@ func newEtcdFence(c config.Config, pool *etcdconn.Pool, keys group.Keys, log *sl
 // atPromotion runs in the promotion after the barrier and before anything
 // starts: it revokes the role of the masters revokeTargets names, grants it
 // to this node's own apiserver (revoked earlier, and never granted back if
-// the leader that revoked it died first), and puts this node's writer mark.
-func (f *etcdFence) atPromotion(ctx context.Context, token int64) error {
+// the leader that revoked it died first), and puts this node's writer mark,
+// only while it holds the key with token.
+func (f *etcdFence) atPromotion(ctx context.Context, leaderKey string, token int64) error {
 	if f == nil {
 		return nil
 	}
+	f.mu.Lock()
+	f.mayWrite = true
+	f.mu.Unlock()
 	marks, recs, err := f.look(ctx)
 	if err != nil {
 		return err
@@ -90,12 +98,29 @@ func (f *etcdFence) atPromotion(ctx context.Context, token int64) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	if _, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.PutResponse, error) {
-		return c.Put(ctx, f.keys.Writer(f.self), fmt.Sprint(token))
-	}); err != nil {
+	resp, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.TxnResponse, error) {
+		return c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(leaderKey), "=", token)).
+			Then(clientv3.OpPut(f.keys.Writer(f.self), fmt.Sprint(token))).Commit()
+	})
+	switch {
+	case err != nil:
 		return fmt.Errorf("fence at etcd: put this node's writer mark: %w", err)
+	case !resp.Succeeded:
+		return fmt.Errorf("fence at etcd: put this node's writer mark: the election key is no longer ours (token %d)", token)
 	}
 	return nil
+}
+
+// unitsDown says this node's units are confirmed down (a demotion, before
+// it gives the key back) and clears as clearOwn does.
+func (f *etcdFence) unitsDown(ctx context.Context) error {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	f.mayWrite = false
+	f.mu.Unlock()
+	return f.clearOwn(ctx)
 }
 
 // look reads the writer marks and the member records in one revision.
@@ -133,32 +158,29 @@ func revokeTargets(self string, marks []string, recs map[string]group.Record) []
 	return out
 }
 
-// revoke takes the role from node's apiserver: one member at a time
-// (Serial), so that a duplicate cannot land after that node granted it
-// back, and a few times. Already revoked, or a user or role that no longer
-// exists, is done: that apiserver cannot write either way.
+// revoke takes the role from node's apiserver, through one member at a
+// time (Serial: on to the next only when a member refused the request
+// unproposed), once: a timed-out revoke may still land, and a second
+// copy could land after that node granted it back. Already revoked is
+// done; a missing user is not (etcd says so as well when this
+// supervisor's own identity is no etcd user).
 func (f *etcdFence) revoke(ctx context.Context, node string) error {
 	user, ok := f.users[node]
 	if !ok {
 		f.log.Warn("cannot fence a master at etcd: it is not in etcd_fence.users", "master", node)
 		return nil
 	}
-	var err error
-	for range revokeTries {
-		rctx, cancel := context.WithTimeout(ctx, f.timeout)
-		_, err = etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserRevokeRoleResponse, error) {
-			return c.UserRevokeRole(ctx, user, f.role)
-		})
-		cancel()
-		switch {
-		case err == nil:
-			f.log.Warn("fenced the kube-apiserver of a master that may still write at etcd", "master", node, "user", user, "role", f.role)
-			return nil
-		case errors.Is(err, rpctypes.ErrRoleNotGranted), errors.Is(err, rpctypes.ErrUserNotFound), errors.Is(err, rpctypes.ErrRoleNotFound):
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		}
+	rctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	_, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.AuthUserRevokeRoleResponse, error) {
+		return c.UserRevokeRole(ctx, user, f.role)
+	})
+	switch {
+	case err == nil:
+		f.log.Warn("fenced the kube-apiserver of a master that may still write at etcd", "master", node, "user", user, "role", f.role)
+		return nil
+	case errors.Is(err, rpctypes.ErrRoleNotGranted):
+		return nil
 	}
 	return fmt.Errorf("fence at etcd: revoke role %s from %s (the kube-apiserver of %s): %w", f.role, user, node, err)
 }
@@ -180,11 +202,43 @@ func (f *etcdFence) grantOwn(ctx context.Context) error {
 
 // clearOwn, with this node's units confirmed down, gives its apiserver the
 // role back if it lacks it and deletes its writer mark if there is one:
-// reads every time, writes only when needed.
+// reads every time, writes only when needed; the delete only of the mark
+// it read (a copy landing late cannot take a later term's mark). Nothing
+// while a promotion of this node may write (mayWrite).
 func (f *etcdFence) clearOwn(ctx context.Context) error {
 	if f == nil {
 		return nil
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mayWrite {
+		return nil
+	}
+	if err := f.ensureOwn(ctx, "granted this node's kube-apiserver its etcd role back (units down)"); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	mark := f.keys.Writer(f.self)
+	got, err := f.pool.Hedged().Get(rctx, mark)
+	if err != nil {
+		return fmt.Errorf("read this node's writer mark: %w", err)
+	}
+	if len(got.Kvs) == 0 {
+		return nil
+	}
+	rev := got.Kvs[0].ModRevision
+	if _, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.TxnResponse, error) {
+		return c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(mark), "=", rev)).Then(clientv3.OpDelete(mark)).Commit()
+	}); err != nil {
+		return fmt.Errorf("delete this node's writer mark: %w", err)
+	}
+	return nil
+}
+
+// ensureOwn grants this node's apiserver the role if a read shows it
+// lacks it, and logs why with msg.
+func (f *etcdFence) ensureOwn(ctx context.Context, msg string) error {
 	user := f.users[f.self]
 	rctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -194,17 +248,13 @@ func (f *etcdFence) clearOwn(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read etcd user %s: %w", user, err)
 	}
-	if !slices.Contains(u.Roles, f.role) {
-		if err := f.grantOwn(ctx); err != nil {
-			return err
-		}
-		f.log.Info("granted this node's kube-apiserver its etcd role back (units down, standby)", "user", user, "role", f.role)
+	if slices.Contains(u.Roles, f.role) {
+		return nil
 	}
-	if _, err := etcdconn.Serial(rctx, f.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.DeleteResponse, error) {
-		return c.Delete(ctx, f.keys.Writer(f.self))
-	}); err != nil {
-		return fmt.Errorf("delete this node's writer mark: %w", err)
+	if err := f.grantOwn(ctx); err != nil {
+		return err
 	}
+	f.log.Info(msg, "user", user, "role", f.role)
 	return nil
 }
 
@@ -213,25 +263,37 @@ func (f *etcdFence) clearOwn(ctx context.Context) error {
 // tick, every `every`), then every grantCheckEvery. Never while the
 // published state is anything else: a master resuming from a pause still
 // shows its old term until its loop has fenced, and its apiserver must stay
-// fenced until then.
-func (f *etcdFence) keepClear(ctx context.Context, every time.Duration, down func() bool) {
+// fenced until then. While the node's term may act (acting), it makes sure
+// every grantCheckEvery that its own apiserver still holds the role: a
+// revoke sent by an earlier promotion elsewhere may land late.
+func (f *etcdFence) keepClear(ctx context.Context, every time.Duration, down, acting func() bool) {
 	if f == nil {
 		return
 	}
 	var last time.Time
-	wasDown := false
+	was := ""
 	for sleep(ctx, every) == nil {
-		if !down() {
-			wasDown = false
+		now := ""
+		switch {
+		case down():
+			now = "down"
+		case acting():
+			now = "acting"
+		}
+		if now == "" || (now == was && time.Since(last) < grantCheckEvery) {
+			was = now
 			continue
 		}
-		if wasDown && time.Since(last) < grantCheckEvery {
-			continue
+		was, last = now, time.Now()
+		var err error
+		if now == "down" {
+			err = f.clearOwn(ctx)
+		} else {
+			err = f.ensureOwn(ctx, "this node's kube-apiserver had lost its etcd role while this node leads; granted it back")
 		}
-		wasDown, last = true, time.Now()
-		if err := f.clearOwn(ctx); err != nil {
+		if err != nil {
 			f.log.Warn("cannot grant this node's kube-apiserver its etcd role back", "err", err)
-			wasDown = false // try again next tick
+			was = "" // try again next tick
 		}
 	}
 }

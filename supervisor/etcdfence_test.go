@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,9 +11,25 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
+	"github.com/kha-supervisor/kha-supervisor/supervisor"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
+
+// startCheck runs check, when set, before every unit start: what must
+// already hold when a term's first unit starts.
+type startCheck struct {
+	*fencing.Memory
+	check *atomic.Pointer[func()]
+}
+
+func (u startCheck) Start(ctx context.Context, unit string) error {
+	if f := u.check.Load(); f != nil {
+		(*f)()
+	}
+	return u.Memory.Start(ctx, unit)
+}
 
 // apiRole is the etcd role that lets the test's stand-in apiservers write
 // under /registry/.
@@ -102,16 +119,29 @@ func fenceAtEtcd(c *config.Config) {
 func TestTakeoverFencesTheOldLeadersAPIServerAtEtcd(t *testing.T) {
 	w := supervisortest.NewWorld(t, 1)
 	root := withAuth(t, w, "m1", "m2")
+	var check atomic.Pointer[func()]
+	w.Options = func(_ string, o *supervisor.Options) { o.Units = startCheck{Memory: o.Units.(*fencing.Memory), check: &check} }
 	a, b := w.Start("m1", fenceAtEtcd), w.Start("m2", fenceAtEtcd)
 	leader, others := leaderOf(t, a, b)
 	next := others[0]
-	if !hasWriterMark(t, root, leader, leader.Name) {
-		t.Fatal("the leader runs its units without its writer mark")
-	}
 	oldAPI, newAPI := apiserverOf(t, w, leader.Name), apiserverOf(t, w, next.Name)
 	if err := apiWrite(oldAPI, "before"); err != nil {
 		t.Fatalf("the leader's apiserver cannot write before any fault: %v", err)
 	}
+	// Past a standby's recheck: a leader keeps its mark and its role.
+	time.Sleep(11 * time.Second)
+	if !hasWriterMark(t, root, leader, leader.Name) || apiWrite(oldAPI, "leading") != nil {
+		t.Fatal("the leader lost its writer mark or its apiserver's role while it leads")
+	}
+	// Whatever starts next is the new term's: the old apiserver must be
+	// fenced by then.
+	var startedOpen atomic.Int32
+	fn := func() {
+		if apiWrite(oldAPI, "at-start") == nil {
+			startedOpen.Add(1)
+		}
+	}
+	check.Store(&fn)
 
 	leader.Cut(true) // its supervisor is gone from etcd; its apiserver is not
 	if err := leader.WaitExit(t, 3*ttl, "fence when cut off"); err == nil {
@@ -129,6 +159,10 @@ func TestTakeoverFencesTheOldLeadersAPIServerAtEtcd(t *testing.T) {
 	if err := apiWrite(newAPI, "new"); err != nil {
 		t.Fatalf("the new leader's apiserver cannot write: %v", err)
 	}
+	if n := startedOpen.Load(); n != 0 {
+		t.Fatalf("the old leader's apiserver could still write when %d of the new term's units started", n)
+	}
+	check.Store(nil)
 
 	// The old master's supervisor comes back (the daemon's restart after
 	// its fence) with its units down: its apiserver gets the role back.

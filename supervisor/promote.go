@@ -39,7 +39,7 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 		}
 		// The fence at etcd (etcd_fence): the apiserver of any master that
 		// may still write is cut off before this term writes anything.
-		if err := s.etcdFence.atPromotion(ctx, token); err != nil {
+		if err := s.etcdFence.atPromotion(ctx, s.keys.Leader(), token); err != nil {
 			return err
 		}
 		if d := s.cfg.Lease.TakeoverDelay; d > 0 {
@@ -72,3 +72,7 @@ func (s *Supervisor) promoteJob(token int64, prev holderMark) func(context.Conte
 func (s *Supervisor) standbyUnitsDown() bool {
 	return s.Term().State == string(group.Standby) && !s.term.unitsMayRun.Load()
 }
+
+// termMayAct: the published term may act now, the guard's predicate (any
+// goroutine).
+func (s *Supervisor) termMayAct() bool { return s.Term().MayAct(deadlineNow()) }

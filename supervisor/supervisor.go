@@ -310,7 +310,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go s.watchPeers(bg)
 	go s.scanStrays(bg)
 	go s.checkDropins(bg)
-	go s.etcdFence.keepClear(bg, max(time.Second, s.cfg.Lease.RenewInterval), s.standbyUnitsDown)
+	go s.etcdFence.keepClear(bg, max(time.Second, s.cfg.Lease.RenewInterval), s.standbyUnitsDown, s.termMayAct)
 
 	done := ctx.Done()
 	for {

@@ -291,6 +291,12 @@ func clusterOf(v any) uint64 {
 		h = r.Header
 	case *clientv3.LeaseKeepAliveResponse:
 		h = r.ResponseHeader
+	case *clientv3.AuthUserGetResponse:
+		h = r.Header
+	case *clientv3.AuthUserGrantRoleResponse:
+		h = r.Header
+	case *clientv3.AuthUserRevokeRoleResponse:
+		h = r.Header
 	case clientv3.OpResponse:
 		switch {
 		case r.Txn() != nil:
