@@ -2,6 +2,8 @@ package scenario
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 )
@@ -21,6 +23,19 @@ func init() {
 			}
 			t.Notef("killed etcd member %s (raft leader)", victim)
 			heal := func(ctx context.Context) error {
+				// Start is a no-op while the killed process still counts
+				// as running (not yet reaped): wait for it to be gone, and
+				// bound the wait for a healthy cluster, so that a member
+				// that never comes back fails the trial instead of
+				// hanging it (the soak of 3 December, 11:09, waited
+				// without end for e1).
+				ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				for e.Running(victim) {
+					if err := Sleep(ctx, 100*time.Millisecond); err != nil {
+						return fmt.Errorf("killed etcd member %s still running: %w", victim, err)
+					}
+				}
 				if err := e.Start(victim); err != nil {
 					return err
 				}
