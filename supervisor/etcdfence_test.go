@@ -120,7 +120,9 @@ func TestTakeoverFencesTheOldLeadersAPIServerAtEtcd(t *testing.T) {
 	w := supervisortest.NewWorld(t, 1)
 	root := withAuth(t, w, "m1", "m2")
 	var check atomic.Pointer[func()]
-	w.Options = func(_ string, o *supervisor.Options) { o.Units = startCheck{Memory: o.Units.(*fencing.Memory), check: &check} }
+	w.Options = func(_ string, o *supervisor.Options) {
+		o.Units = startCheck{Memory: o.Units.(*fencing.Memory), check: &check}
+	}
 	a, b := w.Start("m1", fenceAtEtcd), w.Start("m2", fenceAtEtcd)
 	leader, others := leaderOf(t, a, b)
 	next := others[0]

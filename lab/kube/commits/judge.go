@@ -191,7 +191,9 @@ func resourceOverlaps(all []Commit, evs []audit.Event, o Options) (overlaps, aud
 	}
 	overlaps = audit.Analyze(evs, ao).Overlaps
 	for _, b := range byAnswer {
-		if !slices.ContainsFunc(overlaps, func(o audit.Overlap) bool { return o.Role == b.Role && b.From.Before(o.To.Add(time.Nanosecond)) && o.From.Before(b.To.Add(time.Nanosecond)) }) {
+		if !slices.ContainsFunc(overlaps, func(o audit.Overlap) bool {
+			return o.Role == b.Role && b.From.Before(o.To.Add(time.Nanosecond)) && o.From.Before(b.To.Add(time.Nanosecond))
+		}) {
 			auditOnly = append(auditOnly, b)
 		}
 	}
