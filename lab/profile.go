@@ -43,7 +43,8 @@ func fromConfig(name string, cooldown time.Duration) Profile {
 var Fast = fromConfig("fast", 10*time.Second)
 
 // FastKill is the shipped "fast-kill" profile: "fast" with the units killed
-// at once, TTL 5 s and WatchdogSec=500ms (issue 21, the partition floor).
+// at once, TTL 4 s, renewals every 250 ms and WatchdogSec=500ms (issue 21,
+// the partition floor).
 var FastKill = fromConfig("fast-kill", 10*time.Second)
 
 // Default is the shipped defaults (TTL 10 s), for a slower, closer-to-

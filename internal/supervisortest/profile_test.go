@@ -29,7 +29,7 @@ const stallFor = 3 * time.Second
 // blackholed, so that their requests to it hang as they would to a stopped
 // process instead of being refused.
 //
-// Both fast profiles: "fast" and "fast-kill" (units killed at once, TTL 5 s,
+// Both fast profiles: "fast" and "fast-kill" (units killed at once, TTL 4 s,
 // WatchdogSec=500ms).
 func TestFastProfileSurvivesEtcdLeaderLoss(t *testing.T) {
 	for _, name := range []string{"fast", "fast-kill"} {
