@@ -103,10 +103,7 @@ func New(cfg Config) (*Lab, error) {
 			cfg.Supervisor = cand
 		}
 	}
-	if cfg.Profile.Name == "" {
-		cfg.Profile = Fast
-	}
-	if _, ok := config.Profiles[cfg.Profile.Name]; !ok {
+	if _, ok := config.Profiles[cfg.Profile.Name]; !ok && cfg.Profile.Name != "" {
 		return nil, fmt.Errorf("lab: profile %q: not a shipped profile (%s)", cfg.Profile.Name, strings.Join(config.ProfileNames(), ", "))
 	}
 	if cfg.Log == nil {
@@ -115,6 +112,9 @@ func New(cfg Config) (*Lab, error) {
 	l := &Lab{cfg: cfg, Topo: topo.Default(cfg.Prefix), log: cfg.Log}
 	et, err := l.resolveEtcdTiming(cfg.Etcd)
 	if err != nil {
+		return nil, err
+	}
+	if l.cfg.Profile, err = l.resolveProfile(cfg.Profile); err != nil {
 		return nil, err
 	}
 	l.EtcdTiming = et
@@ -188,6 +188,9 @@ func (l *Lab) Up(ctx context.Context) error {
 		return err
 	}
 	if err := l.saveEtcdTiming(); err != nil {
+		return err
+	}
+	if err := l.saveProfile(); err != nil {
 		return err
 	}
 	if err := l.savePlane(); err != nil { // real plane (realplane.go)

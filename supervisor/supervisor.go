@@ -244,7 +244,7 @@ func New(o Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	s.silent = &silentWatch{pool: s.pool, reset: o.ResetConnectionsTo, every: max(time.Second, s.cfg.Lease.RenewInterval),
-		timeout: s.cfg.Etcd.RequestTimeout, log: s.log}
+		timeout: max(minSilence, s.cfg.Etcd.RequestTimeout), log: s.log}
 	if o.RunStateDir != "" {
 		s.kept.store = &runstate.Store{Dir: o.RunStateDir}
 		s.kept.pred = s.loadPredecessor()

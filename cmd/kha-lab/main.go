@@ -97,21 +97,18 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.supervisor, "supervisor", "", "kha-supervisor binary (default: next to kha-lab)")
 	fs.StringVar(&f.deb, "deb", "", "kha-supervisor .deb to install in the masters (default: binary + packaging files)")
 	fs.StringVar(&f.packaging, "packaging", "packaging", "the source tree's packaging directory (without --deb)")
-	fs.StringVar(&f.profile, "profile", "fast", "timing profile: fast (TTL 6s), fast-kill (TTL 4s, units killed at once) or default (TTL 10s)")
+	fs.StringVar(&f.profile, "profile", "", "timing profile: fast (TTL 6s), fast-kill (TTL 4s, units killed at once) or default (TTL 10s); default: what up chose, else fast")
 	fs.StringVar(&f.etcd, "etcd", "", "etcd raft timing: stock (100 ms heartbeat, 1 s election; the default for up) or tuned (50/500 ms); later commands use what up chose")
 	fs.StringVar(&f.plane, "plane", "", "control plane: witness (stand-ins) or real (kube-apiserver, kube-scheduler, kube-controller-manager); default: what the lab was brought up with, else witness")
 }
 
 func (f *labFlags) open() (*lab.Lab, error) {
-	p := lab.Fast
-	switch f.profile {
-	case "fast":
-	case "fast-kill":
-		p = lab.FastKill
-	case "default":
-		p = lab.Default
-	default:
-		return nil, fmt.Errorf("unknown profile %q (fast, fast-kill or default)", f.profile)
+	var p lab.Profile // what up chose
+	if f.profile != "" {
+		var err error
+		if p, err = lab.ProfileByName(f.profile); err != nil {
+			return nil, err
+		}
 	}
 	l, err := lab.New(lab.Config{
 		Prefix: f.prefix, StateDir: f.state, Supervisor: f.supervisor,

@@ -31,8 +31,12 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 		return errUsage
 	}
 	profile := lab.Fast
-	if f.profile == "default" {
-		profile = lab.Default
+	if f.profile != "" {
+		var err error
+		if profile, err = lab.ProfileByName(f.profile); err != nil {
+			fmt.Fprintf(os.Stderr, "kha-lab soak: --profile: %v\n", err)
+			return errUsage
+		}
 	}
 	mode := plane.KhaMode(profile)
 	if fence != "" {

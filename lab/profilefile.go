@@ -1,0 +1,53 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// profileFile remembers the timing profile the lab was brought up with, so
+// that a later command that names none (`kha-lab run all`) writes the same
+// profile into the configurations a scenario changes, judges by its
+// timings and labels its report with it.
+func (l *Lab) profileFile() string { return l.path("run", "profile") }
+
+// ProfileByName is a shipped profile as the lab runs it.
+func ProfileByName(name string) (Profile, error) {
+	for _, p := range []Profile{Fast, FastKill, Default} {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("lab: unknown profile %q (fast, fast-kill or default)", name)
+}
+
+// resolveProfile picks the profile: the explicit choice, else the one the
+// running lab was brought up with, else fast.
+func (l *Lab) resolveProfile(explicit Profile) (Profile, error) {
+	saved, err := os.ReadFile(l.profileFile())
+	name := strings.TrimSpace(string(saved))
+	switch {
+	case err == nil && explicit.Name != "" && name != explicit.Name:
+		return Profile{}, fmt.Errorf("lab: it runs profile %q; --profile %s needs `kha-lab down` first", name, explicit.Name)
+	case explicit.Name != "":
+		return explicit, nil
+	case err == nil:
+		return ProfileByName(name)
+	case errors.Is(err, os.ErrNotExist):
+		return Fast, nil
+	default:
+		return Profile{}, fmt.Errorf("lab: %w", err)
+	}
+}
+
+func (l *Lab) saveProfile() error {
+	if err := os.WriteFile(l.profileFile(), []byte(l.cfg.Profile.Name+"\n"), 0o644); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	return nil
+}
+
+// Profile is the timing profile the lab's supervisors run.
+func (l *Lab) Profile() Profile { return l.cfg.Profile }
