@@ -58,6 +58,9 @@ type Record struct {
 
 	// APIFence is the fence at the API server (apifence.go); nil when off.
 	APIFence *APIFence `json:"api_fence,omitempty"`
+	// Timing is the member's lease timing; nil in records of versions
+	// before it.
+	Timing *Timing `json:"timing,omitempty"`
 }
 
 // UnitStatus is one unit as the member last saw it.
@@ -134,4 +137,15 @@ type APIFence struct {
 	// WebhookOff: what is wrong with the token webhook's registration at
 	// this member's last self-check (leader; "" in force or not checked).
 	WebhookOff string `json:"webhook_off,omitempty"`
+}
+
+// Timing is what another member needs of a member's timing to reason about
+// its lease (supervisor: the barrier's proofs and blind wait): with members
+// on different profiles, as during a change of profile node by node, each
+// proof must hold for the member it is about, not only for the reader.
+type Timing struct {
+	TTLMS int64 `json:"ttl_ms"` // lease.ttl
+	// ProofMarginMS is S_max + lease.slack: once its lease has less than
+	// this left, the member is past its fence instant.
+	ProofMarginMS int64 `json:"proof_margin_ms"`
 }

@@ -34,8 +34,16 @@ func (l *Lab) resolveProfile(explicit Profile) (Profile, error) {
 	case explicit.Name != "":
 		return explicit, nil
 	case err == nil:
-		return ProfileByName(name)
+		p, perr := ProfileByName(name)
+		if perr != nil {
+			l.log.Warn("lab: the saved profile is not one; taking fast (name --profile)", "file", l.profileFile(), "err", perr)
+			return Fast, nil
+		}
+		return p, nil
 	case errors.Is(err, os.ErrNotExist):
+		if _, terr := os.Stat(l.etcdTimingFile()); terr == nil {
+			l.log.Warn("lab: brought up by a kha-lab that did not save its profile; taking fast (name --profile if it runs another)")
+		}
 		return Fast, nil
 	default:
 		return Profile{}, fmt.Errorf("lab: %w", err)

@@ -137,18 +137,38 @@ func (s *Supervisor) leaseProof(remaining time.Duration, at time.Time) (time.Tim
 		return time.Time{}, false
 	}
 	left := remaining + time.Second // truncation
-	if left > s.window.StopMax+s.window.Slack {
+	if left > s.proofMargin() {
 		return time.Time{}, false
 	}
-	// Our clock may run slow: pad by rho of the lease.
-	pad := time.Duration(float64(s.window.TTL) * s.window.ClockRate)
-	return at.Add(left + pad), true
+	return at.Add(left + s.clockPad()), true
+}
+
+// proofMargin is the smallest S_max + lease.slack of any member known
+// (groupTiming), ours when no other is: the margin by which every holder
+// fences before its lease can lapse.
+func (s *Supervisor) proofMargin() time.Duration {
+	own := s.window.StopMax + s.window.Slack
+	if m := s.timing.proofMargin(); m > 0 {
+		return min(own, m)
+	}
+	return own
+}
+
+// longestTTL is the longest lease.ttl of any member known, ours when no
+// other is.
+func (s *Supervisor) longestTTL() time.Duration { return max(s.window.TTL, s.timing.longestTTL()) }
+
+// clockPad is how much a proof's instant is moved later because our clock
+// may run slow: rho of the longest lease.
+func (s *Supervisor) clockPad() time.Duration {
+	return time.Duration(float64(s.longestTTL()) * s.window.ClockRate)
 }
 
 // blindWait is how long the barrier waits when the previous holder left no
-// trace: one full lease on our possibly slow clock plus etcd's allowance.
+// trace: one full lease (the longest of any member known) on our possibly
+// slow clock plus etcd's allowance.
 func (s *Supervisor) blindWait() time.Duration {
-	return time.Duration(float64(s.window.TTL)*(1+s.window.ClockRate)) + etcdElectionAllowance
+	return time.Duration(float64(s.longestTTL())*(1+s.window.ClockRate)) + etcdElectionAllowance
 }
 
 // barrier blocks the promotion until decideBarrier passes.
@@ -214,6 +234,7 @@ func (s *Supervisor) barrierLook(ctx context.Context, prev holderMark) (barrierV
 		return v, fmt.Errorf("read member records: %w", err)
 	}
 	recs, leases := group.DecodeMembers(s.keys, resp.Kvs)
+	s.timing.observe(recs, s.cfg.Node, s.now())
 	v.Blockers = group.Blockers(recs, s.cfg.Node)
 	if !prev.known() || prev.Node == s.cfg.Node {
 		return v, nil
@@ -222,7 +243,7 @@ func (s *Supervisor) barrierLook(ctx context.Context, prev holderMark) (barrierV
 		v.PrevRecord = &r
 	}
 	for _, l := range []clientv3.LeaseID{prev.Lease, leases[prev.Node]} {
-		alive, left, at, err := s.leaseLeft(rctx, l)
+		alive, left, _, at, err := s.leaseLeft(rctx, l)
 		if err != nil {
 			return v, err
 		}
@@ -243,11 +264,11 @@ func (s *Supervisor) ourCluster(h *etcdserverpb.ResponseHeader) bool {
 	return h != nil && (want == 0 || h.ClusterId == want)
 }
 
-// leaseLeft asks etcd for a lease's remaining TTL. Lease 0 (a key put
-// without a lease) does not exist.
-func (s *Supervisor) leaseLeft(ctx context.Context, l clientv3.LeaseID) (alive bool, left time.Duration, at time.Time, err error) {
+// leaseLeft asks etcd for a lease's remaining and granted TTL. Lease 0 (a
+// key put without a lease) does not exist.
+func (s *Supervisor) leaseLeft(ctx context.Context, l clientv3.LeaseID) (alive bool, left, granted time.Duration, at time.Time, err error) {
 	if l == 0 {
-		return false, 0, time.Time{}, nil
+		return false, 0, 0, time.Time{}, nil
 	}
 	resp, err := etcdconn.Hedged(ctx, s.pool, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseTimeToLiveResponse, error) {
 		r, err := c.TimeToLive(ctx, l)
@@ -260,11 +281,13 @@ func (s *Supervisor) leaseLeft(ctx context.Context, l clientv3.LeaseID) (alive b
 	at = s.now()
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return false, 0, at, nil
+		return false, 0, 0, at, nil
 	case err != nil:
-		return false, 0, at, fmt.Errorf("read lease %x: %w", l, err)
+		return false, 0, 0, at, fmt.Errorf("read lease %x: %w", l, err)
 	case resp.TTL < 0:
-		return false, 0, at, nil
+		return false, 0, 0, at, nil
 	}
-	return true, time.Duration(resp.TTL) * time.Second, at, nil
+	granted = time.Duration(resp.GrantedTTL) * time.Second
+	s.timing.sawLease(granted, at)
+	return true, time.Duration(resp.TTL) * time.Second, granted, at, nil
 }

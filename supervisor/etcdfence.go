@@ -69,7 +69,7 @@ func newEtcdFence(c config.Config, pool *etcdconn.Pool, keys group.Keys, log *sl
 	if err != nil {
 		return nil, fmt.Errorf("etcd_fence.users: %w", err)
 	}
-	return &etcdFence{pool: pool, keys: keys, role: c.EtcdFence.Role, users: users, self: c.Node, timeout: c.Etcd.RequestTimeout, log: log}, nil
+	return &etcdFence{pool: pool, keys: keys, role: c.EtcdFence.Role, users: users, self: c.Node, timeout: max(minOpTimeout, c.Etcd.RequestTimeout), log: log}, nil
 }
 
 // atPromotion runs in the promotion after the barrier and before anything

@@ -168,7 +168,7 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.Leade
 	if w.lease == li.Lease && now.Before(w.next) {
 		return time.Time{}
 	}
-	alive, left, at, err := s.leaseLeft(ctx, li.Lease)
+	alive, left, granted, at, err := s.leaseLeft(ctx, li.Lease)
 	if err != nil || !alive {
 		w.lease, w.next = li.Lease, now
 		return time.Time{}
@@ -177,20 +177,21 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.Leade
 		w.lease, w.next = li.Lease, now
 		return by
 	}
-	by := s.tickProof(w, li.Lease, left, now, at)
+	by := s.tickProof(w, li.Lease, left, granted, now, at)
 	if !by.IsZero() {
 		w.next = now
 		return by
 	}
+	margin := s.proofMargin()
 	// Unrenewed, the lease reaches the provable range after this long.
-	wait := left + time.Second - (s.window.StopMax + s.window.Slack)
+	wait := left + time.Second - margin
 	w.next = now.Add(max(wait-s.cfg.Units.PollInterval, s.cfg.Units.PollInterval))
-	if s.window.StopMax+s.window.Slack < time.Second {
+	if margin < time.Second {
 		// No single read proves anything: catch the read that first says
 		// 0 s left early, then read again once tickProof can use it.
 		switch {
 		case !w.zeroAt.IsZero():
-			w.next = later(now.Add(leaseTickPoll), w.zeroAt.Add(time.Second-(s.window.StopMax+s.window.Slack)))
+			w.next = later(now.Add(leaseTickPoll), w.zeroAt.Add(time.Second-margin))
 		case left <= time.Second:
 			w.next = now.Add(leaseTickPoll)
 		default:
@@ -213,8 +214,10 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.Leade
 // after it is not counted: onRenewal); its units are down by the expiry,
 // before zeroAt + 1 s
 // (our clock may run slow: + TTL*rho). Any read with 1 s or more left
-// starts over. sent and at are one read's send and answer times.
-func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left time.Duration, sent, at time.Time) time.Time {
+// starts over. sent and at are one read's send and answer times, granted
+// the lease's granted TTL as etcd answered it (0: unknown). StopMax +
+// slack is the smallest of any member known (proofMargin).
+func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left, granted time.Duration, sent, at time.Time) time.Time {
 	if w.lease != lease {
 		*w = leaseWatch{lease: lease}
 	}
@@ -229,25 +232,30 @@ func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left time.
 		w.zeroSent, w.zeroAt = sent, at
 		return time.Time{}
 	}
-	if at.Sub(w.zeroSent) >= s.renewalGap() {
+	if at.Sub(w.zeroSent) >= s.renewalGap(granted) {
 		// Too far apart to rule out a renewal: this read is the new first.
 		w.zeroSent, w.zeroAt = sent, at
 		return time.Time{}
 	}
-	if sent.Before(w.zeroAt.Add(time.Second - (s.window.StopMax + s.window.Slack))) {
+	if sent.Before(w.zeroAt.Add(time.Second - s.proofMargin())) {
 		return time.Time{}
 	}
-	pad := time.Duration(float64(s.window.TTL) * s.window.ClockRate)
-	return w.zeroAt.Add(time.Second + pad)
+	return w.zeroAt.Add(time.Second + s.clockPad())
 }
 
 // renewalGap is how far apart (our send of the first, our answer of the
 // second) two reads of a lease may be for tickProof to rule out a renewal
 // between them: a lease renewed then has TTL - 1 s left on etcd's clock
 // after TTL - 1 s, and etcd's clock and ours may each run fast or slow by
-// rho, so our measure of it is shortened by 2*rho.
-func (s *Supervisor) renewalGap() time.Duration {
-	return time.Duration(float64(s.window.TTL-time.Second) * (1 - 2*s.window.ClockRate))
+// rho, so our measure of it is shortened by 2*rho. TTL is the shorter of
+// ours and the lease's granted TTL: its holder may run a shorter lease
+// than ours.
+func (s *Supervisor) renewalGap(granted time.Duration) time.Duration {
+	ttl := s.window.TTL
+	if granted > 0 {
+		ttl = min(ttl, granted)
+	}
+	return time.Duration(float64(ttl-time.Second) * (1 - 2*s.window.ClockRate))
 }
 
 // wake is when the observer should read the lease again before its next

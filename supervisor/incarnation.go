@@ -202,7 +202,7 @@ func (s *Supervisor) predecessorHolder(ctx context.Context, p predecessor, upTo 
 // ok is false when the history is compacted, cannot be read within twice
 // the request timeout, or ends early.
 func (s *Supervisor) replayHolder(ctx context.Context, h holderMark, from, upTo int64, end string) (holderMark, bool) {
-	wctx, cancel := context.WithTimeout(ctx, 2*s.cfg.Etcd.RequestTimeout)
+	wctx, cancel := context.WithTimeout(ctx, 2*s.opTimeout())
 	defer cancel()
 	leader := s.keys.Leader()
 	for resp := range s.pool.Watch(wctx, leader, clientv3.WithRange(end), clientv3.WithRev(from)) {

@@ -107,8 +107,19 @@ func noResult(fn func(context.Context) error) func(context.Context) (struct{}, e
 	return func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) }
 }
 
+// minOpTimeout is the least time an etcd request other than a renewal is
+// given. etcd.request_timeout is sized for renewals (fast-kill's 250 ms keeps
+// the renewal gap of an etcd election short); a record write, a barrier read
+// or a replay that a loaded etcd answers in 300 ms is slow, not failed, and
+// a promotion step that fails costs a cooldown.
+const minOpTimeout = 500 * time.Millisecond
+
+// opTimeout is the time an etcd request other than a renewal is given.
+func (s *Supervisor) opTimeout() time.Duration { return max(minOpTimeout, s.cfg.Etcd.RequestTimeout) }
+
+// reqCtx bounds one etcd request other than a renewal (opTimeout).
 func (s *Supervisor) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.Etcd.RequestTimeout)
+	return context.WithTimeout(ctx, s.opTimeout())
 }
 
 // offer sends v on a one-slot channel, replacing an unread older value: the

@@ -109,5 +109,6 @@ func (s *Supervisor) readLeaderAndControl(ctx context.Context) leaderObs {
 	}
 	li := group.DecodeLeader(resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
 	members, _ := group.DecodeMembers(s.keys, resp.Responses[2].GetResponseRange().Kvs)
+	s.timing.observe(members, s.cfg.Node, s.now())
 	return leaderObs{info: li, ctl: group.ParseControl(s.keys, resp.Responses[1].GetResponseRange().Kvs), members: members}
 }

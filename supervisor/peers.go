@@ -25,6 +25,7 @@ type peerCheck struct {
 	seen     map[string]time.Time // configured peer -> last time its record was read
 	missing  map[string]bool      // reported as missing
 	mismatch map[string]string    // node -> differences last reported
+	timing   map[string]string    // node -> its other timing, last reported
 }
 
 // watchPeers reads the member records every quarter TTL and reports, once
@@ -32,7 +33,7 @@ type peerCheck struct {
 // configured peers without a record for longer than a TTL: two groups that
 // each elect a leader are otherwise invisible to each other.
 func (s *Supervisor) watchPeers(bg context.Context) {
-	pc := &peerCheck{started: s.now(), seen: map[string]time.Time{}, missing: map[string]bool{}, mismatch: map[string]string{}}
+	pc := &peerCheck{started: s.now(), seen: map[string]time.Time{}, missing: map[string]bool{}, mismatch: map[string]string{}, timing: map[string]string{}}
 	t := time.NewTicker(max(s.cfg.Lease.TTL/4, 100*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -75,6 +76,7 @@ func (s *Supervisor) checkPeers(pc *peerCheck, recs map[string]group.Record, now
 			pc.mismatch[node] = msg
 		}
 	}
+	s.checkTimings(pc, recs, now)
 	var missing []string
 	ttl := s.cfg.Lease.TTL
 	for _, p := range s.cfg.Peers {
@@ -125,4 +127,30 @@ func (st Status) Warnings() []string {
 		out = append(out, "exec watch unavailable, stray copies found by the /proc poll only: "+x.Reason)
 	}
 	return out
+}
+
+// checkTimings notes the members' lease timings for the barrier's proofs
+// (groupTiming) and reports, once per change, members whose timing is not
+// ours: legitimate while a profile is changed node by node (the proofs then
+// use the most conservative values, and are slower), a mistake otherwise.
+func (s *Supervisor) checkTimings(pc *peerCheck, recs map[string]group.Record, now time.Time) {
+	s.timing.observe(recs, s.cfg.Node, now)
+	other := s.timing.differs(recs, s.cfg.Node)
+	if pc.timing == nil {
+		pc.timing = map[string]string{}
+	}
+	for node, t := range other {
+		msg := fmt.Sprintf("lease.ttl %s, S_max + lease.slack %s", time.Duration(t.TTLMS)*time.Millisecond, time.Duration(t.ProofMarginMS)*time.Millisecond)
+		if pc.timing[node] != msg {
+			own := s.timing.own()
+			s.log.Warn("member runs other lease timings than ours; the promotion barrier assumes the most conservative of them until every member runs the same profile",
+				"member", node, "theirs", msg, "ours", fmt.Sprintf("lease.ttl %s, S_max + lease.slack %s", time.Duration(own.TTLMS)*time.Millisecond, time.Duration(own.ProofMarginMS)*time.Millisecond))
+			pc.timing[node] = msg
+		}
+	}
+	for node := range pc.timing {
+		if _, ok := other[node]; !ok {
+			delete(pc.timing, node)
+		}
+	}
 }

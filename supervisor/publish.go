@@ -38,6 +38,10 @@ func (s *Supervisor) record() group.Record {
 	}
 	a := s.agreement()
 	r.Agree, r.Fingerprint = &a, a.Fingerprint()
+	if s.timing != nil {
+		t := s.timing.own()
+		r.Timing = &t
+	}
 	if st.State.Holding() {
 		r.LeaseLeftMS = st.LeaseLeft.Milliseconds()
 	}

@@ -93,7 +93,7 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 				case <-t.C:
 				}
 			}
-			rctx, rcancel := s.reqCtx(ctx)
+			rctx, rcancel := context.WithTimeout(ctx, s.cfg.Etcd.RequestTimeout)
 			sent := deadlineNow()
 			ttl, endpoint, err := s.leases.keepAliveOnce(rctx, lease)
 			rcancel()

@@ -27,13 +27,6 @@ import (
 // which no member answers resets nothing: this node is the one cut off,
 // which the fence handles, and nothing is left to steer to. It owns
 // its state. Safety does not depend on it.
-// minSilence is the shortest wait for a member's status after which the
-// member counts as silent: a member that answers a status in 300 ms on a
-// loaded host is slow, not partitioned, and resetting its connections would
-// fail the apiserver's requests on them for nothing. fast-kill's 250 ms
-// request timeout is sized for renewals, not for this.
-const minSilence = 500 * time.Millisecond
-
 type silentWatch struct {
 	pool    *etcdconn.Pool
 	reset   func([]string) (int, error) // nil: off

@@ -129,7 +129,8 @@ type Supervisor struct {
 	keys    group.Keys
 	window  fencing.Window
 	timeout fencing.Timeouts
-	inc     string // incarnation
+	inc     string       // incarnation
+	timing  *groupTiming // the other members' lease timings (grouptiming.go): owns its state
 
 	leases   leases      // grant, keep-alive, revoke
 	election electionKey // campaign, resign, read
@@ -224,6 +225,7 @@ func New(o Options) (*Supervisor, error) {
 		window:  w,
 		timeout: c.Timeouts(),
 		inc:     group.NewID(),
+		timing:  newGroupTiming(w.TTL, w.StopMax+w.Slack),
 		loop:    loopState{state: group.Starting, stopRenew: map[string]context.CancelFunc{}, since: o.Clock.Now()},
 		in:      newInbox(),
 		watch:   unitWatch{restarts: map[string]uint32{}, startPre: map[string]time.Time{}},
@@ -244,7 +246,7 @@ func New(o Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
 	s.silent = &silentWatch{pool: s.pool, reset: o.ResetConnectionsTo, every: max(time.Second, s.cfg.Lease.RenewInterval),
-		timeout: max(minSilence, s.cfg.Etcd.RequestTimeout), log: s.log}
+		timeout: s.opTimeout(), log: s.log}
 	if o.RunStateDir != "" {
 		s.kept.store = &runstate.Store{Dir: o.RunStateDir}
 		s.kept.pred = s.loadPredecessor()

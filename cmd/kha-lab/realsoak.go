@@ -30,13 +30,21 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 		fmt.Fprintf(os.Stderr, "kha-lab soak: --mode %q: want off, gate or token; --duration %s: want > 0\n", modeName, d)
 		return errUsage
 	}
-	profile := lab.Fast
-	if f.profile != "" {
-		var err error
-		if profile, err = lab.ProfileByName(f.profile); err != nil {
-			fmt.Fprintf(os.Stderr, "kha-lab soak: --profile: %v\n", err)
-			return errUsage
+	// The real plane installs each mode's profile itself: --profile names
+	// the soak's, whatever up chose (the default).
+	name := f.profile
+	f.profile = ""
+	if name == "" {
+		l, err := f.open()
+		if err != nil {
+			return err
 		}
+		name = l.Profile().Name
+	}
+	profile, err := lab.ProfileByName(name)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kha-lab soak: --profile: %v\n", err)
+		return errUsage
 	}
 	mode := plane.KhaMode(profile)
 	if fence != "" {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -121,5 +122,32 @@ func TestFastKillIsNotSlowerThanTunedLeaderElectOnARackCut(t *testing.T) {
 	}
 	if got := w.Span(w.TTL); got < leRenewDeadline {
 		t.Errorf("fast-kill: fence window %s, shorter than le-tuned's renew deadline %s: more fragile than --leader-elect", got, leRenewDeadline)
+	}
+}
+
+// A fast-kill file written for its numbers before 3 December (renewals every
+// 500 ms) is accepted at TTL 4 s with 0.06 s over the etcd election gap, far
+// less than the profile's own 0.56 s: check-config and the daemon warn.
+func TestThinMarginIsWarnedAbout(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "config.toml", "profile = \"fast-kill\"\n[lease]\nrenew_interval = \"500ms\"\n[etcd]\nrequest_timeout = \"500ms\"\nendpoints = [\"http://127.0.0.1:2379\"]\n", 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{"leaves 60ms over the 3.1s", `less than profile "fast-kill"'s own 560ms`, "lease.renew_interval = "} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q:\n%s", want, w)
+		}
+	}
+	for _, name := range ProfileNames() {
+		c := Default()
+		if err := c.UseProfile(name); err != nil {
+			t.Fatal(err)
+		}
+		if w := c.Warnings(); len(w) != 0 {
+			t.Errorf("profile %s as shipped draws warnings: %v", name, w)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -68,6 +69,8 @@ func (c Config) Warnings() []string {
 	if s := c.Stall(); s.Short() && c.Lease.AcceptShortWindow {
 		out = append(out, fmt.Sprintf("lease.accept_short_window = true: the fence window %s (under WatchdogSec=%s) is shorter than the %s an etcd leader election can leave without a renewal; a stall of the etcd leader will fence the leader and fail over (lease.ttl %s or more rides it out)",
 			s.Window, s.Watchdog, s.Gap, s.MinTTL))
+	} else if w := c.thinMargin(); w != "" {
+		out = append(out, w)
 	}
 	if c.Etcd.Username != "" {
 		out = append(out, "etcd.username is set: with a password etcd's Go client authenticates again before every streamed request, every lease renewal included "+
@@ -110,4 +113,37 @@ func (c Config) relation(d *document, keys []string) string {
 		parts = append(parts, fmt.Sprintf("%s = %s (%s)", k, v, from))
 	}
 	return "the keys: " + strings.Join(parts, ", ")
+}
+
+// thinMargin warns when keys the file sets leave the fence window less
+// margin over the etcd election gap than the profile itself has: accepted,
+// but a file written for a profile's older numbers (fast-kill renewed every
+// 500 ms until 3 December; at its TTL of 4 s that leaves 0.06 s) rides out
+// less than its profile promises.
+func (c Config) thinMargin() string {
+	pc := Default()
+	pc.Node = c.Node
+	if err := pc.UseProfile(c.SelectedProfile().Name); err != nil {
+		return ""
+	}
+	got, want := c.Stall(), pc.Stall()
+	if got.Short() || got.Window-got.Gap >= want.Window-want.Gap {
+		return ""
+	}
+	return fmt.Sprintf("the fence window %s leaves %s over the %s an etcd leader election can leave without a renewal, less than profile %s's own %s: %s; unset them to take the profile's",
+		got.Window, got.Window-got.Gap, got.Gap, quote(c.Profile), want.Window-want.Gap, c.relationOfSet(stallKeys))
+}
+
+// relationOfSet names the keys among keys whose value is not the profile's.
+func (c Config) relationOfSet(keys []string) string {
+	var set []string
+	for _, k := range keys {
+		if k != "profile" && !c.FromProfileKey(k) && slices.Contains(ProfileKeys(), k) {
+			set = append(set, k+" = "+fieldText(c, k))
+		}
+	}
+	if len(set) == 0 {
+		return "set by the file or in code"
+	}
+	return "set by the file: " + strings.Join(set, ", ")
 }
