@@ -132,26 +132,26 @@ func decideUnknown(now, since time.Time, blind time.Duration) barrierVerdict {
 // read and is answered after the fence instant, which the holder does not
 // count: onRenewal), and its units are down by the lease's expiry, which is
 // before at + remaining + 1 s.
-func (s *Supervisor) leaseProof(remaining time.Duration, at time.Time) (time.Time, bool) {
+func (s *Supervisor) leaseProof(remaining time.Duration, at time.Time, holder string) (time.Time, bool) {
 	if remaining < 0 {
 		return time.Time{}, false
 	}
 	left := remaining + time.Second // truncation
-	if left > s.proofMargin() {
+	if left > s.proofMargin(holder) {
 		return time.Time{}, false
 	}
 	return at.Add(left + s.clockPad()), true
 }
 
-// proofMargin is the smallest S_max + lease.slack of any member known
-// (groupTiming), ours when no other is: the margin by which every holder
-// fences before its lease can lapse.
-func (s *Supervisor) proofMargin() time.Duration {
+// proofMargin is the S_max + lease.slack to reason with about holder's
+// lease (groupTiming.proofMargin): no more than holder's, as far as we
+// know, and no more than ours.
+func (s *Supervisor) proofMargin(holder string) time.Duration {
 	own := s.window.StopMax + s.window.Slack
-	if m := s.timing.proofMargin(); m > 0 {
-		return min(own, m)
+	if s.timing == nil {
+		return own
 	}
-	return own
+	return min(own, s.timing.proofMargin(holder))
 }
 
 // longestTTL is the longest lease.ttl of any member known, ours when no
@@ -250,7 +250,7 @@ func (s *Supervisor) barrierLook(ctx context.Context, prev holderMark) (barrierV
 		if alive && l == prev.Lease {
 			v.PrevLeaseAlive = true
 		}
-		if by, ok := s.leaseProof(left, at); alive && ok && (v.DownBy.IsZero() || by.Before(v.DownBy)) {
+		if by, ok := s.leaseProof(left, at, prev.Node); alive && ok && (v.DownBy.IsZero() || by.Before(v.DownBy)) {
 			v.DownBy = by
 		}
 	}

@@ -58,7 +58,7 @@ func TestLeaseProof(t *testing.T) {
 		left time.Duration
 		ok   bool
 	}{{-1, false}, {0, true}, {time.Second, true}, {2 * time.Second, false}, {3 * time.Second, false}} {
-		by, ok := s.leaseProof(c.left, at)
+		by, ok := s.leaseProof(c.left, at, "m1")
 		if ok != c.ok {
 			t.Fatalf("remaining %s: proof %v, want %v", c.left, ok, c.ok)
 		}

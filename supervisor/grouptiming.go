@@ -7,22 +7,33 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
-// legacyProofMargin is the proof margin assumed for a member whose record
-// carries no timing (a version before group.Timing): the smallest of the
-// shipped profiles' (fast-kill: S_max 0.3 s + lease.slack 0.5 s).
-const legacyProofMargin = 800 * time.Millisecond
+// legacyProofMargin is the proof margin assumed for a holder whose timing
+// is not known (its record carries none, a version before group.Timing, or
+// was not read): the smallest of the shipped profiles' (fast-kill: S_max
+// 0.3 s + lease.slack 0.5 s). legacyTTL is the lease assumed for a member
+// whose record carries no timing: the longest shipped profile's (default).
+// A member of an older version configured beyond them is not covered.
+const (
+	legacyProofMargin = 800 * time.Millisecond
+	legacyTTL         = 10 * time.Second
+	// maxTTL bounds a published lease.ttl, so that a corrupt record cannot
+	// make the blind wait endless.
+	maxTTL = time.Hour
+)
 
 // groupTiming is what this member knows of the other members' lease
 // timings, from their records and from the leases it reads, so that the
 // barrier's proofs hold for the member they are about and not only for
 // ours: during a change of profile node by node (or of lease.ttl,
 // units.stop_timeout, units.kill_grace, lease.slack) a member on a longer
-// lease or a smaller stop budget than ours is in the group. Each proof uses
-// the most conservative value known: the smallest proof margin, the
-// longest lease for a blind wait, and for the two-read proof the shorter of
-// our TTL and the lease's own granted TTL. A member not seen for two of the
-// longest leases is forgotten. It owns its state; the loop, the barrier and
-// the peer check call it.
+// lease or a smaller stop budget than ours is in the group. A proof about a
+// holder uses the smaller of our margin and the holder's published one, or,
+// when its timing is not known, the smallest of ours, legacyProofMargin and
+// every member's known; the two-read proof the shorter of our TTL and the
+// lease's own granted TTL; a blind wait the longest lease known. A member
+// not seen for two of the longest leases is forgotten (a holder forgotten
+// so is a holder of unknown timing: the conservative case). It owns its
+// state; the observer, the barrier and the peer check call it.
 type groupTiming struct {
 	ownTTL, ownMargin time.Duration
 
@@ -33,6 +44,7 @@ type groupTiming struct {
 
 type seenTiming struct {
 	ttl, margin time.Duration
+	published   bool // the record carried its timing
 	at          time.Time
 }
 
@@ -51,10 +63,11 @@ func (g *groupTiming) observe(recs map[string]group.Record, self string, now tim
 		if node == self {
 			continue
 		}
-		t := seenTiming{margin: legacyProofMargin, at: now}
+		t := seenTiming{ttl: legacyTTL, margin: legacyProofMargin, at: now}
 		if r.Timing != nil {
-			t.ttl = time.Duration(r.Timing.TTLMS) * time.Millisecond
-			t.margin = time.Duration(r.Timing.ProofMarginMS) * time.Millisecond
+			t.published = true
+			t.ttl = min(max(0, time.Duration(r.Timing.TTLMS)*time.Millisecond), maxTTL)
+			t.margin = max(0, time.Duration(r.Timing.ProofMarginMS)*time.Millisecond)
 		}
 		g.members[node] = t
 	}
@@ -95,16 +108,19 @@ func (g *groupTiming) longest() time.Duration {
 	return l
 }
 
-// proofMargin is the smallest S_max + lease.slack of any member known: a
-// lease with less than this left proves its holder past its fence instant
-// whichever member holds it.
-func (g *groupTiming) proofMargin() time.Duration {
+// proofMargin is the S_max + lease.slack to reason with about holder's
+// lease (see groupTiming): a lease with less than this left proves its
+// holder past its fence instant.
+func (g *groupTiming) proofMargin(holder string) time.Duration {
 	if g == nil {
 		return 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	m := g.ownMargin
+	if t, ok := g.members[holder]; ok && t.published {
+		return min(g.ownMargin, t.margin)
+	}
+	m := min(g.ownMargin, legacyProofMargin)
 	for _, t := range g.members {
 		m = min(m, t.margin)
 	}
@@ -122,16 +138,17 @@ func (g *groupTiming) longestTTL() time.Duration {
 	return g.longest()
 }
 
-// differs names the members whose published timing is not ours, with it.
-func (g *groupTiming) differs(recs map[string]group.Record, self string) map[string]group.Timing {
-	out := map[string]group.Timing{}
+// differs names the members whose timing is not ours, with it; a record
+// without timing (an older version) is named with a nil Timing.
+func (g *groupTiming) differs(recs map[string]group.Record, self string) map[string]*group.Timing {
+	out := map[string]*group.Timing{}
 	if g == nil {
 		return out
 	}
 	own := g.own()
 	for node, r := range recs {
-		if node != self && r.Timing != nil && *r.Timing != own {
-			out[node] = *r.Timing
+		if node != self && (r.Timing == nil || *r.Timing != own) {
+			out[node] = r.Timing
 		}
 	}
 	return out

@@ -28,27 +28,43 @@ func readerWith(ttl, stopMax time.Duration, recs map[string]group.Record) *Super
 // instant (it fences with 0.8 s left) and may renew, so the read proves
 // nothing. Before group.Timing the reader used its own margin and took it
 // for proof: during a change of profile node by node, a proof of units down
-// that were not.
-func TestLeaseProofUsesTheSmallestMarginInTheGroup(t *testing.T) {
+// that were not. The margin is the holder's: another member on fast-kill
+// does not slow the proof about a holder on ours; a holder whose timing is
+// not known (record of an older version, or not read) gets the smallest a
+// shipped profile has.
+func TestLeaseProofUsesTheHoldersMargin(t *testing.T) {
 	at := time.Date(2026, 12, 3, 13, 0, 0, 0, time.UTC)
 	fastKill := group.Record{Node: "m1", Timing: &group.Timing{TTLMS: 4000, ProofMarginMS: 800}}
+	fast := group.Record{Node: "m1", Timing: &group.Timing{TTLMS: 6000, ProofMarginMS: 2000}}
+	m3 := fastKill
+	m3.Node = "m3"
 	for _, c := range []struct {
 		name string
 		recs map[string]group.Record
 		want bool
 	}{
-		{"alone: our own margin", nil, true},
-		{"a fast-kill member in the group", map[string]group.Record{"m1": fastKill}, false},
-		{"a member of a version that publishes no timing", map[string]group.Record{"m1": {Node: "m1"}}, false},
-		{"a member on our timing", map[string]group.Record{"m1": {Node: "m1", Timing: &group.Timing{TTLMS: 6000, ProofMarginMS: 2000}}}, true},
+		{"the holder on our timing", map[string]group.Record{"m1": fast}, true},
+		{"the holder on fast-kill", map[string]group.Record{"m1": fastKill}, false},
+		{"the holder of a version that publishes no timing", map[string]group.Record{"m1": {Node: "m1"}}, false},
+		{"the holder's record not read", nil, false},
+		{"the holder on our timing, another member on fast-kill", map[string]group.Record{"m1": fast, "m3": m3}, true},
+		{"the holder's record not read, another member with a margin of 0.5 s", map[string]group.Record{"m3": {Node: "m3", Timing: &group.Timing{TTLMS: 4000, ProofMarginMS: 500}}}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := readerWith(6*time.Second, 1500*time.Millisecond, c.recs)
-			_, ok := s.leaseProof(0, at) // 0 s left: at most 1 s
+			_, ok := s.leaseProof(0, at, "m1") // 0 s left: at most 1 s
 			if ok != c.want {
-				t.Errorf("a read with 0 s left taken as proof: %v, want %v (proof margin %s)", ok, c.want, s.proofMargin())
+				t.Errorf("a read of m1's lease with 0 s left taken as proof: %v, want %v (proof margin %s)", ok, c.want, s.proofMargin("m1"))
 			}
 		})
+	}
+	s := readerWith(6*time.Second, 1500*time.Millisecond, map[string]group.Record{"m3": {Node: "m3", Timing: &group.Timing{TTLMS: 4000, ProofMarginMS: 500}}})
+	if got := s.proofMargin("m1"); got != 500*time.Millisecond {
+		t.Errorf("holder of unknown timing, a member with 0.5 s in the group: margin %s, want 500ms", got)
+	}
+	neg := readerWith(6*time.Second, 1500*time.Millisecond, map[string]group.Record{"m1": {Node: "m1", Timing: &group.Timing{TTLMS: 4000, ProofMarginMS: -300}}})
+	if got := neg.proofMargin("m1"); got != 0 {
+		t.Errorf("a record publishing a negative margin: %s, want 0", got)
 	}
 }
 
@@ -70,11 +86,11 @@ func TestTickProofUsesTheLeasesGrantedTTL(t *testing.T) {
 		{"a 4 s lease", 4 * time.Second, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := readerWith(5*time.Second, 300*time.Millisecond, nil)
+			s := readerWith(5*time.Second, 300*time.Millisecond, map[string]group.Record{"m1": {Node: "m1", Timing: &group.Timing{TTLMS: 5000, ProofMarginMS: 800}}})
 			var w leaseWatch
 			lease := clientv3.LeaseID(0x10)
-			s.tickProof(&w, lease, 0, c.granted, t0, t0.Add(ms(5)))
-			by := s.tickProof(&w, lease, 0, c.granted, t0.Add(ms(3500)), t0.Add(ms(3505)))
+			s.tickProof(&w, "m1", lease, 0, c.granted, t0, t0.Add(ms(5)))
+			by := s.tickProof(&w, "m1", lease, 0, c.granted, t0.Add(ms(3500)), t0.Add(ms(3505)))
 			if got := !by.IsZero(); got != c.want {
 				t.Errorf("0 s left twice, 3.5 s apart, granted TTL %s: proof %v, want %v", c.granted, got, c.want)
 			}
@@ -112,12 +128,16 @@ func TestPeerCheckNotesOtherTimings(t *testing.T) {
 	odd := map[string]group.Record{"m1": {Node: "m1", Timing: &group.Timing{TTLMS: 4000, ProofMarginMS: 800}}}
 	now := time.Now()
 	s.checkTimings(pc, odd, now)
-	if len(pc.timing) != 1 || s.proofMargin() != 800*time.Millisecond {
-		t.Fatalf("after a fast-kill record: reported %v, proof margin %s; want m1 reported and 800ms", pc.timing, s.proofMargin())
+	if len(pc.timing) != 1 || s.proofMargin("m1") != 800*time.Millisecond {
+		t.Fatalf("after a fast-kill record: reported %v, proof margin %s; want m1 reported and 800ms", pc.timing, s.proofMargin("m1"))
 	}
 	same := map[string]group.Record{"m1": {Node: "m1", Timing: &group.Timing{TTLMS: 6000, ProofMarginMS: 2000}}}
 	s.checkTimings(pc, same, now.Add(time.Second))
-	if len(pc.timing) != 0 || s.proofMargin() != 2*time.Second {
-		t.Fatalf("after m1 changed to ours: reported %v, proof margin %s; want none and 2s", pc.timing, s.proofMargin())
+	if len(pc.timing) != 0 || s.proofMargin("m1") != 2*time.Second {
+		t.Fatalf("after m1 changed to ours: reported %v, proof margin %s; want none and 2s", pc.timing, s.proofMargin("m1"))
+	}
+	s.checkTimings(pc, map[string]group.Record{"m1": {Node: "m1"}}, now.Add(2*time.Second))
+	if len(pc.timing) != 1 {
+		t.Fatalf("a record of an older version (no timing) is not reported: %v", pc.timing)
 	}
 }

@@ -173,16 +173,16 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.Leade
 		w.lease, w.next = li.Lease, now
 		return time.Time{}
 	}
-	if by, ok := s.leaseProof(left, at); ok {
+	if by, ok := s.leaseProof(left, at, li.Node); ok {
 		w.lease, w.next = li.Lease, now
 		return by
 	}
-	by := s.tickProof(w, li.Lease, left, granted, now, at)
+	by := s.tickProof(w, li.Node, li.Lease, left, granted, now, at)
 	if !by.IsZero() {
 		w.next = now
 		return by
 	}
-	margin := s.proofMargin()
+	margin := s.proofMargin(li.Node)
 	// Unrenewed, the lease reaches the provable range after this long.
 	wait := left + time.Second - margin
 	w.next = now.Add(max(wait-s.cfg.Units.PollInterval, s.cfg.Units.PollInterval))
@@ -216,8 +216,8 @@ func (s *Supervisor) proofFor(ctx context.Context, w *leaseWatch, li group.Leade
 // (our clock may run slow: + TTL*rho). Any read with 1 s or more left
 // starts over. sent and at are one read's send and answer times, granted
 // the lease's granted TTL as etcd answered it (0: unknown). StopMax +
-// slack is the smallest of any member known (proofMargin).
-func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left, granted time.Duration, sent, at time.Time) time.Time {
+// slack is the holder's as far as we know (proofMargin).
+func (s *Supervisor) tickProof(w *leaseWatch, holder string, lease clientv3.LeaseID, left, granted time.Duration, sent, at time.Time) time.Time {
 	if w.lease != lease {
 		*w = leaseWatch{lease: lease}
 	}
@@ -237,7 +237,7 @@ func (s *Supervisor) tickProof(w *leaseWatch, lease clientv3.LeaseID, left, gran
 		w.zeroSent, w.zeroAt = sent, at
 		return time.Time{}
 	}
-	if sent.Before(w.zeroAt.Add(time.Second - s.proofMargin())) {
+	if sent.Before(w.zeroAt.Add(time.Second - s.proofMargin(holder))) {
 		return time.Time{}
 	}
 	return w.zeroAt.Add(time.Second + s.clockPad())

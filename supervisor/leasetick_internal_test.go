@@ -51,7 +51,7 @@ func TestLeaseTickProof(t *testing.T) {
 			var w leaseWatch
 			var got time.Time
 			for _, r := range c.reads {
-				if by := s.tickProof(&w, clientv3.LeaseID(0x10), r.left, 0, t0.Add(r.sent), t0.Add(r.at)); !by.IsZero() && (got.IsZero() || by.Before(got)) {
+				if by := s.tickProof(&w, "m1", clientv3.LeaseID(0x10), r.left, 0, t0.Add(r.sent), t0.Add(r.at)); !by.IsZero() && (got.IsZero() || by.Before(got)) {
 					got = by
 				}
 			}

@@ -140,11 +140,13 @@ func (s *Supervisor) checkTimings(pc *peerCheck, recs map[string]group.Record, n
 		pc.timing = map[string]string{}
 	}
 	for node, t := range other {
-		msg := fmt.Sprintf("lease.ttl %s, S_max + lease.slack %s", time.Duration(t.TTLMS)*time.Millisecond, time.Duration(t.ProofMarginMS)*time.Millisecond)
+		msg := "not published (an older version): assumed " + timingText(group.Timing{TTLMS: legacyTTL.Milliseconds(), ProofMarginMS: legacyProofMargin.Milliseconds()})
+		if t != nil {
+			msg = timingText(*t)
+		}
 		if pc.timing[node] != msg {
-			own := s.timing.own()
 			s.log.Warn("member runs other lease timings than ours; the promotion barrier assumes the most conservative of them until every member runs the same profile",
-				"member", node, "theirs", msg, "ours", fmt.Sprintf("lease.ttl %s, S_max + lease.slack %s", time.Duration(own.TTLMS)*time.Millisecond, time.Duration(own.ProofMarginMS)*time.Millisecond))
+				"member", node, "theirs", msg, "ours", timingText(s.timing.own()))
 			pc.timing[node] = msg
 		}
 	}
@@ -153,4 +155,8 @@ func (s *Supervisor) checkTimings(pc *peerCheck, recs map[string]group.Record, n
 			delete(pc.timing, node)
 		}
 	}
+}
+
+func timingText(t group.Timing) string {
+	return fmt.Sprintf("lease.ttl %s, S_max + lease.slack %s", time.Duration(t.TTLMS)*time.Millisecond, time.Duration(t.ProofMarginMS)*time.Millisecond)
 }

@@ -234,9 +234,11 @@ func New(o Options) (*Supervisor, error) {
 	s.term.deadline = fencing.NewDeadline(w)
 	s.notes = newNotifier(o.Notify, s.log)
 	s.history = &historian{queue: make(chan group.Event, 64), cli: o.Client, keys: s.keys, retain: c.History.Retain,
-		timeout: c.Etcd.RequestTimeout, retry: c.Units.PollInterval, log: s.log}
-	s.leases = leases{pool: o.Pool, timeout: c.Etcd.RequestTimeout, log: s.log}
-	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: c.Etcd.RequestTimeout}
+		timeout: s.opTimeout(), retry: c.Units.PollInterval, log: s.log}
+	// Grants, campaigns and revokes get opTimeout; renewals (startRenewer)
+	// request_timeout.
+	s.leases = leases{pool: o.Pool, timeout: s.opTimeout(), log: s.log}
+	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: s.opTimeout()}
 	hs, err := newHealthSet(c)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
