@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/fencing"
 )
 
 // Stock etcd: heartbeat 100 ms, election timeout 1 s.
@@ -67,12 +69,7 @@ func TestFastKillIsTheShortestTTLWithFastsMargin(t *testing.T) {
 		return w.Span(w.TTL) - worstElectionGap(c.Lease.RenewInterval)
 	}
 	fk := Profiles["fast-kill"]
-	c := Default()
-	if err := c.UseProfile("fast-kill"); err != nil {
-		t.Fatal(err)
-	}
-	w := c.Window()
-	w.Watchdog = fk.Watchdog
+	c, w := profileWindow(t, "fast-kill")
 	if got := w.Span(w.TTL); fk.TTL != 4*time.Second || got <= 3*time.Second {
 		t.Errorf("fast-kill: TTL %s, window %s; want TTL 4s and a window over 3s", fk.TTL, got)
 	}
@@ -111,12 +108,7 @@ func TestFastKillIsNotSlowerThanTunedLeaderElectOnARackCut(t *testing.T) {
 		leLeaseToBind   = 420 * time.Millisecond
 	)
 	fk := Profiles["fast-kill"]
-	c := Default()
-	if err := c.UseProfile("fast-kill"); err != nil {
-		t.Fatal(err)
-	}
-	w := c.Window()
-	w.Watchdog = fk.Watchdog
+	_, w := profileWindow(t, "fast-kill")
 	if kha, le := fk.TTL+expiryToBinding, leLease+leLeaseToBind; kha > le {
 		t.Errorf("fast-kill: a rack cut costs about TTL %s + %s = %s, le-tuned's %s + %s = %s", fk.TTL, expiryToBinding, kha, leLease, leLeaseToBind, le)
 	}
@@ -150,4 +142,17 @@ func TestThinMarginIsWarnedAbout(t *testing.T) {
 			t.Errorf("profile %s as shipped draws warnings: %v", name, w)
 		}
 	}
+}
+
+// profileWindow is the shipped profile's configuration and its fence window
+// under the profile's own WatchdogSec.
+func profileWindow(t *testing.T, name string) (Config, fencing.Window) {
+	t.Helper()
+	c := Default()
+	if err := c.UseProfile(name); err != nil {
+		t.Fatal(err)
+	}
+	w := c.Window()
+	w.Watchdog = Profiles[name].Watchdog
+	return c, w
 }
