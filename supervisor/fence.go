@@ -85,17 +85,27 @@ func (s *Supervisor) fenceUnits(bg context.Context, hard time.Time) error {
 // the hook; the units are down. A failover drill keeps the lease, so that
 // it rehearses the full wait of a node that went silent.
 func (s *Supervisor) fenceEpilogue(bg context.Context, kind string, took time.Duration) {
-	pctx, pcancel := s.reqCtx(bg)
-	if err := s.writeRecord(pctx, false); err != nil {
-		s.log.Warn("fenced: could not publish units stopped", "err", err)
+	publish := func() error {
+		pctx, pcancel := s.reqCtx(bg)
+		defer pcancel()
+		return s.writeRecord(pctx, false)
 	}
-	pcancel()
+	perr := publish()
+	if perr != nil {
+		s.log.Warn("fenced: could not publish units stopped", "err", perr)
+	}
 	if kind != "drill" && s.term.elecLease != 0 {
 		rctx, rcancel := s.reqCtx(bg)
 		if _, err := s.cli.Revoke(rctx, s.term.elecLease); err != nil {
 			s.log.Warn("fenced: could not revoke the election lease; the others wait for it to expire", "lease", fmt.Sprintf("%x", s.term.elecLease), "err", err)
 		} else {
 			s.log.Info("fenced: election lease revoked after the units stopped", "lease", fmt.Sprintf("%x", s.term.elecLease))
+			// etcd answers again (a partition healed while we fenced):
+			// without the record the next leader's barrier waits for
+			// our next incarnation to say the units are stopped.
+			if perr != nil && publish() == nil {
+				s.log.Info("fenced: units stopped published after all")
+			}
 		}
 		rcancel()
 	}
