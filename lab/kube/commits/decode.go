@@ -21,8 +21,11 @@ import (
 const (
 	Create  = "create"  // a new key (verb create)
 	Binding = "binding" // a pod's spec.nodeName set (create on pods/binding)
-	Update  = "update"  // update, patch, a graceful delete's deletionTimestamp
-	Delete  = "delete"  // the key removed (delete, deletecollection)
+	Update  = "update"  // update, patch, a delete of an object with finalizers
+	// Deleting is a graceful delete's first write: deletionTimestamp set
+	// (delete, deletecollection; the apiserver sets it for nothing else).
+	Deleting = "deleting"
+	Delete   = "delete" // the key removed (delete, deletecollection)
 )
 
 // Object is what a committed write says about itself.
@@ -97,6 +100,8 @@ func Decode(prefix string, w Write) (Object, error) {
 		o.Kind = Create
 	case bound(obj, w.Prev):
 		o.Kind = Binding
+	case deleting(acc, w.Prev):
+		o.Kind = Deleting
 	}
 	var newest time.Time
 	for _, f := range acc.GetManagedFields() {
@@ -106,7 +111,7 @@ func Decode(prefix string, w Write) (Object, error) {
 			o.Role = roleOfManager(f.Manager)
 		}
 	}
-	if o.Kind == Delete {
+	if o.Kind == Delete || o.Kind == Deleting {
 		// The deleted object names who made it, not who deleted it (the
 		// prober deletes the ReplicaSet's pods, which name the controller-
 		// manager): a delete's writer is its request's, else unknown.
@@ -175,6 +180,21 @@ func bound(obj runtime.Object, prev []byte) bool {
 	}
 	bp, ok := before.(*corev1.Pod)
 	return ok && bp.Spec.NodeName == ""
+}
+
+// deleting: an update that set deletionTimestamp, which the apiserver
+// does only when it serves a delete (a graceful one, or of an object with
+// finalizers).
+func deleting(acc metav1.Object, prev []byte) bool {
+	if acc.GetDeletionTimestamp() == nil || len(prev) == 0 {
+		return false
+	}
+	before, err := decode(prev)
+	if err != nil {
+		return false
+	}
+	b, err := meta.Accessor(before)
+	return err == nil && b.GetDeletionTimestamp() == nil
 }
 
 func ownedByReplicaSet(refs []metav1.OwnerReference) bool {

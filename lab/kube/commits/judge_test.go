@@ -453,3 +453,49 @@ func TestLateCommitAcrossASecondTermOfTheFirstMaster(t *testing.T) {
 		t.Fatalf("late = %v, want none", got)
 	}
 }
+
+// The first of a graceful delete's two writes (deletionTimestamp set) is a
+// delete request's, never an update's: the apiserver sets deletionTimestamp
+// only when it serves a delete. In scenario 69 (3 December 13:36, kha-fast-
+// kill) the prober's delete of a pod m2 had bound was paired whole with the
+// final delete, and its first write with m1's scheduler's status update of
+// the same pod answered 504 five seconds before: a late commit of m1's term
+// that was the prober's. Here the same: m1's scheduler's update of each
+// deleted pod, answered 504 a second before the prober's delete.
+func TestJudgeGracefulDeletesFirstWriteIsTheDeletes(t *testing.T) {
+	c := loadCase(t, "rackcut")
+	var all []Commit
+	for _, w := range c.Recording.Writes {
+		o, err := Decode(c.Recording.Prefix, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, Commit{Write: w, Object: o})
+	}
+	match(all, events(t, c))
+	added := 0
+	for _, k := range all {
+		if k.Object.Kind != Delete || k.Request == nil {
+			continue
+		}
+		at := k.Request.Received.Add(-time.Second).UTC().Format(time.RFC3339Nano)
+		line := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"update",` +
+			`"user":{"username":"` + schedUser + `"},"sourceIPs":["127.0.0.1"],"objectRef":{"resource":"pods","namespace":"` + k.Object.Namespace +
+			`","name":"` + k.Object.Name + `","subresource":"status"},"responseStatus":{"code":504,"message":"context canceled"},` +
+			`"requestReceivedTimestamp":"` + at + `","stageTimestamp":"` + at + `"}`
+		c.Audit["m1"] = append(c.Audit["m1"], line)
+		added++
+	}
+	if added == 0 {
+		t.Fatal("set-up: no paired delete in the case")
+	}
+	rep := judge(t, c)
+	if len(rep.Late) != 0 {
+		t.Errorf("late commits %v, want none: the deletes are the prober's", rep.Late)
+	}
+	for _, k := range rep.Commits {
+		if k.Object.Kind == Deleting && (k.Request == nil || k.Request.Verb != "delete") {
+			t.Errorf("%s: want its delete request", k)
+		}
+	}
+}

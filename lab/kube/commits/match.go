@@ -76,7 +76,7 @@ func match(commits []Commit, evs []audit.Event) {
 	twoWriteDeletes(commits)
 	for i := range commits {
 		c := &commits[i]
-		if c.Request != nil || (c.Object.Kind != Delete && c.Object.Kind != Update) {
+		if c.Request != nil || (c.Object.Kind != Delete && c.Object.Kind != Deleting && c.Object.Kind != Update) {
 			continue
 		}
 		// The latest deletecollection of the object's collection that
@@ -116,7 +116,7 @@ func twoWriteDeletes(commits []Commit) {
 	last := map[string]*Commit{} // key -> its latest write so far
 	for i := range commits {
 		c := &commits[i]
-		if p := last[c.Write.Key]; c.Object.Kind == Delete && p != nil && p.Object.Kind == Update {
+		if p := last[c.Write.Key]; c.Object.Kind == Delete && p != nil && (p.Object.Kind == Deleting || p.Object.Kind == Update) {
 			switch {
 			case c.Request == nil && p.Request != nil && p.Request.Verb == "delete":
 				c.Request = p.Request
@@ -248,11 +248,10 @@ func writes(e audit.Event, o Object) bool {
 		return e.Role() == o.Role && !o.Created.Before(e.Received.Truncate(time.Second)) && !o.Created.After(e.Completed)
 	case Binding:
 		return e.Verb == "create" && e.Subresource == "binding"
-	case Delete:
+	case Delete, Deleting:
 		return e.Verb == "delete" && e.Subresource == "" || e.Verb == "deletecollection"
 	}
-	// Update: a graceful delete sets deletionTimestamp; a delete of an
-	// object with finalizers only updates it.
+	// Update: a delete of an object with finalizers updates it again.
 	switch e.Verb {
 	case "update", "patch":
 		return true
