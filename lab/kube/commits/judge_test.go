@@ -297,15 +297,7 @@ func TestJudgeRackCutPairsUpdatesByRevision(t *testing.T) {
 // the controller-manager's ghost write).
 func TestJudgeRackCutDeleteIsTheDeletersTwoWrites(t *testing.T) {
 	c := loadCase(t, "rackcut")
-	var all []Commit
-	for _, w := range c.Recording.Writes {
-		o, err := Decode(c.Recording.Prefix, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, Commit{Write: w, Object: o})
-	}
-	match(all, events(t, c))
+	all := matched(t, c)
 	deletes := 0
 	for i, k := range all {
 		if k.Object.Kind != Delete {
@@ -464,15 +456,7 @@ func TestLateCommitAcrossASecondTermOfTheFirstMaster(t *testing.T) {
 // deleted pod, answered 504 a second before the prober's delete.
 func TestJudgeGracefulDeletesFirstWriteIsTheDeletes(t *testing.T) {
 	c := loadCase(t, "rackcut")
-	var all []Commit
-	for _, w := range c.Recording.Writes {
-		o, err := Decode(c.Recording.Prefix, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, Commit{Write: w, Object: o})
-	}
-	match(all, events(t, c))
+	all := matched(t, c)
 	added := 0
 	for _, k := range all {
 		if k.Object.Kind != Delete || k.Request == nil {
@@ -498,4 +482,19 @@ func TestJudgeGracefulDeletesFirstWriteIsTheDeletes(t *testing.T) {
 			t.Errorf("%s: want its delete request", k)
 		}
 	}
+}
+
+// matched is the case's writes, decoded and paired with its requests.
+func matched(t *testing.T, c Case) []Commit {
+	t.Helper()
+	var all []Commit
+	for _, w := range c.Recording.Writes {
+		o, err := Decode(c.Recording.Prefix, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, Commit{Write: w, Object: o})
+	}
+	match(all, events(t, c))
+	return all
 }
