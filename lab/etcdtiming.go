@@ -47,19 +47,33 @@ func (l *Lab) etcdTimingFile() string { return l.path("run", "etcd-timing") }
 // resolveEtcdTiming picks the timing: the explicit choice, else the one the
 // running lab was brought up with, else stock.
 func (l *Lab) resolveEtcdTiming(explicit string) (EtcdTiming, error) {
-	saved, err := os.ReadFile(l.etcdTimingFile())
+	name, err := savedChoice(l.etcdTimingFile(), explicit, "etcd timing", "--etcd")
 	switch {
-	case err == nil && explicit != "" && strings.TrimSpace(string(saved)) != explicit:
-		return EtcdTiming{}, fmt.Errorf("lab: it runs etcd timing %q; --etcd %s needs `kha-lab down` first",
-			strings.TrimSpace(string(saved)), explicit)
-	case explicit != "":
-		return EtcdTimingByName(explicit)
-	case err == nil:
-		return EtcdTimingByName(strings.TrimSpace(string(saved)))
-	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return EtcdTiming{}, err
+	case name == "":
 		return StockEtcd, nil
+	}
+	return EtcdTimingByName(name)
+}
+
+// savedChoice is what a later command runs of a choice up saved in file:
+// the explicit one (refused when it differs from the saved one: the lab
+// must be brought down first), else the saved one, else "" (none saved).
+func savedChoice(file, explicit, what, flag string) (string, error) {
+	b, err := os.ReadFile(file)
+	saved := strings.TrimSpace(string(b))
+	switch {
+	case err == nil && explicit != "" && saved != explicit:
+		return "", fmt.Errorf("lab: it runs %s %q; %s %s needs `kha-lab down` first", what, saved, flag, explicit)
+	case explicit != "":
+		return explicit, nil
+	case err == nil:
+		return saved, nil
+	case errors.Is(err, os.ErrNotExist):
+		return "", nil
 	default:
-		return EtcdTiming{}, fmt.Errorf("lab: %w", err)
+		return "", fmt.Errorf("lab: %w", err)
 	}
 }
 

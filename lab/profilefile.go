@@ -1,10 +1,8 @@
 package lab
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 )
 
 // profileFile remembers the timing profile the lab was brought up with, so
@@ -26,28 +24,24 @@ func ProfileByName(name string) (Profile, error) {
 // resolveProfile picks the profile: the explicit choice, else the one the
 // running lab was brought up with, else fast.
 func (l *Lab) resolveProfile(explicit Profile) (Profile, error) {
-	saved, err := os.ReadFile(l.profileFile())
-	name := strings.TrimSpace(string(saved))
+	name, err := savedChoice(l.profileFile(), explicit.Name, "profile", "--profile")
 	switch {
-	case err == nil && explicit.Name != "" && name != explicit.Name:
-		return Profile{}, fmt.Errorf("lab: it runs profile %q; --profile %s needs `kha-lab down` first", name, explicit.Name)
+	case err != nil:
+		return Profile{}, err
 	case explicit.Name != "":
 		return explicit, nil
-	case err == nil:
-		p, perr := ProfileByName(name)
-		if perr != nil {
-			l.log.Warn("lab: the saved profile is not one; taking fast (name --profile)", "file", l.profileFile(), "err", perr)
-			return Fast, nil
-		}
-		return p, nil
-	case errors.Is(err, os.ErrNotExist):
+	case name == "":
 		if _, terr := os.Stat(l.etcdTimingFile()); terr == nil {
 			l.log.Warn("lab: brought up by a kha-lab that did not save its profile; taking fast (name --profile if it runs another)")
 		}
 		return Fast, nil
-	default:
-		return Profile{}, fmt.Errorf("lab: %w", err)
 	}
+	p, perr := ProfileByName(name)
+	if perr != nil {
+		l.log.Warn("lab: the saved profile is not one; taking fast (name --profile)", "file", l.profileFile(), "err", perr)
+		return Fast, nil
+	}
+	return p, nil
 }
 
 func (l *Lab) saveProfile() error {

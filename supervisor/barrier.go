@@ -144,14 +144,13 @@ func (s *Supervisor) leaseProof(remaining time.Duration, at time.Time, holder st
 }
 
 // proofMargin is the S_max + lease.slack to reason with about holder's
-// lease (groupTiming.proofMargin): no more than holder's, as far as we
-// know, and no more than ours.
+// lease (groupTiming.proofMargin: no more than holder's, as far as we
+// know, and no more than ours); ours without a groupTiming (tests).
 func (s *Supervisor) proofMargin(holder string) time.Duration {
-	own := s.window.StopMax + s.window.Slack
 	if s.timing == nil {
-		return own
+		return s.window.StopMax + s.window.Slack
 	}
-	return min(own, s.timing.proofMargin(holder))
+	return s.timing.proofMargin(holder)
 }
 
 // longestTTL is the longest lease.ttl of any member known, ours when no

@@ -49,7 +49,7 @@ type etcdFence struct {
 	role    string
 	users   map[string]string // node -> its kube-apiserver's etcd user
 	self    string
-	timeout time.Duration // per request (etcd.request_timeout)
+	timeout time.Duration // per request (opTimeout)
 	log     *slog.Logger
 
 	// mu orders clearOwn against a promotion's start: mayWrite is set
@@ -69,7 +69,7 @@ func newEtcdFence(c config.Config, pool *etcdconn.Pool, keys group.Keys, log *sl
 	if err != nil {
 		return nil, fmt.Errorf("etcd_fence.users: %w", err)
 	}
-	return &etcdFence{pool: pool, keys: keys, role: c.EtcdFence.Role, users: users, self: c.Node, timeout: max(minOpTimeout, c.Etcd.RequestTimeout), log: log}, nil
+	return &etcdFence{pool: pool, keys: keys, role: c.EtcdFence.Role, users: users, self: c.Node, timeout: opTimeoutOf(c), log: log}, nil
 }
 
 // atPromotion runs in the promotion after the barrier and before anything

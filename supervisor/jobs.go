@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"time"
+
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // A job is the one piece of slow work (etcd transactions, unit jobs) under
@@ -115,7 +117,9 @@ func noResult(fn func(context.Context) error) func(context.Context) (struct{}, e
 const minOpTimeout = 500 * time.Millisecond
 
 // opTimeout is the time an etcd request other than a renewal is given.
-func (s *Supervisor) opTimeout() time.Duration { return max(minOpTimeout, s.cfg.Etcd.RequestTimeout) }
+func (s *Supervisor) opTimeout() time.Duration { return opTimeoutOf(s.cfg) }
+
+func opTimeoutOf(c config.Config) time.Duration { return max(minOpTimeout, c.Etcd.RequestTimeout) }
 
 // reqCtx bounds one etcd request other than a renewal (opTimeout).
 func (s *Supervisor) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
