@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"slices"
 	"testing"
@@ -32,5 +33,18 @@ func TestParseInterspersedFlags(t *testing.T) {
 	var fs3 flag.FlagSet
 	if _, err := parse("run", []string{"all", "--nope"}, &fs3); err == nil {
 		t.Fatalf("an unknown flag must be refused")
+	}
+}
+
+func TestSoakRefusesBadLimits(t *testing.T) {
+	for _, args := range [][]string{
+		{"--faults", "3"},                                      // the stand-in plane counts no faults
+		{"--plane", "real", "--faults", "-1"},                  // negative
+		{"--plane", "real", "--duration", "0s"},                // no time at all
+		{"--plane", "real", "--mode", "tokens", "--seed", "3"}, // unknown mode
+	} {
+		if err := runSoak(t.Context(), args); !errors.Is(err, errUsage) {
+			t.Errorf("kha-lab soak %v: %v, want a usage error", args, err)
+		}
 	}
 }

@@ -20,14 +20,20 @@ import (
 // soakModes maps --mode to api_fence.mode.
 var soakModes = map[string]string{"off": "", "gate": plane.FenceGate, "token": plane.FenceToken}
 
+// realSoakLimits end a real-plane soak: --duration, and --faults if set.
+type realSoakLimits struct {
+	duration time.Duration
+	faults   int
+}
+
 // runRealSoak is `kha-lab soak --plane real`: random real-plane faults
 // (plane.Runner.Soak), every trial's etcd case kept while it runs and
 // removed when it passed; a failed one keeps its case, the run's
 // results and the seed.
-func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, modeName string, etcdFence bool) error {
+func runRealSoak(ctx context.Context, f labFlags, limits realSoakLimits, seed uint64, modeName string, etcdFence bool) error {
 	fence, ok := soakModes[modeName]
-	if !ok || d <= 0 {
-		fmt.Fprintf(os.Stderr, "kha-lab soak: --mode %q: want off, gate or token; --duration %s: want > 0\n", modeName, d)
+	if !ok || limits.duration <= 0 || limits.faults < 0 {
+		fmt.Fprintf(os.Stderr, "kha-lab soak: --mode %q: want off, gate or token; --duration %s: want > 0; --faults %d: want >= 0\n", modeName, limits.duration, limits.faults)
 		return errUsage
 	}
 	// The real plane installs each mode's profile itself: --profile names
@@ -51,8 +57,11 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 		mode = plane.FencedMode(profile, fence)
 	}
 	replay := "--mode " + modeName
+	if limits.faults > 0 {
+		replay += fmt.Sprintf(" --faults %d", limits.faults)
+	}
 	if etcdFence {
-		mode.Name, mode.EtcdFence = mode.Name+"-etcd", true
+		mode = plane.WithEtcdFence(mode)
 		modeName += "-etcd"
 		replay += " --etcd-fence"
 	}
@@ -67,7 +76,7 @@ func runRealSoak(ctx context.Context, f labFlags, d time.Duration, seed uint64, 
 		return err
 	}
 	fmt.Printf("soak: seed %d (replay: kha-lab soak --plane real %s --seed %d), results in %s.json\n", seed, replay, seed, base)
-	o := plane.SoakOptions{Duration: d, Seed: seed, Mode: mode, Progress: os.Stdout, Lookup: scenario.RealSpec,
+	o := plane.SoakOptions{Duration: limits.duration, Count: limits.faults, Seed: seed, Mode: mode, Progress: os.Stdout, Lookup: scenario.RealSpec,
 		Save: func(rs []report.Result) error {
 			dropPassedCases(rs)
 			return report.SaveTrials(base+".json", rs)

@@ -183,14 +183,15 @@ func runSoak(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "random seed (the same seed draws the same faults)")
 	mode := fs.String("mode", "off", "real plane only: api_fence.mode of the supervisors: off, gate or token")
 	etcdFence := fs.Bool("etcd-fence", false, "real plane only: [etcd_fence] on (etcd auth, the old master's apiserver revoked at each takeover)")
+	faults := fs.Int("faults", 0, "real plane only: stop after this many faults, or when --duration is over if that comes first (0: no count)")
 	if _, err := parse("soak", args, &fs); err != nil {
 		return err
 	}
 	if f.plane == lab.PlaneReal {
-		return runRealSoak(ctx, f, *d, *seed, *mode, *etcdFence)
+		return runRealSoak(ctx, f, realSoakLimits{*d, *faults}, *seed, *mode, *etcdFence)
 	}
-	if *etcdFence {
-		fmt.Fprintln(os.Stderr, "kha-lab soak: --etcd-fence needs --plane real (the stand-in plane has no apiservers)")
+	if *etcdFence || *faults != 0 {
+		fmt.Fprintln(os.Stderr, "kha-lab soak: --etcd-fence and --faults need --plane real (the stand-in plane has no apiservers and counts no faults)")
 		return errUsage
 	}
 	l, env, err := openEnv(ctx, &f)

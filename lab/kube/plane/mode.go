@@ -48,6 +48,12 @@ func (m Mode) key() string {
 // KhaMode runs the components under kha-supervisor with profile p.
 func KhaMode(p lab.Profile) Mode { return Mode{Name: "kha-" + p.Name, Profile: p} }
 
+// WithEtcdFence is m with [etcd_fence] on, its name marked "-etcd".
+func WithEtcdFence(m Mode) Mode {
+	m.Name, m.EtcdFence = m.Name+"-etcd", true
+	return m
+}
+
 // Modes of the side-by-side, by name.
 var Modes = map[string]Mode{
 	"kha-fast":          KhaMode(lab.Fast),
@@ -61,13 +67,9 @@ var Modes = map[string]Mode{
 		m.Name, m.PolicyOnly = m.Name+"-policy", true
 		return m
 	}(),
-	"kha-fast-etcd": func() Mode {
-		m := KhaMode(lab.Fast)
-		m.Name, m.EtcdFence = m.Name+"-etcd", true
-		return m
-	}(),
-	"le-defaults": {Name: "le-defaults", LeaderElect: true},
-	"le-tuned":    {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
+	"kha-fast-etcd": WithEtcdFence(KhaMode(lab.Fast)),
+	"le-defaults":   {Name: "le-defaults", LeaderElect: true},
+	"le-tuned":      {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
 }
 
 // ParseModes parses a comma list of mode names.

@@ -42,7 +42,11 @@ var SoakSecond = []int{45, 47, 68}
 
 // SoakOptions are one soak's knobs.
 type SoakOptions struct {
+	// The soak ends when Duration is over or Count faults have run,
+	// whichever comes first (the fault running then finishes); 0: no such
+	// limit, but one of them must be set.
 	Duration time.Duration
+	Count    int
 	Seed     uint64
 	Mode     Mode
 	// Faults and Second default to SoakFaults and SoakSecond.
@@ -127,20 +131,26 @@ func CheckSoak(o SoakOptions) error {
 	if o.Mode.LeaderElect {
 		return fmt.Errorf("soak: mode %s runs no kha-supervisor: the soak judges kha-supervisor's modes", o.Mode.Name)
 	}
+	if o.Duration < 0 || o.Count < 0 || o.Duration == 0 && o.Count == 0 {
+		return fmt.Errorf("soak: duration %s and count %d: want one of them > 0 and neither < 0", o.Duration, o.Count)
+	}
 	return nil
 }
 
-// Soak runs faults until o.Duration is over (the fault running then
-// finishes); it returns every fault's result, in order.
+// Soak runs faults until o.Duration is over or o.Count have run (the
+// fault running then finishes); it returns every fault's result, in order.
 func (r *Runner) Soak(ctx context.Context, o SoakOptions) ([]report.Result, error) {
 	o = o.withDefaults()
 	if err := CheckSoak(o); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(o.Progress, "soak: seed %d, mode %s, %s\n", o.Seed, o.Mode.Name, o.Duration)
+	fmt.Fprintf(o.Progress, "soak: seed %d, mode %s, %s\n", o.Seed, o.Mode.Name, o.limits())
 	deadline := time.Now().Add(o.Duration)
+	more := func(i int) bool {
+		return (o.Duration == 0 || time.Now().Before(deadline)) && (o.Count == 0 || i <= o.Count)
+	}
 	var results []report.Result
-	for i := 1; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+	for i := 1; more(i) && ctx.Err() == nil; i++ {
 		d := SoakDraws(o, i)[i-1]
 		res := r.Run(ctx, d.spec(o.Lookup), o.Mode, i)
 		results = append(results, res)
@@ -152,6 +162,16 @@ func (r *Runner) Soak(ctx context.Context, o SoakOptions) ([]report.Result, erro
 		}
 	}
 	return results, ctx.Err()
+}
+
+func (o SoakOptions) limits() string {
+	switch {
+	case o.Count == 0:
+		return o.Duration.String()
+	case o.Duration == 0:
+		return fmt.Sprintf("%d faults", o.Count)
+	}
+	return fmt.Sprintf("%s or %d faults", o.Duration, o.Count)
 }
 
 // spec composes the draw into one Spec of Run's: the first fault, the

@@ -102,8 +102,17 @@ func TestCheckSoakRefuses(t *testing.T) {
 	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["le-tuned"], Lookup: lookup}); err == nil || !strings.Contains(err.Error(), "le-tuned") {
 		t.Errorf("a leader-election mode: %v, want it refused by name", err)
 	}
-	if err := CheckSoak(SoakOptions{Faults: []int{902}, Second: []int{902}, Mode: Modes["kha-fast"], Lookup: lookup}); err != nil {
-		t.Errorf("a fitting soak refused: %v", err)
+	for _, o := range []SoakOptions{{}, {Duration: -time.Minute, Count: 3}, {Duration: time.Minute, Count: -1}} {
+		o.Faults, o.Second, o.Mode, o.Lookup = []int{902}, []int{902}, Modes["kha-fast"], lookup
+		if err := CheckSoak(o); err == nil || !strings.Contains(err.Error(), "count") {
+			t.Errorf("duration %s, count %d: %v, want both limits named", o.Duration, o.Count, err)
+		}
+	}
+	for _, o := range []SoakOptions{{Duration: time.Minute}, {Count: 3}, {Duration: time.Minute, Count: 3}} {
+		o.Faults, o.Second, o.Mode, o.Lookup = []int{902}, []int{902}, Modes["kha-fast"], lookup
+		if err := CheckSoak(o); err != nil {
+			t.Errorf("a fitting soak (%s) refused: %v", o.limits(), err)
+		}
 	}
 }
 
