@@ -73,11 +73,48 @@ func (uc *UnitCheck) supervisor(cfg config.Config, r systemd.UnitReader) error {
 			unit, span(st.Watchdog), st.From, w.Span(w.TTL), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), renew,
 			watchdogFix(cfg, w, renew, st.WatchdogFile))
 	}
+	uc.stall(cfg, st)
 	uc.note("%s: WatchdogSec=%s (%s): fence window %s, ok", unit, span(st.Watchdog), st.From, w.Span(w.TTL))
 	if st.Watchdog != want {
 		uc.note("%s: WatchdogSec differs from profile %q's %s; kha-supervisor install-dropins writes the profile's", unit, cfg.Profile, dropin.Seconds(want))
 	}
 	return nil
+}
+
+// stall warns about an installed WatchdogSec under which the fence window
+// no longer outlasts the renewal gap of a stock etcd leader election, the
+// relation the configuration's own check (config's checkStall) enforces
+// under the profile's watchdog: a drop-in of an older version or profile, or
+// none at all (the packaged unit's 2 s), can leave a longer one. A warning,
+// not a refusal: the window still proves the fence (Validate above), an
+// etcd leader stall merely fails over, and a package upgrade must not turn a
+// running leader into one that refuses to start.
+func (uc *UnitCheck) stall(cfg config.Config, st systemd.ServiceTimes) {
+	s := cfg.StallUnder(st.Watchdog)
+	if !s.Short() {
+		return
+	}
+	msg := fmt.Sprintf("%s: WatchdogSec=%s (%s) gives fence window %s, not longer than the %s without a renewal an etcd leader election takes (profile %q assumes WatchdogSec=%s): a stall of the etcd leader will fence the leader and fail over",
+		dropin.SupervisorUnit, span(st.Watchdog), st.From, s.Window, s.Gap, cfg.Profile, dropin.Seconds(cfg.SelectedProfile().Watchdog))
+	if !cfg.Lease.AcceptShortWindow {
+		msg += ". Fix: " + stallFix(cfg, st)
+	}
+	uc.Warnings = append(uc.Warnings, msg)
+}
+
+// stallFix names what gives back the profile's watchdog: install-dropins,
+// or removing the administrator's setting first.
+func stallFix(cfg config.Config, st systemd.ServiceTimes) string {
+	if file := st.WatchdogFile; !writtenByUs(file) {
+		return fmt.Sprintf("remove WatchdogSec= from %s, then kha-supervisor install-dropins", file)
+	}
+	return fmt.Sprintf("kha-supervisor install-dropins (profile %q writes WatchdogSec=%s)", cfg.Profile, dropin.Seconds(cfg.SelectedProfile().Watchdog))
+}
+
+// writtenByUs: a setting from file (none known, the packaged unit or
+// install-dropins' drop-in) is one install-dropins replaces.
+func writtenByUs(file string) bool {
+	return file == "" || filepath.Base(file) == dropin.FileName || filepath.Base(file) == dropin.SupervisorUnit
 }
 
 func (uc *UnitCheck) managed(cfg config.Config, r systemd.UnitReader, unit string) error {
@@ -108,7 +145,7 @@ func watchdogFix(cfg config.Config, w fencing.Window, renew time.Duration, file 
 	profileFits := w.Validate(renew) == nil
 	w.Watchdog = 0
 	most := w.Span(w.TTL) - 2*renew + w.Slack
-	ours := file == "" || filepath.Base(file) == dropin.FileName || filepath.Base(file) == dropin.SupervisorUnit
+	ours := writtenByUs(file)
 	switch {
 	case profileFits && ours:
 		return fmt.Sprintf("kha-supervisor install-dropins (profile %q writes WatchdogSec=%s)", cfg.Profile, dropin.Seconds(want))

@@ -95,3 +95,31 @@ func TestInstalledAndRunningChecksAgreeOnTimeoutStop(t *testing.T) {
 		}
 	}
 }
+
+// The installed WatchdogSec, not only the profile's, must leave a fence
+// window that outlasts a stock etcd leader election: fast-kill's window
+// under a WatchdogSec=2s (the packaged unit's, install-dropins never run)
+// still passes the two-renewal rule (1.66 s > 0.5 s) but fences a healthy
+// leader at the first stall of the etcd leader (G = 2.6 s). A warning with
+// the fix, not a refusal: an upgrade must not stop a running leader.
+func TestInstalledWatchdogMustOutlastAnEtcdElection(t *testing.T) {
+	load := func(text string) config.Config {
+		c, err := config.Load(configFile(t, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cfg := load("node = \"m1\"\nprofile = \"fast-kill\"\n")
+	units := func(wd time.Duration) fixedUnits {
+		return fixedUnits{Found: true, Watchdog: wd, TimeoutStop: cfg.Units.StopTimeout, From: "test"}
+	}
+	if uc := CheckInstalled(cfg, units(cfg.SelectedProfile().Watchdog)); uc.Refusal != nil || len(uc.Warnings) > 0 {
+		t.Fatalf("the profile's own WatchdogSec: refusal %v, warnings %q", uc.Refusal, uc.Warnings)
+	}
+	uc := CheckInstalled(cfg, units(2*time.Second))
+	w := strings.Join(uc.Warnings, "\n")
+	if uc.Refusal != nil || !strings.Contains(w, "WatchdogSec=2s") || !strings.Contains(w, "etcd leader election") || !strings.Contains(w, "install-dropins") {
+		t.Fatalf("fast-kill under WatchdogSec=2s: refusal %v, warnings %q: want a warning naming the watchdog, the etcd election and the fix", uc.Refusal, uc.Warnings)
+	}
+}

@@ -16,7 +16,7 @@ const electionRounds = 100 * time.Millisecond
 // election causes, the one stall every profile promises to ride through
 // (docs/configuration.md: X > G).
 type Stall struct {
-	Watchdog time.Duration // the profile's WatchdogSec, which install-dropins writes
+	Watchdog time.Duration // WatchdogSec: the profile's (install-dropins writes it) or the installed one
 	Election time.Duration // the etcd election timeout the profile assumes
 	Window   time.Duration // X = TTL*(1-rho) - S_max - max(slack, Watchdog)
 	Gap      time.Duration // G = 2*renew_interval + 2*Election + electionRounds
@@ -25,11 +25,15 @@ type Stall struct {
 
 // Stall computes the fence window under the profile's watchdog and the
 // etcd leader election gap it must outlast.
-func (c Config) Stall() Stall {
+func (c Config) Stall() Stall { return c.StallUnder(c.SelectedProfile().Watchdog) }
+
+// StallUnder is Stall under the given WatchdogSec (the one installed, which
+// an older drop-in may have left other than the profile's).
+func (c Config) StallUnder(watchdog time.Duration) Stall {
 	p := c.SelectedProfile()
 	w := c.Window()
-	w.Watchdog = p.Watchdog
-	s := Stall{Watchdog: p.Watchdog, Election: p.ElectionTimeout, Window: w.Span(w.TTL)}
+	w.Watchdog = watchdog
+	s := Stall{Watchdog: watchdog, Election: p.ElectionTimeout, Window: w.Span(w.TTL)}
 	s.Gap = 2*c.Lease.RenewInterval + 2*p.ElectionTimeout + electionRounds
 	need := (s.Gap + w.StopMax + w.Margin()).Seconds() / (1 - w.ClockRate)
 	s.MinTTL = time.Duration(math.Floor(need)+1) * time.Second
