@@ -81,22 +81,23 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	return nil, false
 }
 
-func (s *Supervisor) promoteWork(token int64, prev holderMark) work[struct{}] {
-	return work[struct{}]{kind: jobPromote, run: noResult(s.promoteJob(token, prev)), done: s.promoteDone}
+func (s *Supervisor) promoteWork(token int64, prev holderMark) work[*promotionSteps] {
+	return work[*promotionSteps]{kind: jobPromote, run: s.promoteJob(token, prev), done: s.promoteDone}
 }
 
 // promoteDone: units started (Promoting -> Active), or the promotion is
 // undone (Promoting -> Demoting).
-func (s *Supervisor) promoteDone(bg context.Context, o outcome[struct{}]) (error, bool) {
+func (s *Supervisor) promoteDone(bg context.Context, o outcome[*promotionSteps]) (error, bool) {
 	switch {
 	case s.loop.state != group.Promoting:
 		// cancelled by a demotion already under way
 	case s.loop.shutting:
 		s.demote(bg, "shutdown", "shutdown requested", 0)
 	case o.err != nil:
+		s.log.Info("promotion steps", "steps", o.val.String())
 		s.demote(bg, "promotion_failed", "promotion failed: "+o.err.Error(), s.cfg.Units.Cooldown)
 	default:
-		s.transition(group.Active, "units_started", "units started")
+		s.transition(group.Active, "units_started", unitsStartedReason(o.val))
 		if h := s.seen.ctl.Handoff; h != nil && h.Token != s.term.token {
 			go s.clearHandoff(bg, h.ID)
 		}

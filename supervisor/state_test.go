@@ -83,9 +83,9 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 		}, group.Standby},
 		{"elected", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.acquireDone(bg, won) }, group.Promoting},
 		{"left from standby", group.Standby, func(_ *testing.T, s *Supervisor, bg context.Context) { s.leaveDone(bg, outcome[struct{}]{}) }, group.Stopped},
-		{"units started", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.promoteDone(bg, outcome[struct{}]{}) }, group.Active},
+		{"units started", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { s.promoteDone(bg, outcome[*promotionSteps]{}) }, group.Active},
 		{"promotion failed", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) {
-			s.promoteDone(bg, outcome[struct{}]{err: errors.New("barrier")})
+			s.promoteDone(bg, outcome[*promotionSteps]{err: errors.New("barrier")})
 		}, group.Demoting},
 		{"fenced while promoting", group.Promoting, func(_ *testing.T, s *Supervisor, bg context.Context) { _ = s.fence(bg, "deadline", "test") }, group.Fencing},
 		{"banned", group.Active, func(_ *testing.T, s *Supervisor, bg context.Context) {

@@ -70,6 +70,7 @@ type timeline struct {
 	oldStopped  time.Time   // old leader's units confirmed stopped
 	leaseWon    time.Time   // new leader won the election key
 	unitsActive time.Time   // new leader's units confirmed active
+	steps       string      // the new leader's promotion steps, from win to start ("barrier 12ms, ...")
 	health      drillHealth // with [health] probes: the new units healthy (drillhealth.go)
 
 	handover apiHandover // apifencedrill.go: the token handover (token mode)
@@ -116,9 +117,22 @@ func (t timeline) print(w io.Writer) {
 	fmt.Fprintf(w, "  %s  %s: lease won\n", at(t.leaseWon), t.newNode)
 	t.handover.print(w, at, t.newNode)
 	fmt.Fprintf(w, "  %s  %s: new units active\n", at(t.unitsActive), t.newNode)
+	if t.steps != "" {
+		fmt.Fprintf(w, "  %15s  %s: promotion steps: %s\n", "", t.newNode, t.steps)
+	}
 	if len(t.health.probed) > 0 {
 		fmt.Fprintf(w, "  %s  %s: new units healthy\n", at(t.health.healthy), t.newNode)
 	}
+}
+
+// promotionSteps is the step list of a units_started event's reason,
+// "units started (barrier 12ms, ...)"; "" for an older daemon's reason.
+func promotionSteps(reason string) string {
+	inner, ok := strings.CutPrefix(reason, "units started (")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSuffix(inner, ")")
 }
 
 // fill reads the history after the request and finds the three events.
@@ -140,6 +154,7 @@ func (s *session) fill(e env, t *timeline, stoppedTo group.State) {
 					t.leaseWon = ev.At
 				case ev.Node == t.newNode && ev.To == group.Active && t.unitsActive.IsZero():
 					t.unitsActive = ev.At
+					t.steps = promotionSteps(ev.Reason)
 				}
 			}
 		}

@@ -45,3 +45,20 @@ func TestAllHealthy(t *testing.T) {
 		t.Fatal("allHealthy")
 	}
 }
+
+// The timeline shows the new leader's promotion steps, read from its
+// units_started event; an older daemon's event has none and prints none.
+func TestDrillTimelineShowsThePromotionSteps(t *testing.T) {
+	t0 := time.Now()
+	tl := timeline{requested: t0, oldNode: "m1", newNode: "m2", oldStopped: t0.Add(time.Second),
+		leaseWon: t0.Add(2 * time.Second), unitsActive: t0.Add(3 * time.Second),
+		steps: promotionSteps("units started (replay 1ms, barrier 12ms, start 310ms)")}
+	var b bytes.Buffer
+	tl.print(&b)
+	if !strings.Contains(b.String(), "m2: promotion steps: replay 1ms, barrier 12ms, start 310ms\n") {
+		t.Fatalf("timeline:\n%s", b.String())
+	}
+	if got := promotionSteps("units started"); got != "" {
+		t.Errorf("an older daemon's reason: %q, want no steps", got)
+	}
+}
