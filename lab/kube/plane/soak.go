@@ -40,6 +40,17 @@ var SoakFaults = []int{40, 41, 42, 43, 44, 45, 46, 47, 49, 51, 56, 60, 65, 66, 6
 // them) and heal on their own terms.
 var SoakSecond = []int{45, 47, 68}
 
+// soakNoQuorum are the pairs a soak never composes, because together they
+// leave etcd without a quorum: the minority partition (46) cuts a follower
+// off, and killing (45) or stalling (68) the raft leader, which is on the
+// other side, leaves one member; the kill and the stall of two leaders in
+// turn (45 and 68) leave one too. No supervisor can act without a quorum,
+// and a fault the soak holds until the service is back would never heal
+// (seed 2401's fault #58, 3 December: 46 + 45 held to the 90 s bound, the
+// service back 13 s after the heal). Losing the quorum is a fault of its
+// own (stand-in scenario 7), not one to draw by accident.
+var soakNoQuorum = map[[2]int]bool{{46, 45}: true, {46, 68}: true, {45, 68}: true, {68, 45}: true}
+
 // SoakOptions are one soak's knobs.
 type SoakOptions struct {
 	// The soak ends when Duration is over or Count faults have run,
@@ -86,7 +97,7 @@ func SoakDraws(o SoakOptions, n int) []SoakDraw {
 		d := SoakDraw{First: o.Faults[rng.IntN(len(o.Faults))]}
 		d.Hold = time.Duration(rng.Int64N(int64(o.MaxHold)/int64(time.Second)+1)) * time.Second
 		if rng.IntN(o.OverlapEvery) == 0 {
-			second := slices.DeleteFunc(slices.Clone(o.Second), func(id int) bool { return id == d.First })
+			second := slices.DeleteFunc(slices.Clone(o.Second), func(id int) bool { return id == d.First || soakNoQuorum[[2]int{d.First, id}] })
 			if len(second) > 0 {
 				d.Second = second[rng.IntN(len(second))]
 				d.Offset = time.Duration(rng.Int64N(3000)) * time.Millisecond

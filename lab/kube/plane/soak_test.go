@@ -50,6 +50,29 @@ func TestSoakDrawsReplayFromTheSeed(t *testing.T) {
 	}
 }
 
+// No draw puts a second fault on a first that together leave etcd without a
+// quorum (soakNoQuorum): seed 2401 drew 46 + 45 and held it to the bound.
+func TestSoakNeverDrawsAQuorumLoss(t *testing.T) {
+	pairs := 0
+	for seed := uint64(1); seed <= 50; seed++ {
+		for _, d := range SoakDraws(SoakOptions{Seed: seed}, 200) {
+			if d.Second == 0 {
+				continue
+			}
+			pairs++
+			if soakNoQuorum[[2]int{d.First, d.Second}] {
+				t.Fatalf("seed %d drew %d + %d: no etcd quorum left", seed, d.First, d.Second)
+			}
+		}
+	}
+	if pairs < 1000 {
+		t.Errorf("%d pairs in 10000 draws, want about 2000", pairs)
+	}
+	if !soakNoQuorum[[2]int{46, 45}] || !soakNoQuorum[[2]int{46, 68}] {
+		t.Error("the minority partition with the raft leader killed or stalled must be excluded")
+	}
+}
+
 func TestSoakComposesTwoFaults(t *testing.T) {
 	var log []string
 	fault := func(id int) Spec {
