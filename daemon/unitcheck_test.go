@@ -22,6 +22,16 @@ func configFile(t *testing.T, content string) string {
 	return p
 }
 
+// loadConfig loads text as a configuration file.
+func loadConfig(t *testing.T, text string) config.Config {
+	t.Helper()
+	c, err := config.Load(configFile(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // tight is the documented fast settings (see cmd/kha-supervisor's
 // documentedFast): the profile's watchdog does not fit them.
 const tight = `node = "m1"
@@ -39,15 +49,8 @@ kill_grace = "500ms"
 // The fix named depends on where the refused watchdog comes from and on
 // whether the profile's own fits.
 func TestWatchdogFix(t *testing.T) {
-	load := func(text string) config.Config {
-		c, err := config.Load(configFile(t, text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	fast := load("node = \"m1\"\nprofile = \"fast\"\n")
-	tightCfg := load(tight)
+	fast := loadConfig(t, "node = \"m1\"\nprofile = \"fast\"\n")
+	tightCfg := loadConfig(t, tight)
 	for _, tc := range []struct {
 		name string
 		cfg  config.Config
@@ -103,14 +106,7 @@ func TestInstalledAndRunningChecksAgreeOnTimeoutStop(t *testing.T) {
 // leader at the first stall of the etcd leader (G = 2.6 s). A warning with
 // the fix, not a refusal: an upgrade must not stop a running leader.
 func TestInstalledWatchdogMustOutlastAnEtcdElection(t *testing.T) {
-	load := func(text string) config.Config {
-		c, err := config.Load(configFile(t, text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	cfg := load("node = \"m1\"\nprofile = \"fast-kill\"\n")
+	cfg := loadConfig(t, "node = \"m1\"\nprofile = \"fast-kill\"\n")
 	units := func(wd time.Duration) fixedUnits {
 		return fixedUnits{Found: true, Watchdog: wd, TimeoutStop: cfg.Units.StopTimeout, From: "test"}
 	}
