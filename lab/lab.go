@@ -171,6 +171,9 @@ func (l *Lab) pkiDir() string    { return l.path("pki") }
 // Up builds whatever is missing and leaves what runs alone.
 func (l *Lab) Up(ctx context.Context) error {
 	start := time.Now()
+	if err := checkHostPath(); err != nil {
+		return err
+	}
 	if _, err := nspawn.CleanupStale(l.cfg.Prefix + "-"); err != nil {
 		return fmt.Errorf("lab: clean up stale containers: %w", err)
 	}
