@@ -2,9 +2,6 @@ package report
 
 import (
 	"bytes"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,39 +11,35 @@ var t0 = time.Date(2026, 11, 29, 17, 0, 0, 0, time.UTC)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-// legacyOperatorReport is an operator run as reports were saved before the
-// typed figures: the figures the doc quotes only in the notes.
-func legacyOperatorReport() *Report {
-	return &Report{Kind: "operator", Started: t0, Ended: at(60000), Profile: Timing{Name: "fast", TTL: "4s"}, Results: []Result{
+// operatorReport is an operator run with its figures typed, as Save
+// writes them, and the notes the scenarios wrote beside them.
+func operatorReport() *Report {
+	drillHandoff := Drill{Args: "handoff --expect-within 10s", Exit: 7, Output: []string{"drill handoff: m1 -> m2", "FAIL: m2 won the lease before m1's units were recorded stopped"},
+		Witness: "m1's units last beat +0.182s, m2's first +0.575s after the command (in order)"}
+	drillTight := Drill{Args: "failover --expect-within 100ms", Exit: 7, WantExit: 7, Output: []string{"as it should"}}
+	drillFailover := Drill{Args: "failover --expect-within 30s", Output: []string{"drill failover: m1 -> m2", "+0.000s  request", "+3.959s  m2: lease won"},
+		Witness: "m1's units last beat +0.050s, m2's first +4.100s after the command (in order)"}
+	failed := PromotionFailedNote + "m1 at 17:05:02.486: demoted: promotion failed: start ...; it sat out its cooldown (10s)"
+	return &Report{Schema: Schema, Kind: "operator", Started: t0, Ended: at(60000), Profile: Timing{Name: "fast", TTL: "4s"}, Results: []Result{
 		{ID: 16, Name: "handoff-latency", Pass: true, StandIn: StandIn{Metrics: map[string]float64{"handoff": 612, "handoff_min": 504, "handoff_max": 969, "supervisor": 260}},
-			Notes: []string{legacyHandoffNote + "969 (322 + 647, old units' stop 100), 612 (560 + 52, old units' stop 120), 504 (230 + 274, old units' stop -1)"}},
+			Figures: Figures{Handoffs: []Handoff{{Total: 969, Supervisor: 322, UnitStart: 647, UnitStop: 100}, {Total: 612, Supervisor: 560, UnitStart: 52, UnitStop: 120}, {Total: 504, Supervisor: 230, UnitStart: 274, UnitStop: -1}}},
+			Notes:   []string{"handoffs: 969, 612, 504 ms"}},
 		{ID: 17, Name: "freeze", Repeat: 2, Pass: true, StandIn: StandIn{Metrics: map[string]float64{MStopped: 4321}},
-			Notes: []string{PromotionFailedNote + "m1 at 17:05:02.486: demoted: promotion failed: start ...; it sat out its cooldown (10s)"}},
+			Figures: Figures{PromotionFailures: []string{failed}}, Notes: []string{failed}},
 		{ID: 19, Name: "drills", Repeat: 2, Pass: false, Problems: []string{"drill handoff: exit 7"}, StandIn: StandIn{Metrics: map[string]float64{}},
-			Notes: []string{"drill handoff --expect-within 10s -> exit 7: drill handoff: m1 -> m2 / FAIL: m2 won the lease before m1's units were recorded stopped",
-				"drill handoff: witness: m1's units last beat +0.182s, m2's first +0.575s after the command (in order)",
-				"drill failover --expect-within 100ms -> exit 7: as it should"}},
+			Figures: Figures{Drills: []Drill{drillHandoff, drillTight}}, Notes: []string{drillHandoff.Note(), drillTight.Note()}},
 		{ID: 19, Name: "drills", Pass: true, StandIn: StandIn{Metrics: map[string]float64{"drill_failover_won": 3959}},
-			Notes: []string{"drill failover --expect-within 30s -> exit 0: drill failover: m1 -> m2 / +0.000s  request / +3.959s  m2: lease won",
-				"drill failover: witness: m1's units last beat +0.050s, m2's first +4.100s after the command (in order)"}},
+			Figures: Figures{Drills: []Drill{drillFailover}}, Notes: []string{drillFailover.Note()}},
 		{ID: 22, Name: "package-upgrade-remove", Pass: false, Problems: []string{"guard silent"}, StandIn: StandIn{Metrics: map[string]float64{}}},
 		{ID: 1, Name: "leader-rack-isolated", Pass: true, StandIn: StandIn{Metrics: map[string]float64{"handoff": 1}}},
 	}}
 }
 
-// loadLegacy saves rep the way reports were saved before Schema 2 (no
-// schema, no figures) and loads it back.
-func loadLegacy(t *testing.T, rep *Report) *Report {
+// saveLoad saves rep as the lab does and loads it back.
+func saveLoad(t *testing.T, rep *Report) *Report {
 	t.Helper()
-	b, err := json.Marshal(rep)
+	path, err := rep.Save(t.TempDir())
 	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Contains(b, []byte(`"schema"`)) || bytes.Contains(b, []byte(`"figures"`)) {
-		t.Fatalf("the legacy report already has typed figures: %s", b)
-	}
-	path := filepath.Join(t.TempDir(), "matrix-old.json")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	reps, err := Load(path)
@@ -58,10 +51,9 @@ func loadLegacy(t *testing.T, rep *Report) *Report {
 
 var operatorIDs = []int{16, 17, 18, 19, 20, 21, 22}
 
-// A report saved before the typed figures loads with them, converted from
-// its notes (legacy.go), and the doc reads them as it read the notes.
-func TestWriteOperatorDocFromLegacyReport(t *testing.T) {
-	rep := loadLegacy(t, legacyOperatorReport())
+// The operator doc from a saved report: every figure it quotes.
+func TestWriteOperatorDoc(t *testing.T) {
+	rep := saveLoad(t, operatorReport())
 	var b bytes.Buffer
 	if err := WriteOperatorDoc(&b, OperatorDoc{Reports: []*Report{rep}, IDs: operatorIDs, HandoffRounds: 5}); err != nil {
 		t.Fatal(err)
@@ -92,19 +84,8 @@ func TestWriteOperatorDocFromLegacyReport(t *testing.T) {
 	}
 }
 
-func TestLegacyHandoffs(t *testing.T) {
-	got := legacyHandoffs(legacyHandoffNote + "969 (322 + 647, old units' stop 100), 504 (-1 + -1, old units' stop 80)")
-	want := []Handoff{{Total: 969, Supervisor: 322, UnitStart: 647, UnitStop: 100}, {Total: 504, Supervisor: -1, UnitStart: -1, UnitStop: 80}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("got %+v, want %+v", got, want)
-	}
-	if legacyHandoffs("target met in 5 of 5") != nil {
-		t.Error("another note parsed as samples")
-	}
-}
-
-// The doc reads the typed figures only: a report saved now, its notes gone,
-// gives the same doc as the legacy report its figures came from.
+// The doc reads the typed figures only: the same report with its notes
+// gone gives the same doc.
 func TestOperatorDocReadsFiguresNotNotes(t *testing.T) {
 	render := func(rep *Report) string {
 		var b bytes.Buffer
@@ -113,11 +94,11 @@ func TestOperatorDocReadsFiguresNotNotes(t *testing.T) {
 		}
 		return b.String()
 	}
-	legacy := loadLegacy(t, legacyOperatorReport())
-	want := render(legacy)
-	typed := *legacy
+	withNotes := saveLoad(t, operatorReport())
+	want := render(withNotes)
+	typed := *withNotes
 	typed.Results = nil
-	for _, res := range legacy.Results {
+	for _, res := range withNotes.Results {
 		res.Notes = nil
 		typed.Results = append(typed.Results, res)
 	}
@@ -133,7 +114,7 @@ func TestOperatorDocReadsFiguresNotNotes(t *testing.T) {
 		t.Fatalf("saved report: schema %d, scenario 16's figures %+v", reps[0].Schema, reps[0].Results[0].Figures)
 	}
 	if got := render(reps[0]); got != want {
-		t.Errorf("the doc from typed figures differs from the legacy one:\n--- legacy\n%s\n--- typed\n%s", want, got)
+		t.Errorf("the doc without the notes differs:\n--- with notes\n%s\n--- without\n%s", want, got)
 	}
 }
 

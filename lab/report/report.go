@@ -19,7 +19,7 @@ import (
 // over the whole span.
 type Report struct {
 	// Schema is the layout of the file: 0 for reports from before the
-	// typed figures (Load converts them, legacy.go), Schema otherwise.
+	// typed figures (Load refuses them), Schema otherwise.
 	Schema   int        `json:"schema,omitempty"`
 	Kind     string     `json:"kind"` // "matrix" or "soak"
 	Started  time.Time  `json:"started"`
@@ -81,8 +81,10 @@ func (rep *Report) Save(dir string) (string, error) {
 	return base + ".json", nil
 }
 
-// Load reads reports written by Save; reports from before the typed
-// figures are converted once, here (legacy.go).
+// Load reads reports written by Save. A report from before the typed
+// figures (2 December 2026, schema 0) kept what the documents quote only
+// as sentences in its notes; it is refused, naming the file: run the
+// scenarios again.
 func Load(paths ...string) ([]*Report, error) {
 	var out []*Report
 	for _, p := range paths {
@@ -95,7 +97,7 @@ func Load(paths ...string) ([]*Report, error) {
 			return nil, fmt.Errorf("report: %s: %w", p, err)
 		}
 		if r.Schema < Schema {
-			upgradeLegacy(&r)
+			return nil, fmt.Errorf("report: %s: schema %d, saved before the typed figures; this kha-lab reads schema %d: run its scenarios again", p, r.Schema, Schema)
 		}
 		out = append(out, &r)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,6 +68,18 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	}
 	if len(got) != 1 || len(got[0].Results) != 1 || got[0].Results[0].Metrics[MMargin] != 2700 {
 		t.Fatalf("loaded %+v", got)
+	}
+}
+
+// A report saved before the typed figures (no schema) is refused, naming
+// the file, not read with its figures missing.
+func TestLoadRefusesReportsBeforeTypedFigures(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "matrix-old.json")
+	if err := os.WriteFile(path, []byte(`{"kind":"matrix","results":[{"id":9,"notes":["guard said: no"]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "schema 0") {
+		t.Fatalf("Load of a schema-0 report: err = %v, want a refusal naming the file and its schema", err)
 	}
 }
 
