@@ -57,7 +57,11 @@ type Config struct {
 	// Etcd is the etcd timing by name (stock or tuned); empty: what the
 	// running lab was brought up with, stock for a new one.
 	Etcd string
-	Log  *slog.Logger
+	// EtcdLayout is where the members live (LayoutSeparate or
+	// LayoutStacked, etcdlayout.go); empty: the running lab's, separate for
+	// a new one.
+	EtcdLayout string
+	Log        *slog.Logger
 }
 
 // Lab is one lab instance. Its methods may be used from short-lived CLI
@@ -68,7 +72,9 @@ type Lab struct {
 	Etcd *etcd.Cluster
 	// EtcdTiming is the raft timing of the members.
 	EtcdTiming EtcdTiming
-	log        *slog.Logger
+	// layout is where the members live (etcdlayout.go).
+	layout string
+	log    *slog.Logger
 	// plane, when set, is the real control plane (realplane.go).
 	plane RealPlane
 	// configEdit, when set, changes every supervisor's configuration
@@ -118,6 +124,12 @@ func New(cfg Config) (*Lab, error) {
 		return nil, err
 	}
 	l.EtcdTiming = et
+	if l.layout, err = l.resolveEtcdLayout(cfg.EtcdLayout); err != nil {
+		return nil, err
+	}
+	if l.layout == LayoutStacked {
+		stack(l.Topo)
+	}
 	l.Etcd = &etcd.Cluster{
 		Topo:     l.Topo,
 		Members:  EtcdNames,
@@ -199,6 +211,9 @@ func (l *Lab) Up(ctx context.Context) error {
 	if err := l.savePlane(); err != nil { // real plane (realplane.go)
 		return err
 	}
+	if err := l.saveEtcdLayout(); err != nil {
+		return err
+	}
 	if err := l.installBinaries(); err != nil {
 		return err
 	}
@@ -235,7 +250,7 @@ func (l *Lab) Up(ctx context.Context) error {
 			return err
 		}
 	}
-	l.log.Info("lab is up", "etcd", l.EtcdTiming.String(), "prefix", l.cfg.Prefix, "state", l.cfg.StateDir, "took", time.Since(start).Round(time.Millisecond))
+	l.log.Info("lab is up", "etcd", l.EtcdTiming.String(), "etcd_layout", l.layout, "prefix", l.cfg.Prefix, "state", l.cfg.StateDir, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -88,7 +88,7 @@ func usage(w io.Writer) {
 // labFlags are the options every lab command shares.
 type labFlags struct {
 	prefix, state, supervisor, deb, packaging, profile, etcd string
-	plane                                                    string // plane.go
+	etcdLayout, plane                                        string // plane.go
 }
 
 func (f *labFlags) register(fs *flag.FlagSet) {
@@ -99,6 +99,7 @@ func (f *labFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.packaging, "packaging", "packaging", "the source tree's packaging directory (without --deb)")
 	fs.StringVar(&f.profile, "profile", "", "timing profile: fast (TTL 6s), fast-kill (TTL 4s, units killed at once) or default (TTL 10s); default: what up chose, else fast")
 	fs.StringVar(&f.etcd, "etcd", "", "etcd raft timing: stock (100 ms heartbeat, 1 s election; the default for up) or tuned (50/500 ms); later commands use what up chose")
+	fs.StringVar(&f.etcdLayout, "etcd-layout", "", "where the etcd members live: separate (their own rack; the default for up) or stacked (real plane: e1 in m1's rack and e2 in m2's, each its apiserver's only member, e3 alone); later commands use what up chose")
 	fs.StringVar(&f.plane, "plane", "", "control plane: witness (stand-ins) or real (kube-apiserver, kube-scheduler, kube-controller-manager); default: what the lab was brought up with, else witness")
 }
 
@@ -113,6 +114,7 @@ func (f *labFlags) open() (*lab.Lab, error) {
 	l, err := lab.New(lab.Config{
 		Prefix: f.prefix, StateDir: f.state, Supervisor: f.supervisor,
 		Deb: f.deb, Packaging: f.packaging, Profile: p, Etcd: f.etcd,
+		EtcdLayout: f.etcdLayout,
 	})
 	if err != nil {
 		return nil, err

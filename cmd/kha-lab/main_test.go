@@ -4,7 +4,11 @@ import (
 	"errors"
 	"flag"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/kha-supervisor/kha-supervisor/lab"
+	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 )
 
 func TestParseInterspersedFlags(t *testing.T) {
@@ -46,5 +50,24 @@ func TestSoakRefusesBadLimits(t *testing.T) {
 		if err := runSoak(t.Context(), args); !errors.Is(err, errUsage) {
 			t.Errorf("kha-lab soak %v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// A scenario whose fault is defined in the other etcd layout is a usage
+// error naming it, before anything runs (run, sidebyside and soak).
+func TestRunRefusesScenariosOfAnotherLayout(t *testing.T) {
+	if err := layoutFits(lab.LayoutSeparate, []int{40, 41, 66}); err != nil {
+		t.Fatalf("separate lab, scenarios 40 41 66: %v", err)
+	}
+	if err := layoutFits(lab.LayoutStacked, []int{40, 60, 72, 73}); err != nil {
+		t.Fatalf("stacked lab, scenarios 40 60 72 73: %v", err)
+	}
+	if err := layoutFits(lab.LayoutSeparate, []int{40, 72}); err == nil || !strings.Contains(err.Error(), "72 (stacked)") {
+		t.Fatalf("separate lab, scenario 72: err = %v, want one naming 72 and its layout", err)
+	}
+	// The soak's catalogue cuts masters from "the etcd rack" (41, 46):
+	// not on a stacked lab.
+	if err := layoutFits(lab.LayoutStacked, plane.SoakFaults); err == nil || !strings.Contains(err.Error(), "46 (separate)") {
+		t.Fatalf("stacked lab, the soak's faults: err = %v, want one naming 46", err)
 	}
 }

@@ -69,6 +69,10 @@ func runRealSoak(ctx context.Context, f labFlags, limits realSoakLimits, seed ui
 	if err != nil {
 		return err
 	}
+	if err := layoutFits(r.P.Lab.EtcdLayout(), plane.SoakFaults); err != nil {
+		fmt.Fprintf(os.Stderr, "kha-lab soak: the soak's faults: %v\n", err)
+		return errUsage
+	}
 	stamp := time.Now().UTC().Format("20060102T150405")
 	base := filepath.Join(dir, fmt.Sprintf("soak-%s-%s-seed%d", stamp, modeName, seed))
 	cases := base + "-cases"

@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("run", "run scenarios: run all (1-15) | run operator (16-22) | run issues (23-36) | run 1 4 5 [--repeat N]; real plane: run [--modes kha-fast,le-tuned] real | 40 41 (the lab up with --plane real)", runRun)
+	register("run", "run scenarios: run all (1-15) | run operator (16-22) | run issues (23-36) | run 1 4 5 [--repeat N]; real plane: run [--modes kha-fast,le-tuned] real | stacked | 40 41 (the lab up with --plane real; stacked: with --etcd-layout stacked too)", runRun)
 	register("report", "print the Markdown report of saved runs (default: every matrix run; --latest)", runReport)
 	register("soak", "random faults back to back: soak --duration 30m --seed 1 (real plane: soak --plane real --mode off|gate|token)", runSoak)
 	register("list", "list the scenarios", runList)
@@ -36,6 +36,9 @@ func parseIDs(args []string) ([]int, error) {
 	}
 	if len(args) == 1 && args[0] == "real" {
 		return scenario.RealIDs(), nil
+	}
+	if len(args) == 1 && args[0] == "stacked" {
+		return scenario.StackedIDs(), nil
 	}
 	if len(args) == 1 && args[0] == "all" {
 		var ids []int

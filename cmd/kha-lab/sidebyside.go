@@ -44,6 +44,21 @@ func runSideBySide(ctx context.Context, args []string) error {
 	return runReal(ctx, f, *modes, *repeat, ids)
 }
 
+// layoutFits refuses scenarios whose fault is defined in another etcd
+// layout than the lab's (plane.Spec.Layout).
+func layoutFits(have string, ids []int) error {
+	var wrong []string
+	for _, id := range ids {
+		if s, _ := scenario.RealSpec(id); s.Layout != "" && s.Layout != have {
+			wrong = append(wrong, fmt.Sprintf("%d (%s)", id, s.Layout))
+		}
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("the lab's etcd layout is %s; scenarios %s need another (kha-lab down, then kha-lab up --plane real --etcd-layout LAYOUT)", have, strings.Join(wrong, ", "))
+	}
+	return nil
+}
+
 const modesUsage = "real plane: comma list of modes: kha-fast, kha-fast-kill, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s), le-L-R-P (seconds), the fenced kha-*-gate, kha-*-token, and kha-fast-etcd (etcd_fence: etcd auth on, the old master's apiserver revoked at each takeover)"
 
 // runReal runs real-plane scenarios ids in every mode of modes, repeat
@@ -63,6 +78,10 @@ func runReal(ctx context.Context, f labFlags, modes string, repeat int, ids []in
 	r, dir, err := openRunner(ctx, f)
 	if err != nil {
 		return err
+	}
+	if err := layoutFits(r.P.Lab.EtcdLayout(), ids); err != nil {
+		fmt.Fprintf(os.Stderr, "kha-lab run: %v\n", err)
+		return errUsage
 	}
 	stamp := time.Now().UTC().Format("20060102T150405")
 	// Saved after every trial: an interrupted run keeps what it measured.

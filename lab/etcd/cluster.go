@@ -105,6 +105,12 @@ func (c *Cluster) Running(m string) bool {
 	return ok
 }
 
+// PID is member's process ID, when it runs.
+func (c *Cluster) PID(m string) (int, bool) {
+	id, ok := proc.Running(c.pidFile(m))
+	return id.PID, ok
+}
+
 // Start launches member unless it already runs. Its data directory is kept,
 // so a stopped member rejoins as itself.
 func (c *Cluster) Start(m string) error {
@@ -210,6 +216,54 @@ func (c *Cluster) clientCert(user string) (tls.Certificate, error) {
 		return tls.Certificate{}, fmt.Errorf("etcd: load %s client certificate: %w", user, err)
 	}
 	return cert, nil
+}
+
+// MoveLeader makes member to the raft leader (etcd's leadership transfer,
+// asked of the current leader) and waits until every member agrees.
+func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
+	var lead string
+	var toID uint64
+	sts := c.Statuses(ctx)
+	for _, s := range sts {
+		if s.Err == nil && s.ID == s.Leader {
+			lead = s.Member
+		}
+		if s.Err == nil && s.Member == to {
+			toID = s.ID
+		}
+	}
+	switch {
+	case lead == to:
+		return nil
+	case lead == "" || toID == 0:
+		return fmt.Errorf("etcd: move the leader to %s: %s", to, describe(sts))
+	}
+	cli, err := c.Client(c.ClientURL(lead))
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.MoveLeader(mctx, toID); err != nil {
+		return fmt.Errorf("etcd: move the leader from %s to %s: %w", lead, to, err)
+	}
+	if err := c.WaitHealthy(mctx); err != nil {
+		return err
+	}
+	if now := c.leader(ctx); now != to {
+		return fmt.Errorf("etcd: moved the leader to %s, but %q leads", to, now)
+	}
+	return nil
+}
+
+func (c *Cluster) leader(ctx context.Context) string {
+	for _, s := range c.Statuses(ctx) {
+		if s.Err == nil && s.ID == s.Leader {
+			return s.Member
+		}
+	}
+	return ""
 }
 
 // Status is one member's view, as the lab sees it.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +144,20 @@ func TestMembersQuorumAndAuth(t *testing.T) {
 	resp, err := cli.Get(gctx, "/b")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("get /b after restart = %v, %v", resp, err)
+	}
+
+	// Leadership moves where a scenario asks (the stacked layout's
+	// scenarios 72 and 73), whichever member leads now.
+	for _, to := range []string{"e2", "e3", "e3"} {
+		if err := c.MoveLeader(wctx, to); err != nil {
+			t.Fatalf("move the leader to %s: %v", to, err)
+		}
+		if got := c.leader(ctx); got != to {
+			t.Fatalf("after MoveLeader(%s) %q leads", to, got)
+		}
+	}
+	if err := c.MoveLeader(wctx, "e9"); err == nil || !strings.Contains(err.Error(), "e9") {
+		t.Fatalf("move the leader to a member that does not exist: err = %v, want one naming it", err)
 	}
 
 	// Without a client certificate the members refuse the connection.

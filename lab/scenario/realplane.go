@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 )
 
@@ -26,11 +27,20 @@ func RealPlane() []Scenario {
 	return slices.SortedFunc(slices.Values(realPlane), func(a, b Scenario) int { return cmp.Compare(a.ID, b.ID) })
 }
 
-// RealIDs are the real plane's scenarios' IDs, in order.
-func RealIDs() []int {
+// RealIDs are the IDs of the real plane's scenarios that run in the lab's
+// default etcd layout (separate), in order.
+func RealIDs() []int { return realIDs(func(l string) bool { return l != lab.LayoutStacked }) }
+
+// StackedIDs are the IDs of the scenarios made for the stacked etcd layout
+// (`kha-lab up --plane real --etcd-layout stacked`), in order.
+func StackedIDs() []int { return realIDs(func(l string) bool { return l == lab.LayoutStacked }) }
+
+func realIDs(layout func(string) bool) []int {
 	var ids []int
 	for _, s := range RealPlane() {
-		ids = append(ids, s.ID)
+		if layout(s.Real.Layout) {
+			ids = append(ids, s.ID)
+		}
 	}
 	return ids
 }

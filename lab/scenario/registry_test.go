@@ -31,4 +31,9 @@ func TestOneRegistry(t *testing.T) {
 	if ids := RealIDs(); len(ids) < 20 || !slices.IsSorted(ids) || !slices.Contains(ids, 40) {
 		t.Errorf("RealIDs() = %v: want the real plane's scenarios (40 among them), in order", ids)
 	}
+	// The stacked layout's scenarios are apart: `run real` on the default
+	// lab must not draw them, `run stacked` only them.
+	if ids := StackedIDs(); !slices.Equal(ids, []int{72, 73}) || slices.Contains(RealIDs(), 72) {
+		t.Errorf("StackedIDs() = %v, RealIDs() = %v: want 72 and 73 in the first only", ids, RealIDs())
+	}
 }

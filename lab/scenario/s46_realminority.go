@@ -14,7 +14,7 @@ import (
 // the leader still reaches a member, which has no quorum. The prober's
 // subnet reaches both sides.
 func init() {
-	registerReal(plane.Spec{ID: 46, Name: "real: minority partition",
+	registerReal(plane.Spec{ID: 46, Layout: lab.LayoutSeparate, Name: "real: minority partition",
 		Fault: "the leader's rack and one etcd follower cut from the other rack and the other two etcd members",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			topo := t.R.P.Lab.Topo

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 )
 
@@ -16,7 +17,7 @@ import (
 // win; leader election keeps renewing its Lease through the other
 // apiserver and goes on leading from the cut master.
 func init() {
-	registerReal(plane.Spec{ID: 48, Name: "real: leader cut from etcd, components through a load balancer",
+	registerReal(plane.Spec{ID: 48, Layout: lab.LayoutSeparate, Name: "real: leader cut from etcd, components through a load balancer",
 		Fault:    "as 41, with the components' kubeconfig through a local balancer to both apiservers",
 		Balanced: true,
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {

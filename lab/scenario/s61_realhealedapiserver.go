@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kha-supervisor/kha-supervisor/apifence"
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
@@ -32,7 +33,7 @@ import (
 // after the heal began; how long the new token stays refused there is
 // measured (the gate sends such refusals on to the next apiserver).
 func init() {
-	registerReal(plane.Spec{ID: 61, Name: "real: an apiserver healed after an etcd cut across a takeover, old and new token probed at it",
+	registerReal(plane.Spec{ID: 61, Layout: lab.LayoutSeparate, Name: "real: an apiserver healed after an etcd cut across a takeover, old and new token probed at it",
 		Fault:  "the leader's master cut from the etcd rack for 60 s (the other master promotes); healed, then dry-run writes with the old and the new token to its apiserver every 50 ms",
 		Inject: injectHealedAPIServer,
 		Judge:  judgeHealedAPIServer})

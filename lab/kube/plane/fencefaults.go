@@ -137,12 +137,25 @@ func (p *Plane) FreezeMaster(n *master.Node) (thaw func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// In the stacked layout the master's etcd member is a process of the
+	// same paused VM: frozen with it, so that what it holds (its
+	// apiserver's proposals, not yet forwarded to the raft leader)
+	// resumes at the thaw too.
+	member := p.Lab.StackedMember(n.Name)
 	return p.freeze(n.Name, func(procs string) (int, error) {
 		moved, err := moveNamespace(n.Leader, procs)
 		if err != nil {
 			return moved, err
 		}
 		m, err := moveAPIServer(a, procs)
+		if moved += m; err != nil || member == "" {
+			return moved, err
+		}
+		pid, ok := p.Lab.Etcd.PID(member)
+		if !ok {
+			return moved, fmt.Errorf("plane: freezer: etcd member %s is not running", member)
+		}
+		m, err = movePID("etcd member "+member, pid, procs)
 		return moved + m, err
 	})
 }
@@ -165,13 +178,19 @@ func moveAPIServer(a kube.APIServer, procs string) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("plane: freezer: no kube-apiserver running in %s", a.Dir)
 	}
-	pid := strconv.Itoa(id.PID)
+	return movePID("kube-apiserver", id.PID, procs)
+}
+
+// movePID moves process pid (what, for errors) into procs' cgroup unless
+// it is there; 1 when it moved it.
+func movePID(what string, id int, procs string) (int, error) {
+	pid := strconv.Itoa(id)
 	in, _ := os.ReadFile(procs)
 	if slices.Contains(strings.Fields(string(in)), pid) {
 		return 0, nil
 	}
 	if err := os.WriteFile(procs, []byte(pid), 0o644); err != nil {
-		return 0, fmt.Errorf("plane: freezer: move kube-apiserver %s: %w", pid, err)
+		return 0, fmt.Errorf("plane: freezer: move %s %s: %w", what, pid, err)
 	}
 	return 1, nil
 }

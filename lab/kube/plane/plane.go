@@ -128,7 +128,7 @@ func (p *Plane) APIServer(m string) (kube.APIServer, error) {
 		Binary: p.Bin.Path("kube-apiserver"),
 		Dir:    p.Dir("apiserver-" + m),
 		CA:     ca,
-		Etcd: kube.Etcd{Endpoints: p.Lab.Etcd.Endpoints(), CAFile: p.Lab.Etcd.CA.CertFile,
+		Etcd: kube.Etcd{Endpoints: p.Lab.APIServerEtcdEndpoints(m), CAFile: p.Lab.Etcd.CA.CertFile,
 			CertFile: ec.CertFile, KeyFile: ec.KeyFile, Prefix: EtcdPrefix},
 		Address:      p.Lab.Topo.Addr(m).String(),
 		Port:         APIPort,

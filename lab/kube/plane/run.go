@@ -48,6 +48,11 @@ type Spec struct {
 	// Balanced runs the trial with the components' kubeconfig through
 	// each master's local balancer (Balancer) instead of its own apiserver.
 	Balanced bool
+	// Layout, when set, is the only etcd layout the fault is defined in
+	// (lab.LayoutSeparate: it cuts a master from "the etcd rack", which
+	// holds one member when stacked; lab.LayoutStacked: it moves raft
+	// leadership in or out of the cut rack). Run refuses the other.
+	Layout string
 }
 
 // Lookup finds a registered scenario's Spec (scenario.RealSpec).

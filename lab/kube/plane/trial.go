@@ -33,6 +33,10 @@ func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) report.
 	res := report.Result{ID: s.ID, Name: s.Name, Mode: mode.Name, Repeat: repeat}
 	fail := func(f string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(f, a...)) }
 	mode.Balanced = s.Balanced
+	if have := r.P.Lab.EtcdLayout(); s.Layout != "" && s.Layout != have {
+		fail("setup: scenario %d needs the %s etcd layout; this lab has %s (kha-lab down, then kha-lab up --plane real --etcd-layout %s)", s.ID, s.Layout, have, s.Layout)
+		return res
+	}
 	if err := r.Use(ctx, mode); err != nil {
 		fail("setup: %v", err)
 		return res
