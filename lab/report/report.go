@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -104,60 +103,89 @@ func Load(paths ...string) ([]*Report, error) {
 	return out, nil
 }
 
-// Row is one scenario aggregated over repeats (and over reports).
-type Row struct {
+// Group is one scenario's results, in one mode when the results carry
+// modes (the real plane's), in the order they ran: what every table of the
+// lab aggregates (Row here, plane.Group for the real plane).
+type Group struct {
 	ID                    int
 	Name, Fault, Expected string
-	Runs, Passes          int
-	Metrics               map[string]Stat
-	OverlapMS             float64
-	Excused               int
-	Notes                 []string
+	Mode                  string
+	Trials                []Result
 }
 
-// Aggregate groups results by scenario.
-func Aggregate(reps []*Report) []Row {
-	byID := map[int]*Row{}
-	vals := map[int]map[string][]float64{}
-	for _, rep := range reps {
-		for _, res := range rep.Results {
-			row, ok := byID[res.ID]
-			if !ok {
-				row = &Row{ID: res.ID, Name: res.Name, Fault: res.Fault, Expected: res.Expected}
-				byID[res.ID] = row
-				vals[res.ID] = map[string][]float64{}
-			}
-			row.Runs++
-			if res.Pass {
-				row.Passes++
-			}
-			row.OverlapMS += res.OverlapMS
-			row.Excused += len(res.Excused)
-			for k, v := range res.Metrics {
-				vals[res.ID][k] = append(vals[res.ID][k], v)
-			}
-			if len(row.Notes) < 2 {
-				for _, n := range res.Notes {
-					if len(row.Notes) < 2 && !slices.Contains(row.Notes, n) {
-						row.Notes = append(row.Notes, n)
-					}
-				}
-			}
-			for _, p := range res.Problems {
-				row.Notes = append(row.Notes, "FAILED: "+p)
-			}
+// GroupResults folds results into groups by scenario and mode: by ID, and
+// within one ID in the order the modes first appear.
+func GroupResults(results []Result) []Group {
+	type key struct {
+		id   int
+		mode string
+	}
+	var keys []key
+	by := map[key][]Result{}
+	for _, r := range results {
+		k := key{r.ID, r.Mode}
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
 		}
+		by[k] = append(by[k], r)
+	}
+	slices.SortStableFunc(keys, func(a, b key) int { return a.id - b.id })
+	out := make([]Group, 0, len(keys))
+	for _, k := range keys {
+		first := by[k][0]
+		out = append(out, Group{ID: k.id, Name: first.Name, Fault: first.Fault, Expected: first.Expected, Mode: k.mode, Trials: by[k]})
+	}
+	return out
+}
+
+// Row is one stand-in scenario aggregated over repeats (and over reports).
+type Row struct {
+	Group
+	Runs, Passes int
+	Metrics      map[string]Stat
+	OverlapMS    float64
+	Excused      int
+	Notes        []string
+}
+
+// Aggregate groups the reports' results by scenario.
+func Aggregate(reps []*Report) []Row {
+	var all []Result
+	for _, rep := range reps {
+		all = append(all, rep.Results...)
 	}
 	var rows []Row
-	for id, row := range byID {
-		row.Metrics = map[string]Stat{}
-		for k, vs := range vals[id] {
-			row.Metrics[k] = Summarize(vs)
-		}
-		rows = append(rows, *row)
+	for _, g := range GroupResults(all) {
+		rows = append(rows, row(g))
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
 	return rows
+}
+
+func row(g Group) Row {
+	r := Row{Group: g, Runs: len(g.Trials), Metrics: map[string]Stat{}}
+	vals := map[string][]float64{}
+	for _, res := range g.Trials {
+		if res.Pass {
+			r.Passes++
+		}
+		r.OverlapMS += res.OverlapMS
+		r.Excused += len(res.Excused)
+		for k, v := range res.Metrics {
+			vals[k] = append(vals[k], v)
+		}
+		for _, n := range res.Notes {
+			if len(r.Notes) < 2 && !slices.Contains(r.Notes, n) {
+				r.Notes = append(r.Notes, n)
+			}
+		}
+		for _, p := range res.Problems {
+			r.Notes = append(r.Notes, "FAILED: "+p)
+		}
+	}
+	for k, vs := range vals {
+		r.Metrics[k] = Summarize(vs)
+	}
+	return r
 }
 
 var standard = []string{MStopped, MWon, MFailover, MMargin, MGap}

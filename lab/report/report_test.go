@@ -113,3 +113,17 @@ func TestTimelineSVGIsWellFormed(t *testing.T) {
 		t.Fatalf("rects = %d, want 7", rects)
 	}
 }
+
+// One grouping for every table: by scenario, then by mode in the order the
+// modes first ran; a stand-in report (no modes) gives one group per
+// scenario across reports.
+func TestGroupResultsByScenarioThenModeAsTheyRan(t *testing.T) {
+	rs := []Result{{ID: 41, Mode: "le-tuned"}, {ID: 40, Mode: "le-tuned"}, {ID: 40, Mode: "kha-fast"}, {ID: 40, Mode: "le-tuned", Repeat: 2}, {ID: 3}, {ID: 3, Repeat: 2}}
+	var got []string
+	for _, g := range GroupResults(rs) {
+		got = append(got, fmt.Sprintf("%d %s x%d", g.ID, g.Mode, len(g.Trials)))
+	}
+	if want := []string{"3  x2", "40 le-tuned x2", "40 kha-fast x1", "41 le-tuned x1"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("groups %q, want %q", got, want)
+	}
+}

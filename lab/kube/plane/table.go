@@ -10,12 +10,11 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
 )
 
-// Group is one scenario in one mode: its trials and their figures.
+// Group is one scenario in one mode (report.Group) with the real plane's
+// figures of its trials.
 type Group struct {
-	ID       int
+	report.Group
 	Scenario string // without "real: "
-	Mode     string
-	Trials   []report.Result
 
 	Sched, Unbound, CM, Cold, Resumed report.Stat
 	// Margin: the scheduler's handoff at the resource, other master's
@@ -29,31 +28,18 @@ type Group struct {
 }
 
 // Groups folds results into groups, by scenario then in the order the
-// modes first appear.
+// modes first appear (report.GroupResults), with their figures.
 func Groups(results []report.Result) []Group {
-	type key struct {
-		id   int
-		mode string
-	}
-	var keys []key
-	by := map[key][]report.Result{}
-	for _, r := range results {
-		k := key{r.ID, r.Mode}
-		if _, ok := by[k]; !ok {
-			keys = append(keys, k)
-		}
-		by[k] = append(by[k], r)
-	}
-	slices.SortStableFunc(keys, func(a, b key) int { return a.id - b.id })
-	out := make([]Group, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, group(by[k]))
+	var out []Group
+	for _, rg := range report.GroupResults(results) {
+		out = append(out, group(rg))
 	}
 	return out
 }
 
-func group(rs []report.Result) Group {
-	g := Group{ID: rs[0].ID, Scenario: strings.TrimPrefix(rs[0].Name, "real: "), Mode: rs[0].Mode, Trials: rs}
+func group(rg report.Group) Group {
+	g := Group{Group: rg, Scenario: strings.TrimPrefix(rg.Name, "real: ")}
+	rs := rg.Trials
 	var sched, unb, cm, cold, res, margin []float64
 	for _, r := range rs {
 		if r.FaultAt.IsZero() {
