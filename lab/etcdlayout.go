@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -42,6 +43,17 @@ func (l *Lab) resolveEtcdLayout(explicit string) (string, error) {
 	if explicit != "" && explicit != LayoutSeparate && explicit != LayoutStacked {
 		return "", fmt.Errorf("lab: unknown etcd layout %q (%s or %s)", explicit, LayoutSeparate, LayoutStacked)
 	}
+	if _, err := os.Stat(l.etcdLayoutFile()); errors.Is(err, os.ErrNotExist) {
+		// A lab brought up before the layouts existed has its timing
+		// saved and no layout: it is separate, and stacking it in place
+		// would re-address running members.
+		if _, err := os.Stat(l.etcdTimingFile()); err == nil {
+			if explicit != "" && explicit != LayoutSeparate {
+				return "", fmt.Errorf("lab: it runs etcd layout %q; --etcd-layout %s needs `kha-lab down` first", LayoutSeparate, explicit)
+			}
+			return LayoutSeparate, nil
+		}
+	}
 	name, err := savedChoice(l.etcdLayoutFile(), explicit, "etcd layout", "--etcd-layout")
 	if err != nil {
 		return "", err
@@ -52,9 +64,18 @@ func (l *Lab) resolveEtcdLayout(explicit string) (string, error) {
 	return name, nil
 }
 
-func (l *Lab) saveEtcdLayout() error {
+// checkEtcdLayout refuses, before up creates anything, a layout the plane
+// cannot run.
+func (l *Lab) checkEtcdLayout() error {
 	if l.layout == LayoutStacked && l.plane == nil {
 		return fmt.Errorf("lab: --etcd-layout %s needs --plane real (the stand-ins have no apiserver to stack a member under)", LayoutStacked)
+	}
+	return nil
+}
+
+func (l *Lab) saveEtcdLayout() error {
+	if err := l.checkEtcdLayout(); err != nil {
+		return err
 	}
 	if err := os.WriteFile(l.etcdLayoutFile(), []byte(l.layout+"\n"), 0o644); err != nil {
 		return fmt.Errorf("lab: %w", err)

@@ -63,3 +63,39 @@ func TestStackedEtcdLayout(t *testing.T) {
 		t.Fatalf("unknown layout: err = %v, want one naming it", err)
 	}
 }
+
+// up refuses the stacked layout without the real plane before it writes
+// anything (a retry with --plane real must not meet a saved witness
+// plane); a lab brought up before the layouts (its timing saved, no
+// layout) is separate and is not stacked in place.
+func TestStackedLayoutRefusedEarlyAndNotOverAnOlderLab(t *testing.T) {
+	dir := t.TempDir()
+	st, err := New(Config{Prefix: "khtest", StateDir: dir, Binary: "/bin/true", EtcdLayout: LayoutStacked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Up(t.Context()); err == nil || !strings.Contains(err.Error(), "--plane real") {
+		t.Fatalf("up, stacked without the real plane: err = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run")); !os.IsNotExist(err) {
+		t.Fatalf("the refused up left state behind: %v", err)
+	}
+
+	old := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(old, "run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(old, "run", "etcd-timing"), []byte("stock\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Config{Prefix: "khtest", StateDir: old, Binary: "/bin/true"})
+	if err != nil || l.EtcdLayout() != LayoutSeparate {
+		t.Fatalf("a lab of an older kha-lab: layout %q, err %v; want separate", l.EtcdLayout(), err)
+	}
+	if _, err := New(Config{Prefix: "khtest", StateDir: old, Binary: "/bin/true", EtcdLayout: LayoutStacked}); err == nil || !strings.Contains(err.Error(), "down") {
+		t.Fatalf("stacking a lab of an older kha-lab in place: err = %v, want a refusal naming `kha-lab down`", err)
+	}
+	if _, err := New(Config{Prefix: "khtest", StateDir: old, Binary: "/bin/true", EtcdLayout: LayoutSeparate}); err != nil {
+		t.Fatalf("asking separate of it: %v", err)
+	}
+}

@@ -183,6 +183,9 @@ func (l *Lab) pkiDir() string    { return l.path("pki") }
 // Up builds whatever is missing and leaves what runs alone.
 func (l *Lab) Up(ctx context.Context) error {
 	start := time.Now()
+	if err := l.checkEtcdLayout(); err != nil {
+		return err
+	}
 	if err := checkHostPath(); err != nil {
 		return err
 	}

@@ -262,9 +262,11 @@ func runDocs(ctx context.Context, args []string) error {
 	}
 	var soak *report.Report
 	if sp, _ := savedReports(l, "soak"); len(sp) > 0 {
-		if s, err := report.Load(sp[len(sp)-1]); err == nil {
-			soak = s[0]
+		s, err := report.Load(sp[len(sp)-1])
+		if err != nil {
+			return fmt.Errorf("the latest soak report: %w", err)
 		}
+		soak = s[0]
 	}
 	svg := ""
 	if r, ok := report.FirstResult(matrix, 1); ok {

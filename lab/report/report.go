@@ -148,7 +148,8 @@ type Row struct {
 	Notes        []string
 }
 
-// Aggregate groups the reports' results by scenario.
+// Aggregate groups the reports' results by scenario: stand-in results
+// carry no mode, so one row per scenario (the docs index rows by ID).
 func Aggregate(reps []*Report) []Row {
 	var all []Result
 	for _, rep := range reps {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 )
 
@@ -13,7 +14,7 @@ import (
 // neither the supervisors' lease nor the components' Leases should move,
 // and the apiservers' clients move to a live member.
 func init() {
-	registerReal(plane.Spec{ID: 45, Name: "real: etcd raft leader killed",
+	registerReal(plane.Spec{ID: 45, Layout: lab.LayoutSeparate, Name: "real: etcd raft leader killed",
 		Fault: "kill -9 of the etcd member that is raft leader (restarted after the trial)",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			e := t.R.P.Lab.Etcd

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 )
 
@@ -16,7 +17,7 @@ import (
 // queued proposals reach the new leader only after the resume: the judge
 // at etcd sees whether any of the old term's writes lands late.
 func init() {
-	registerReal(plane.Spec{ID: 68, Name: "real: etcd raft leader stalled (SIGSTOP)",
+	registerReal(plane.Spec{ID: 68, Layout: lab.LayoutSeparate, Name: "real: etcd raft leader stalled (SIGSTOP)",
 		Fault: "SIGSTOP of the etcd member that is raft leader, SIGCONT after the service was seen working",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			e := t.R.P.Lab.Etcd

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
@@ -22,7 +23,7 @@ import (
 const etcdStall = 3 * time.Second
 
 func init() {
-	registerReal(plane.Spec{ID: 71, Name: "real: etcd raft leader stalled for 3 s (SIGSTOP)",
+	registerReal(plane.Spec{ID: 71, Layout: lab.LayoutSeparate, Name: "real: etcd raft leader stalled for 3 s (SIGSTOP)",
 		Fault: "SIGSTOP of the etcd member that is raft leader, SIGCONT 3 s later",
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
 			e := t.R.P.Lab.Etcd

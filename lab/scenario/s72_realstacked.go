@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
@@ -30,6 +31,10 @@ import (
 //
 // Judged at etcd as every trial: a write of the old term committed after
 // the new term's first write is a late commit and fails the trial.
+// raftSettle is how long after a leadership transfer a trial's fault may
+// come: past an election timeout (1 s) and every holder's next renewal.
+const raftSettle = 3 * time.Second
+
 func init() {
 	for _, v := range []struct {
 		id         int
@@ -44,13 +49,24 @@ func init() {
 			func(*plane.Trial) string { return "e3" }},
 	} {
 		s := &burstTrial{healOnTakeover: true}
+		// The transfer comes first and well before the fault: while it
+		// runs the members drop proposals, and the new raft leader extends
+		// every lease (etcd's lessor Promote) until the holders renew;
+		// neither may fall into the judged window.
 		prepare := func(ctx context.Context, t *plane.Trial) error {
-			if err := s.prepare(ctx, t); err != nil {
-				return err
-			}
 			to := v.raftLeader(t)
 			if err := t.R.P.Lab.Etcd.MoveLeader(ctx, to); err != nil {
 				return err
+			}
+			moved := time.Now()
+			if err := s.prepare(ctx, t); err != nil {
+				return err
+			}
+			if err := Sleep(ctx, time.Until(moved.Add(raftSettle))); err != nil {
+				return err
+			}
+			if now, err := t.R.P.EtcdLeader(ctx); err != nil || now != to {
+				return fmt.Errorf("etcd raft leader moved to %s, but %q leads at the fault (%v)", to, now, err)
 			}
 			t.Notef("etcd raft leader %s, the cut member %s", to, t.R.P.Lab.StackedMember(t.Leader))
 			return nil
