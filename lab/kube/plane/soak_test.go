@@ -3,6 +3,8 @@ package plane
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -151,6 +153,31 @@ func TestSoakSummaryCountsWhatMustBeZero(t *testing.T) {
 		"FAILED #3 real: freeze", "FAILED at the end: 2 kube-scheduler", "--seed 42"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("summary lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// The soaks docs/failure-modes.md quotes are committed: each still gives
+// the counts the document states (faults, passed, and the zero counts of
+// overlap, stale writes and late commits).
+func TestSavedSoaksGiveTheQuotedCounts(t *testing.T) {
+	for file, want := range map[string]string{
+		"soak-20261203T103733-off-etcd-seed2301.json":   "Soak, seed 2301, mode kha-fast-etcd: 38 faults, 38 passed; overlap intervals 0, stale writes accepted 0, late commits at etcd 0, ghost writes 16",
+		"soak-20261203T161157-token-etcd-seed2401.json": "Soak, seed 2401, mode kha-fast-token-etcd: 87 faults, 85 passed; overlap intervals 0, stale writes accepted 0, late commits at etcd 0, ghost writes 13",
+		"soak-20261203T185441-off-etcd-seed2402.json":   "Soak, seed 2402, mode kha-fast-etcd: 99 faults, 99 passed; overlap intervals 0, stale writes accepted 0, late commits at etcd 0, ghost writes 24",
+	} {
+		rs, err := report.LoadTrials(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seed uint64
+		if _, err := fmt.Sscanf(file[strings.LastIndex(file, "seed")+4:], "%d.json", &seed); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var b strings.Builder
+		SoakSummary(&b, seed, rs[0].Mode, rs, nil)
+		if got, _, _ := strings.Cut(b.String(), "\n"); got != want {
+			t.Errorf("%s:\n got %s\nwant %s", file, got, want)
 		}
 	}
 }
