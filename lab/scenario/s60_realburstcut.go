@@ -66,6 +66,16 @@ type burstTrial struct {
 	// ReplicaSet pod deleted after it replaced), at the latest burstHeal
 	// after the cut began.
 	healOnTakeover bool
+	// healBy, when set, replaces burstHeal as the latest heal.
+	healBy time.Duration
+}
+
+// latestHeal is how long after the cut the heal comes at the latest.
+func (s *burstTrial) latestHeal() time.Duration {
+	if s.healBy > 0 {
+		return s.healBy
+	}
+	return burstHeal
 }
 
 // prepare leaves the burst ReplicaSet at zero pods.
@@ -161,7 +171,7 @@ func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.C
 // waitHeal waits until the heal is due: burstHeal after the cut began, or
 // (healOnTakeover) the first sign of the other master acting if earlier.
 func (s *burstTrial) waitHeal(ctx context.Context, t *plane.Trial) error {
-	latest := t.Marks["cut"].Add(burstHeal)
+	latest := t.Marks["cut"].Add(s.latestHeal())
 	for time.Now().Before(latest) {
 		if s.healOnTakeover && tookOver(t.R.Prober.Snapshot(), t.Marks["cut_done"]) {
 			t.Mark("takeover_seen")
@@ -219,6 +229,6 @@ func (s *burstTrial) judge(t *plane.Trial, _ []audit.Event, res *report.Result) 
 		res.Figures.Values["takeover_seen_ms"] = float64(seen.Sub(cut).Milliseconds())
 		res.Notes = append(res.Notes, fmt.Sprintf("healed on the other master's first act, seen %s after the cut: inside the TCP user timeout", seen.Sub(cut).Round(time.Millisecond)))
 	} else {
-		res.Notes = append(res.Notes, fmt.Sprintf("the other master had not acted %s after the cut: healed before the takeover (not the point this scenario aims at)", burstHeal))
+		res.Notes = append(res.Notes, fmt.Sprintf("the other master had not acted %s after the cut: healed before the takeover (not the point this scenario aims at)", s.latestHeal()))
 	}
 }
