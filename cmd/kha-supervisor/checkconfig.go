@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -60,7 +61,7 @@ func checkConfigPath(e env, path string) int {
 		fmt.Fprintf(e.stdout, "#   NOT CHECKED: %s\n", w)
 		fmt.Fprintf(e.stderr, "kha-supervisor check-config: warning: %s\n", w)
 	}
-	for _, w := range cfg.Warnings() {
+	for _, w := range slices.Concat(cfg.Warnings(), cfg.StackedWarnings(isLocalHost)) {
 		fmt.Fprintf(e.stdout, "# WARNING: %s\n", w)
 		fmt.Fprintf(e.stderr, "kha-supervisor check-config: warning: %s\n", w)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 
 	sdaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
@@ -39,7 +40,7 @@ func runDaemon(e env, path string) int {
 	}
 	log := newLogger(e, cfg.Log)
 	slog.SetDefault(log)
-	for _, w := range cfg.Warnings() {
+	for _, w := range slices.Concat(cfg.Warnings(), cfg.StackedWarnings(isLocalHost)) {
 		log.Warn("configuration accepted with a warning", "warning", w, "file", path)
 	}
 	daemonGC()
