@@ -251,19 +251,20 @@ func (c *Cluster) MoveLeader(ctx context.Context, to string) error {
 	if err := c.WaitHealthy(mctx); err != nil {
 		return err
 	}
-	if now := c.leader(ctx); now != to {
-		return fmt.Errorf("etcd: moved the leader to %s, but %q leads", to, now)
+	if now, err := c.Leader(ctx); now != to {
+		return fmt.Errorf("etcd: moved the leader to %s, but %q leads (%v)", to, now, err)
 	}
 	return nil
 }
 
-func (c *Cluster) leader(ctx context.Context) string {
+// Leader is the member that reports itself the raft leader.
+func (c *Cluster) Leader(ctx context.Context) (string, error) {
 	for _, s := range c.Statuses(ctx) {
 		if s.Err == nil && s.ID == s.Leader {
-			return s.Member
+			return s.Member, nil
 		}
 	}
-	return ""
+	return "", errors.New("etcd: no member reports itself leader")
 }
 
 // Status is one member's view, as the lab sees it.

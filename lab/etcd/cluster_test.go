@@ -152,7 +152,7 @@ func TestMembersQuorumAndAuth(t *testing.T) {
 		if err := c.MoveLeader(wctx, to); err != nil {
 			t.Fatalf("move the leader to %s: %v", to, err)
 		}
-		if got := c.leader(ctx); got != to {
+		if got, _ := c.Leader(ctx); got != to {
 			t.Fatalf("after MoveLeader(%s) %q leads", to, got)
 		}
 	}

@@ -2,7 +2,6 @@ package plane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,14 +15,7 @@ import (
 // What the faults of scenarios 41-48 need from the plane.
 
 // EtcdLeader is the etcd member that reports itself raft leader.
-func (p *Plane) EtcdLeader(ctx context.Context) (string, error) {
-	for _, st := range p.Lab.Etcd.Statuses(ctx) {
-		if st.Err == nil && st.ID == st.Leader {
-			return st.Member, nil
-		}
-	}
-	return "", errors.New("plane: no etcd member reports itself leader")
-}
+func (p *Plane) EtcdLeader(ctx context.Context) (string, error) { return p.Lab.Etcd.Leader(ctx) }
 
 // handPIDFile is where a component started by hand records its PID
 // (inside the master).
