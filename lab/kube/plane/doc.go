@@ -47,9 +47,11 @@ func ReplaceSection(doc, section []byte) ([]byte, error) {
 // made of (its text: lab/report/templates/sidebyside.md.tmpl): the figures
 // of saved results, by scenario and mode.
 type Section struct {
-	Heading       string
-	Fast, Default lab.Profile
-	Faults        []SectionFault
+	Heading                 string
+	Fast, FastKill, Default lab.Profile
+	Faults                  []SectionFault
+	// Modes are the results' modes in the order they first ran.
+	Modes []string
 	// Trials is how many results, First and Last the first and the last
 	// fault among them.
 	Trials      int
@@ -57,6 +59,7 @@ type Section struct {
 	Load        string // the machine's load, or "not recorded"
 	Sources     string // the saved runs, quoted, "" for none
 	Table       string // WriteTable
+	Comparison  string // WriteComparison
 	SVG         string // the picture's path, "" for none
 
 	gs []Group
@@ -100,10 +103,10 @@ func (s *Section) Fig(id int, mode, figure string) (string, error) {
 	return pick(g).Seconds(), nil
 }
 
-// Four is a figure in the four modes.
-func (s *Section) Four(id int, figure string) (string, error) {
+// Each is a figure in each of the section's modes.
+func (s *Section) Each(id int, figure string) (string, error) {
 	var parts []string
-	for _, m := range []string{"kha-fast", "kha-default", "le-tuned", "le-defaults"} {
+	for _, m := range s.Modes {
 		f, err := s.Fig(id, m, figure)
 		if err != nil {
 			return "", err
@@ -112,6 +115,39 @@ func (s *Section) Four(id int, figure string) (string, error) {
 	}
 	return strings.Join(parts, ", "), nil
 }
+
+// KhaModes are the section's kha-supervisor modes, in the order they ran.
+func (s *Section) KhaModes() []string {
+	var out []string
+	for _, m := range s.Modes {
+		if strings.HasPrefix(m, "kha-") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ModeList is the section's modes as `kha-lab sidebyside --modes` takes
+// them.
+func (s *Section) ModeList() string { return strings.Join(s.Modes, ",") }
+
+// IDList is the section's scenarios as `kha-lab sidebyside` takes them.
+func (s *Section) IDList() string {
+	ids := make([]string, len(s.Faults))
+	for i, f := range s.Faults {
+		ids[i] = fmt.Sprint(f.ID)
+	}
+	return strings.Join(ids, " ")
+}
+
+// Measured says whether scenario id ran in mode.
+func (s *Section) Measured(id int, mode string) bool {
+	_, ok := s.g(id, mode)
+	return ok
+}
+
+// KhaHarmed is Harmed over every kha-supervisor mode of the section.
+func (s *Section) KhaHarmed(id int) Harmed { return s.Harmed(id, s.KhaModes()...) }
 
 // Stayed counts a group's trials: Same, whose leader after the heal is the
 // faulted one (no write from the other master after the fault), Other,
@@ -165,9 +201,9 @@ func (s *Section) Harmed(id int, modes ...string) Harmed {
 // average, then the cold start) and the rest (campaign, promotion, unit
 // starts, the prober's cadence, and the load).
 func (s *Section) Budget(mode string) (string, error) {
-	p, ok := map[string]lab.Profile{"kha-fast": s.Fast, "kha-default": s.Default}[mode]
+	p, ok := map[string]lab.Profile{"kha-fast": s.Fast, "kha-fast-kill": s.FastKill, "kha-default": s.Default}[mode]
 	if !ok {
-		return "", fmt.Errorf("plane: no budget for mode %q (want kha-fast or kha-default)", mode)
+		return "", fmt.Errorf("plane: no budget for mode %q (want kha-fast, kha-fast-kill or kha-default)", mode)
 	}
 	g, ok := s.g(40, mode)
 	if !ok || g.Sched.N == 0 {
@@ -196,20 +232,16 @@ func WriteSection(w io.Writer, results []report.Result, o SectionOptions) error 
 	if len(results) == 0 {
 		return errors.New("plane: no results")
 	}
-	s := &Section{Heading: SectionHeading, Fast: lab.Fast, Default: lab.Default, Trials: len(results),
+	s := &Section{Heading: SectionHeading, Fast: lab.Fast, FastKill: lab.FastKill, Default: lab.Default, Trials: len(results),
 		Load: "not recorded", SVG: o.SVG, gs: Groups(results)}
+	s.Modes, _ = modesAndIDs(s.gs)
 	if o.Load != "" {
 		s.Load = o.Load
 	}
 	if len(o.Sources) > 0 {
 		s.Sources = "`" + strings.Join(o.Sources, "`, `") + "`"
 	}
-	var ids []int
-	for _, g := range s.gs {
-		if !slices.Contains(ids, g.ID) {
-			ids = append(ids, g.ID)
-		}
-	}
+	_, ids := modesAndIDs(s.gs)
 	for _, id := range ids {
 		f := SectionFault{ID: id}
 		if sc, ok := o.lookup(id); ok {
@@ -233,6 +265,9 @@ func WriteSection(w io.Writer, results []report.Result, o SectionOptions) error 
 	var t strings.Builder
 	WriteTable(&t, results)
 	s.Table = t.String()
+	var c strings.Builder
+	WriteComparison(&c, s.gs)
+	s.Comparison = c.String()
 	return report.WriteDoc(w, "sidebyside.md.tmpl", s)
 }
 

@@ -21,7 +21,9 @@ type Group struct {
 	// first write - old master's last (only trials with both).
 	Margin                       report.Stat
 	Overlaps, DoubleBinds, Extra int
-	Pass, Findings, LabFailures  int
+	// Late: late commits at etcd, summed over the trials.
+	Late                        int
+	Pass, Findings, LabFailures int
 	// Moved: trials after which another master led; Exited: trials in
 	// which a component that ran before the fault exited (Result.Exits).
 	Moved, Exited int
@@ -70,6 +72,7 @@ func group(rg report.Group) Group {
 			g.Exited++
 		}
 		g.Overlaps += len(r.Overlaps)
+		g.Late += r.LateCommits
 		g.DoubleBinds += r.DoubleBind
 		g.Extra = max(g.Extra, r.ExtraRS)
 		switch {
@@ -97,8 +100,9 @@ func (g Group) PassCell() string {
 }
 
 // Pairs are the modes compared: kha-supervisor's profile and leader
-// election's timing of about the same speed.
-var Pairs = [][2]string{{"kha-fast", "le-tuned"}, {"kha-default", "le-defaults"}}
+// election's timing of about the same speed (fast-kill's lease is shorter
+// than le-tuned's, its window no shorter than le-tuned's renew deadline).
+var Pairs = [][2]string{{"kha-fast", "le-tuned"}, {"kha-fast-kill", "le-tuned"}, {"kha-default", "le-defaults"}}
 
 // WriteTable writes the side-by-side: per scenario and mode the median
 // and spread of each figure, the verdict at the resource, and the ratio of

@@ -1,0 +1,132 @@
+package plane
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/kha-supervisor/kha-supervisor/lab/report"
+)
+
+// Reference is the leader-election timing every other mode is compared
+// with: client-go's lease 5 s, renew deadline 3 s, retry 1 s, the smallest
+// tested timing that rides out a 3 s stall of etcd's raft leader as the
+// fast profiles do (4/3/1 lost its Lease in 2 of 5 stalls, 4/2/1 and 3/2/1
+// in every one: docs/failure-modes.md).
+const Reference = "le-tuned"
+
+// StallScenario is the comparison's robustness fault: etcd's raft leader
+// stopped (SIGSTOP) for 3 s, which a stock etcd rides out.
+const StallScenario = 71
+
+// figure is one figure of the comparison: its name in the table and how to
+// read it from a group.
+type figure struct {
+	name string
+	of   func(Group) report.Stat
+}
+
+var compared = []figure{
+	{"scheduler back", func(g Group) report.Stat { return g.Sched }},
+	{"service resumed", func(g Group) report.Stat { return g.Resumed }},
+}
+
+// WriteComparison writes the fair table: per fault, each mode's median
+// scheduler back and service resumed (the later of the longest pod unbound
+// and the longest unreplaced ReplicaSet pod), with its ratio to
+// Reference's; then per mode its robustness (what the etcd stall did to
+// it), its harm over every fault, and the faults on which its median is
+// slower than Reference's (kha-supervisor's modes only: the other
+// leader-election timings are there for their robustness). Without
+// Reference among gs, nothing.
+func WriteComparison(w io.Writer, gs []Group) {
+	modes, ids := modesAndIDs(gs)
+	if !slices.Contains(modes, Reference) {
+		return
+	}
+	find := func(id int, mode string) (Group, bool) {
+		i := slices.IndexFunc(gs, func(g Group) bool { return g.ID == id && g.Mode == mode })
+		if i < 0 {
+			return Group{}, false
+		}
+		return gs[i], true
+	}
+	fmt.Fprintf(w, "| fault | figure (median) | %s |\n", strings.Join(modes, " | "))
+	fmt.Fprintf(w, "|---|---|%s\n", strings.Repeat("---|", len(modes)))
+	slower := map[string][]string{}
+	for _, id := range ids {
+		ref, hasRef := find(id, Reference)
+		for _, f := range compared {
+			cells := make([]string, 0, len(modes))
+			for _, m := range modes {
+				g, ok := find(id, m)
+				if !ok || f.of(g).N == 0 {
+					cells = append(cells, "-")
+					continue
+				}
+				cell := fmt.Sprintf("%.2f s", f.of(g).Median/1000)
+				if m != Reference && hasRef && f.of(ref).N > 0 {
+					r := f.of(g).Median / f.of(ref).Median
+					cell += fmt.Sprintf(" (%.2fx)", r)
+					if r > 1 && strings.HasPrefix(m, "kha-") {
+						slower[m] = append(slower[m], fmt.Sprintf("%d %s %.2fx", id, f.name, r))
+					}
+				}
+				cells = append(cells, cell)
+			}
+			fmt.Fprintf(w, "| %d %s | %s | %s |\n", id, firstScenario(gs, id), f.name, strings.Join(cells, " | "))
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Ratios are the mode's median over %s's (< 1: faster). Per mode, over the same run:\n\n", Reference)
+	fmt.Fprintf(w, "| mode | etcd raft leader stalled 3 s (%d): leader moved | a component exited | trials | overlap at the resource | late commits at etcd | slower than %s (median) |\n", StallScenario, Reference)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, m := range modes {
+		moved, exited := "not measured", "not measured"
+		if g, ok := find(StallScenario, m); ok {
+			moved = fmt.Sprintf("%d/%d", g.Moved, len(g.Trials))
+			exited = fmt.Sprintf("%d/%d", g.Exited, len(g.Trials))
+		}
+		var trials, overlaps, late int
+		for _, g := range gs {
+			if g.Mode == m {
+				trials += len(g.Trials)
+				overlaps += g.Overlaps
+				late += g.Late
+			}
+		}
+		worse := "-"
+		switch {
+		case !strings.HasPrefix(m, "kha-"):
+		case len(slower[m]) == 0:
+			worse = "no fault"
+		default:
+			worse = strings.Join(slower[m], "; ")
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %d intervals | %d | %s |\n", m, moved, exited, trials, overlaps, late, worse)
+	}
+}
+
+// modesAndIDs are the modes and scenarios of gs in the order they first
+// appear.
+func modesAndIDs(gs []Group) (modes []string, ids []int) {
+	for _, g := range gs {
+		if !slices.Contains(modes, g.Mode) {
+			modes = append(modes, g.Mode)
+		}
+		if !slices.Contains(ids, g.ID) {
+			ids = append(ids, g.ID)
+		}
+	}
+	return modes, ids
+}
+
+func firstScenario(gs []Group, id int) string {
+	for _, g := range gs {
+		if g.ID == id {
+			return g.Scenario
+		}
+	}
+	return ""
+}
