@@ -40,8 +40,10 @@ func flapping(id int, cut time.Duration) plane.Spec {
 		name += fmt.Sprintf(", %s cuts", cut)
 	}
 	return plane.Spec{ID: id, Name: name,
-		Fault:  fmt.Sprintf("the leader's rack cut %s and healed %s, %d times", cut, flapHeal, flapCycles),
-		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) { return injectFlapping(ctx, t, cut) }}
+		Fault: fmt.Sprintf("the leader's rack cut %s and healed %s, %d times", cut, flapHeal, flapCycles),
+		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
+			return injectFlapping(ctx, t, cut)
+		}}
 }
 
 func injectFlapping(ctx context.Context, t *plane.Trial, cut time.Duration) (func(context.Context) error, error) {
