@@ -146,6 +146,19 @@ func (s *Section) Measured(id int, mode string) bool {
 	return ok
 }
 
+// KhaEach is a figure in each of the section's kha-supervisor modes.
+func (s *Section) KhaEach(id int, figure string) (string, error) {
+	var parts []string
+	for _, m := range s.KhaModes() {
+		f, err := s.Fig(id, m, figure)
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, m+" "+f)
+	}
+	return strings.Join(parts, ", "), nil
+}
+
 // KhaHarmed is Harmed over every kha-supervisor mode of the section.
 func (s *Section) KhaHarmed(id int) Harmed { return s.Harmed(id, s.KhaModes()...) }
 
