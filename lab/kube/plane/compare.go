@@ -45,13 +45,7 @@ func WriteComparison(w io.Writer, gs []Group) {
 	if !slices.Contains(modes, Reference) {
 		return
 	}
-	find := func(id int, mode string) (Group, bool) {
-		i := slices.IndexFunc(gs, func(g Group) bool { return g.ID == id && g.Mode == mode })
-		if i < 0 {
-			return Group{}, false
-		}
-		return gs[i], true
-	}
+	find := func(id int, mode string) (Group, bool) { return findGroup(gs, id, mode) }
 	fmt.Fprintf(w, "| fault | figure (median) | %s |\n", strings.Join(modes, " | "))
 	fmt.Fprintf(w, "|---|---|%s\n", strings.Repeat("---|", len(modes)))
 	slower := map[string][]string{}
@@ -75,7 +69,7 @@ func WriteComparison(w io.Writer, gs []Group) {
 				}
 				cells = append(cells, cell)
 			}
-			fmt.Fprintf(w, "| %d %s | %s | %s |\n", id, firstScenario(gs, id), f.name, strings.Join(cells, " | "))
+			fmt.Fprintf(w, "| %d %s | %s | %s |\n", id, firstGroup(gs, id).Scenario, f.name, strings.Join(cells, " | "))
 		}
 	}
 	fmt.Fprintln(w)
@@ -122,11 +116,19 @@ func modesAndIDs(gs []Group) (modes []string, ids []int) {
 	return modes, ids
 }
 
-func firstScenario(gs []Group, id int) string {
-	for _, g := range gs {
-		if g.ID == id {
-			return g.Scenario
-		}
+// findGroup is scenario id in mode among gs.
+func findGroup(gs []Group, id int, mode string) (Group, bool) {
+	i := slices.IndexFunc(gs, func(g Group) bool { return g.ID == id && g.Mode == mode })
+	if i < 0 {
+		return Group{}, false
 	}
-	return ""
+	return gs[i], true
+}
+
+// firstGroup is the first group of scenario id among gs.
+func firstGroup(gs []Group, id int) Group {
+	if i := slices.IndexFunc(gs, func(g Group) bool { return g.ID == id }); i >= 0 {
+		return gs[i]
+	}
+	return Group{}
 }

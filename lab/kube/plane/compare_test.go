@@ -54,44 +54,34 @@ func TestComparisonRatiosAndRobustnessAreTheRunsOwn(t *testing.T) {
 	}
 }
 
-// The fair table docs/failure-modes.md quotes is committed: the saved run
-// still gives each mode's verdict line (robustness, harm, the faults on
-// which it is slower than le-tuned).
+// The fair table docs/failure-modes.md quotes is committed (the main run and
+// the flapping partitions' run after it): each saved run still gives the
+// verdict lines the document quotes (robustness, harm, the faults on which a
+// mode is slower than le-tuned).
 func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
-	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261203T223133.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	WriteComparison(&b, Groups(rs))
-	for _, want := range []string{
-		"| kha-fast | 0/5 | 0/5 | 55 | 0 intervals | 0 | 40 scheduler back 1.16x; 40 service resumed 1.07x; 41 scheduler back 1.14x; 41 service resumed 1.03x; 45 scheduler back 1.05x; 45 service resumed 1.21x; 47 scheduler back 1.98x; 48 scheduler back 1.06x; 48 service resumed 1.06x; 71 service resumed 1.19x |",
-		"| kha-fast-kill | 0/5 | 0/5 | 55 | 0 intervals | 0 | 45 service resumed 1.04x; 47 scheduler back 1.79x; 47 service resumed 1.05x |",
-		"| le-tuned | 0/5 | 0/5 | 55 | 3 intervals | 9 | - |",
+	for file, wants := range map[string][]string{
+		"sidebyside-20261203T223133.json": {
+			"| kha-fast | 0/5 | 0/5 | 55 | 0 intervals | 0 | 40 scheduler back 1.16x; 40 service resumed 1.07x; 41 scheduler back 1.14x; 41 service resumed 1.03x; 45 scheduler back 1.05x; 45 service resumed 1.21x; 47 scheduler back 1.98x; 48 scheduler back 1.06x; 48 service resumed 1.06x; 71 service resumed 1.19x |",
+			"| kha-fast-kill | 0/5 | 0/5 | 55 | 0 intervals | 0 | 45 service resumed 1.04x; 47 scheduler back 1.79x; 47 service resumed 1.05x |",
+			"| le-tuned | 0/5 | 0/5 | 55 | 3 intervals | 9 | - |",
+		},
+		"sidebyside-20261203T233209.json": {
+			"| 69 flapping partition of the leader's rack | scheduler back | 0.07 s (0.02x) | 5.09 s (1.60x) | 3.18 s |",
+			"| 74 flapping partition of the leader's rack, 4s cuts | scheduler back | 6.90 s (1.63x) | 5.07 s (1.20x) | 4.24 s |",
+			"| 74 flapping partition of the leader's rack, 4s cuts | service resumed | 6.79 s (1.17x) | 4.30 s (0.74x) | 5.82 s |",
+			"| kha-fast-kill | not measured | not measured | 10 | 0 intervals | 0 | 69 scheduler back 1.60x; 74 scheduler back 1.20x |",
+		},
 	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the saved fair run lacks %q:\n%s", want, b.String())
+		rs, err := report.LoadTrials(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-}
-
-// The flapping partitions' run (69, 74) is the one band where le-tuned's
-// scheduler comes back first; the document says so from this run.
-func TestSavedFlappingRunGivesTheQuotedVerdicts(t *testing.T) {
-	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261203T233209.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	WriteComparison(&b, Groups(rs))
-	for _, want := range []string{
-		"| 69 flapping partition of the leader's rack | scheduler back | 0.07 s (0.02x) | 5.09 s (1.60x) | 3.18 s |",
-		"| 74 flapping partition of the leader's rack, 4s cuts | scheduler back | 6.90 s (1.63x) | 5.07 s (1.20x) | 4.24 s |",
-		"| 74 flapping partition of the leader's rack, 4s cuts | service resumed | 6.79 s (1.17x) | 4.30 s (0.74x) | 5.82 s |",
-		"| kha-fast-kill | not measured | not measured | 10 | 0 intervals | 0 | 69 scheduler back 1.60x; 74 scheduler back 1.20x |",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the saved flapping run lacks %q:\n%s", want, b.String())
+		var b strings.Builder
+		WriteComparison(&b, Groups(rs))
+		for _, want := range wants {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("%s lacks %q:\n%s", file, want, b.String())
+			}
 		}
 	}
 }

@@ -80,14 +80,7 @@ var figures = map[string]func(Group) report.Stat{
 	"margin":  func(g Group) report.Stat { return g.Margin },
 }
 
-func (s *Section) g(id int, mode string) (Group, bool) {
-	for _, g := range s.gs {
-		if g.ID == id && g.Mode == mode {
-			return g, true
-		}
-	}
-	return Group{}, false
-}
+func (s *Section) g(id int, mode string) (Group, bool) { return findGroup(s.gs, id, mode) }
 
 // Fig is figure of scenario id in mode as "6.77 s [6.71-7.24]", or "not
 // measured".
@@ -291,14 +284,7 @@ func (o SectionOptions) lookup(id int) (Spec, bool) {
 	return o.Lookup(id)
 }
 
-func (s *Section) firstOf(id int) Group {
-	for _, g := range s.gs {
-		if g.ID == id {
-			return g
-		}
-	}
-	return Group{}
-}
+func (s *Section) firstOf(id int) Group { return firstGroup(s.gs, id) }
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {

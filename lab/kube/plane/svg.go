@@ -50,16 +50,7 @@ func svgScale(gs []Group) float64 {
 // WriteSVG draws the side-by-side of results.
 func WriteSVG(w io.Writer, results []report.Result) error {
 	gs := Groups(results)
-	var ids []int
-	var modeNames []string
-	for _, g := range gs {
-		if !slices.Contains(ids, g.ID) {
-			ids = append(ids, g.ID)
-		}
-		if !slices.Contains(modeNames, g.Mode) {
-			modeNames = append(modeNames, g.Mode)
-		}
-	}
+	modeNames, ids := modesAndIDs(gs)
 	top := svgScale(gs)
 	x := func(ms float64) float64 { return svgLabelW + ms/1000/top*svgPlotW }
 	rowH := svgBarH + svgBarGap

@@ -3,7 +3,6 @@ package plane
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/audit"
@@ -122,20 +121,8 @@ func WriteTable(w io.Writer, results []report.Result) {
 
 // WriteRatios writes kha-supervisor / leader election per scenario and pair.
 func WriteRatios(w io.Writer, gs []Group) {
-	find := func(id int, mode string) (Group, bool) {
-		for _, g := range gs {
-			if g.ID == id && g.Mode == mode {
-				return g, true
-			}
-		}
-		return Group{}, false
-	}
-	var ids []int
-	for _, g := range gs {
-		if !slices.Contains(ids, g.ID) {
-			ids = append(ids, g.ID)
-		}
-	}
+	find := func(id int, mode string) (Group, bool) { return findGroup(gs, id, mode) }
+	_, ids := modesAndIDs(gs)
 	for _, id := range ids {
 		for _, pair := range Pairs {
 			a, okA := find(id, pair[0])
