@@ -498,3 +498,64 @@ func matched(t *testing.T, c Case) []Commit {
 	match(all, events(t, c))
 	return all
 }
+
+// A request answered before the key's previous write was made cannot have
+// made the next one: the apiserver writes an existing key under a compare
+// of its mod revision with the one it read. In a le-tuned trial of 44 (3
+// December, night) a write of m1's kube-scheduler's Lease was paired with
+// a 504 of that Lease answered fifty minutes before the trial and judged
+// a late commit. Here: m2's second ReplicaSet status update in the rack
+// cut loses its audit entry, and m1's replicaset controller's update of
+// the same ReplicaSet answered 504 before its first one arrived is added; the
+// write must stay unpaired (a ghost), not become m1's late commit.
+func TestJudgeNoRequestAnsweredBeforeTheKeysEarlierWrite(t *testing.T) {
+	c := loadCase(t, "rackcut")
+	var k *Commit
+	prev := map[string]Commit{}
+	for _, x := range matched(t, c) {
+		if x.Object.Resource == "replicasets" && x.Object.Kind == Update && x.Request != nil && x.Request.RV == x.Write.Rev {
+			if _, ok := prev[x.Write.Key]; ok {
+				k = &x
+				break
+			}
+			prev[x.Write.Key] = x
+		}
+	}
+	if k == nil {
+		t.Fatal("set-up: no second ReplicaSet status update paired by revision in the case")
+	}
+	dropped := 0
+	for m, lines := range c.Audit {
+		c.Audit[m] = slices.DeleteFunc(slices.Clone(lines), func(l string) bool {
+			evs, err := audit.Parse(strings.NewReader(l), m)
+			gone := err == nil && len(evs) == 1 && evs[0].RV == k.Write.Rev && evs[0].Name == k.Object.Name
+			if gone {
+				dropped++
+			}
+			return gone
+		})
+	}
+	if dropped != 1 {
+		t.Fatalf("set-up: dropped %d audit lines of rev %d, want 1", dropped, k.Write.Rev)
+	}
+	// Answered just before the key's previous write arrived (fifty
+	// minutes in the trial of 44; here the ReplicaSet is younger).
+	before := prev[k.Write.Key].Request.Received.Add(-100 * time.Millisecond)
+	if before.Before(k.Object.Created) {
+		t.Fatalf("set-up: %s arrived within 100 ms of the ReplicaSet's creation", prev[k.Write.Key])
+	}
+	at := before.UTC().Format(time.RFC3339Nano)
+	c.Audit["m1"] = append(c.Audit["m1"], `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"update",`+
+		`"user":{"username":"`+rscUser+`"},"sourceIPs":["10.77.1.11"],"objectRef":{"resource":"replicasets","namespace":"`+k.Object.Namespace+
+		`","name":"`+k.Object.Name+`","apiGroup":"apps","subresource":"status"},"responseStatus":{"code":504,"message":"Timeout: request did not complete within requested timeout - context deadline exceeded"},`+
+		`"requestReceivedTimestamp":"`+at+`","stageTimestamp":"`+at+`"}`)
+	rep := judge(t, c)
+	if len(rep.Late) != 0 {
+		t.Errorf("late commits %v, want none", rep.Late)
+	}
+	for _, x := range rep.Commits {
+		if x.Write.Rev == k.Write.Rev && x.Request != nil {
+			t.Errorf("%s: paired with a request answered before the key's previous write", x)
+		}
+	}
+}
