@@ -73,7 +73,7 @@ func WriteComparison(w io.Writer, gs []Group) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Ratios are the mode's median over %s's (< 1: faster). Per mode, over the same run:\n\n", Reference)
+	fmt.Fprintf(w, "Ratios are the mode's median over %s's (< 1: faster). Per mode, over every fault above:\n\n", Reference)
 	fmt.Fprintf(w, "| mode | etcd raft leader stalled 3 s (%d): leader moved | a component exited | trials | overlap at the resource | late commits at etcd | slower than %s (median) |\n", StallScenario, Reference)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, m := range modes {

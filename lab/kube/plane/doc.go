@@ -96,10 +96,13 @@ func (s *Section) Fig(id int, mode, figure string) (string, error) {
 	return pick(g).Seconds(), nil
 }
 
-// Each is a figure in each of the section's modes.
+// Each is a figure in each of the section's modes that ran scenario id.
 func (s *Section) Each(id int, figure string) (string, error) {
 	var parts []string
 	for _, m := range s.Modes {
+		if !s.Measured(id, m) {
+			continue
+		}
 		f, err := s.Fig(id, m, figure)
 		if err != nil {
 			return "", err
@@ -120,17 +123,37 @@ func (s *Section) KhaModes() []string {
 	return out
 }
 
-// ModeList is the section's modes as `kha-lab sidebyside --modes` takes
-// them.
-func (s *Section) ModeList() string { return strings.Join(s.Modes, ",") }
+// SectionRun is one `kha-lab sidebyside` command line of the section's
+// measurements: the scenarios that ran in the same modes.
+type SectionRun struct {
+	Modes, IDs string
+	Repeat     int // the most trials of a cell
+}
 
-// IDList is the section's scenarios as `kha-lab sidebyside` takes them.
-func (s *Section) IDList() string {
-	ids := make([]string, len(s.Faults))
-	for i, f := range s.Faults {
-		ids[i] = fmt.Sprint(f.ID)
+// Runs are the section's command lines: its scenarios grouped by the modes
+// they ran in (each list in the order the modes first ran), in the order
+// of the scenarios.
+func (s *Section) Runs() []SectionRun {
+	var out []SectionRun
+	for _, f := range s.Faults {
+		var modes []string
+		repeat := 0
+		for _, m := range s.Modes {
+			if g, ok := s.g(f.ID, m); ok {
+				modes = append(modes, m)
+				repeat = max(repeat, len(g.Trials))
+			}
+		}
+		list := strings.Join(modes, ",")
+		i := slices.IndexFunc(out, func(r SectionRun) bool { return r.Modes == list })
+		if i < 0 {
+			out = append(out, SectionRun{Modes: list})
+			i = len(out) - 1
+		}
+		out[i].IDs = strings.TrimSpace(out[i].IDs + " " + fmt.Sprint(f.ID))
+		out[i].Repeat = max(out[i].Repeat, repeat)
 	}
-	return strings.Join(ids, " ")
+	return out
 }
 
 // Measured says whether scenario id ran in mode.
@@ -139,10 +162,14 @@ func (s *Section) Measured(id int, mode string) bool {
 	return ok
 }
 
-// KhaEach is a figure in each of the section's kha-supervisor modes.
+// KhaEach is a figure in each of the section's kha-supervisor modes that
+// ran scenario id.
 func (s *Section) KhaEach(id int, figure string) (string, error) {
 	var parts []string
 	for _, m := range s.KhaModes() {
+		if !s.Measured(id, m) {
+			continue
+		}
 		f, err := s.Fig(id, m, figure)
 		if err != nil {
 			return "", err
@@ -268,6 +295,9 @@ func WriteSection(w io.Writer, results []report.Result, o SectionOptions) error 
 		first, last = minTime(first, r.FaultAt), maxTime(last, r.FaultAt)
 	}
 	s.First, s.Last = first.UTC().Format("2006-01-02 15:04"), last.UTC().Format("15:04")
+	if y, m, d := first.UTC().Date(); !sameDay(last.UTC(), y, m, d) {
+		s.Last = last.UTC().Format("2006-01-02 15:04")
+	}
 	var t strings.Builder
 	WriteTable(&t, results)
 	s.Table = t.String()
@@ -285,6 +315,12 @@ func (o SectionOptions) lookup(id int) (Spec, bool) {
 }
 
 func (s *Section) firstOf(id int) Group { return firstGroup(s.gs, id) }
+
+// sameDay: t falls on the day y-m-d.
+func sameDay(t time.Time, y int, m time.Month, d int) bool {
+	ty, tm, td := t.Date()
+	return ty == y && tm == m && td == d
+}
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
