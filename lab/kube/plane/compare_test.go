@@ -71,6 +71,17 @@ func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 			"| 74 flapping partition of the leader's rack, 4s cuts | service resumed | 6.79 s (1.17x) | 4.30 s (0.74x) | 5.82 s |",
 			"| kha-fast-kill | not measured | not measured | 10 | 0 intervals | 0 | 69 scheduler back 1.60x; 74 scheduler back 1.20x |",
 		},
+		"sidebyside-20261204T030502.json": {
+			"| 50 pods when the active's rack is cut off | scheduler back | 6.77 s (1.07x) | 4.86 s (0.77x) | 6.35 s |",
+			"| kha-fast-kill | not measured | not measured | 5 | 0 intervals | 0 | no fault |",
+		},
+		"sidebyside-20261204T022321.json": {
+			"| 69 flapping partition of the leader's rack | scheduler back | 4.30 s (1.35x) | 5.08 s (1.60x) | 3.18 s | 3.25 s (1.02x) |",
+			"| 70 standby frozen while the leader's rack is cut, thawed, then healed | scheduler back | 18.06 s (0.87x) | 18.39 s (0.89x) | 20.73 s | 18.81 s (0.91x) |",
+			"| 74 flapping partition of the leader's rack, 4s cuts | scheduler back | 6.48 s (1.54x) | 4.93 s (1.17x) | 4.20 s | 4.35 s (1.04x) |",
+			"| le-tuned | not measured | not measured | 15 | 2 intervals | 9 | - |",
+			"| kha-default | not measured | not measured | 15 | 0 intervals | 0 | 69 scheduler back 1.02x; 74 scheduler back 1.04x; 74 service resumed 1.09x |",
+		},
 	} {
 		rs, err := report.LoadTrials(filepath.Join("testdata", file))
 		if err != nil {
