@@ -58,6 +58,11 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 		return nil, false
 	}
 	res := o.val
+	if res.memberGone {
+		s.log.Warn("member lease gone before the campaign; registering again first", "lease", fmt.Sprintf("%x", s.loop.memberLease))
+		s.dropMemberLease()
+		return nil, false
+	}
 	if !res.won {
 		s.loop.leader = res.leader
 		s.notePrevHolder(res.leader)

@@ -2,10 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
@@ -80,15 +82,46 @@ type acquireResult struct {
 	lease  lease
 	token  int64
 	leader group.LeaderInfo
+	// memberGone: etcd no longer has our member lease, so no campaign was
+	// made; the loop registers again first.
+	memberGone bool
 }
 
 // acquireJob campaigns once on a fresh lease: grant, campaign, and on a win
 // note the lease for a successor; any lease not won with goes back.
+//
+// Beside the grant it renews our member lease once, and does not campaign
+// when etcd answers that it no longer exists: a standby paused or cut off
+// past its TTL comes back to a free key before its renewer has noticed, and
+// a win there fails the promotion at its first record write (the record
+// lives on the member lease) with a cooldown, handing the group to someone
+// else (lab scenario 70). An answer that proves nothing (a timeout) does not
+// hold the campaign up.
 func (s *Supervisor) acquireJob(ctx context.Context) (acquireResult, error) {
 	if err := s.dropinsStillGood(ctx); err != nil {
 		return acquireResult{}, err
 	}
+	member := clientv3.LeaseID(s.rec.lease.Load())
+	gone := make(chan bool, 1)
+	go func() {
+		if member == 0 {
+			// Not registered: only a test calls the job so; the loop
+			// registers before it campaigns.
+			gone <- false
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.Etcd.RequestTimeout)
+		defer cancel()
+		_, _, err := s.leases.keepAliveOnce(rctx, member)
+		gone <- errors.Is(err, rpctypes.ErrLeaseNotFound)
+	}()
 	l, err := s.leases.grant(ctx, s.cfg.Lease.TTL)
+	if <-gone {
+		if err == nil {
+			s.leases.revoke(l.id)
+		}
+		return acquireResult{memberGone: true}, nil
+	}
 	if err != nil {
 		return acquireResult{}, err
 	}

@@ -50,13 +50,19 @@ func (s *Supervisor) onRenewal(r renewal) {
 		}
 		if r.name == memberLease {
 			s.log.Warn("member lease lost while standby; re-registering", "lease", fmt.Sprintf("%x", r.lease))
-			s.stopRenewer(memberLease)
-			s.term.deadline.Forget(memberLease)
-			s.loop.memberLease = 0
+			s.dropMemberLease()
 		}
 	default:
 		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.term.deadline.Left(deadlineNow()).Round(time.Millisecond))
 	}
+}
+
+// dropMemberLease forgets a member lease etcd no longer has; the standby
+// loop then registers again (Standby -> Starting) before anything else.
+func (s *Supervisor) dropMemberLease() {
+	s.stopRenewer(memberLease)
+	s.term.deadline.Forget(memberLease)
+	s.loop.memberLease = 0
 }
 
 type renewal struct {
