@@ -46,8 +46,9 @@ func (s *Supervisor) startupDone(bg context.Context, o outcome[registration]) (e
 	return nil, false
 }
 
-func (s *Supervisor) acquireWork() work[acquireResult] {
-	return work[acquireResult]{kind: jobAcquire, run: s.acquireJob, done: s.acquireDone}
+func (s *Supervisor) acquireWork(member clientv3.LeaseID) work[acquireResult] {
+	run := func(ctx context.Context) (acquireResult, error) { return s.acquireJob(ctx, member) }
+	return work[acquireResult]{kind: jobAcquire, run: run, done: s.acquireDone}
 }
 
 // acquireDone: lost (note who won), or won (Standby -> Promoting, then the

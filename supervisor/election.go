@@ -90,23 +90,23 @@ type acquireResult struct {
 // acquireJob campaigns once on a fresh lease: grant, campaign, and on a win
 // note the lease for a successor; any lease not won with goes back.
 //
-// Beside the grant it renews our member lease once, and does not campaign
-// when etcd answers that it no longer exists: a standby paused or cut off
-// past its TTL comes back to a free key before its renewer has noticed, and
-// a win there fails the promotion at its first record write (the record
-// lives on the member lease) with a cooldown, handing the group to someone
-// else (lab scenario 70). An answer that proves nothing (a timeout) does not
-// hold the campaign up.
-func (s *Supervisor) acquireJob(ctx context.Context) (acquireResult, error) {
+// Beside the grant it renews member, our member lease as the loop knew it at
+// the launch, once, and does not campaign when etcd answers that it no
+// longer exists: a standby paused or cut off past its TTL comes back to a
+// free key before its renewer has noticed, and a win there fails the
+// promotion at its first record write (the record lives on the member
+// lease) with a cooldown, handing the group to someone else (lab scenario
+// 70). The lease is the one of the launch, not the renewer's current one:
+// the renewer may learn of the loss and clear it while the job runs. An
+// answer that proves nothing (a timeout) does not hold the campaign up.
+// member 0 (a test's unregistered node) skips the check.
+func (s *Supervisor) acquireJob(ctx context.Context, member clientv3.LeaseID) (acquireResult, error) {
 	if err := s.dropinsStillGood(ctx); err != nil {
 		return acquireResult{}, err
 	}
-	member := clientv3.LeaseID(s.rec.lease.Load())
 	gone := make(chan bool, 1)
 	go func() {
 		if member == 0 {
-			// Not registered: only a test calls the job so; the loop
-			// registers before it campaigns.
 			gone <- false
 			return
 		}

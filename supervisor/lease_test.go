@@ -233,11 +233,11 @@ func TestAcquireAndRelease(t *testing.T) {
 	m1, cli := newEtcdMember(t, c, "m1")
 	m2, _ := newEtcdMember(t, c, "m2")
 	ctx := context.Background()
-	a, err := m1.acquireJob(ctx)
+	a, err := m1.acquireJob(ctx, 0)
 	if err != nil || !a.won || a.token == 0 || a.lease.id == 0 || a.lease.ttl != 10*time.Second {
 		t.Fatalf("m1 acquire = %+v, %v: want a win on a 10 s lease", a, err)
 	}
-	b, err := m2.acquireJob(ctx)
+	b, err := m2.acquireJob(ctx, 0)
 	if err != nil || b.won || b.leader.Node != "m1" || b.leader.Token != a.token {
 		t.Fatalf("m2 acquire = %+v, %v: want lost to m1", b, err)
 	}
@@ -316,5 +316,32 @@ func TestRegisterWaitsForALiveRecordOfItsName(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the second member did not register after the record was gone")
+	}
+}
+
+// The campaign checks the member lease the loop launched it with, not the
+// one the renewer holds when the job runs: in lab 70 the renewer learned
+// of the dropped lease (and cleared it) between the launch and the check,
+// the check saw no lease and let the campaign through, and the promotion
+// failed on the dropped lease (kha-default #5, 09:19:33 on 4 December).
+func TestAcquireDoesNotCampaignOnADroppedMemberLease(t *testing.T) {
+	c := etcdtest.NewCluster(t, etcdtest.Options{Members: 3})
+	m1, cli := newEtcdMember(t, c, "m1")
+	ctx := context.Background()
+	member, err := m1.leases.grant(ctx, m1.cfg.Lease.TTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m1.leases.revoke(member.id) {
+		t.Fatal("revoke not confirmed")
+	}
+	m1.rec.lease.Store(0) // what the renewer's "lease not found" leaves behind
+	a, err := m1.acquireWork(member.id).run(ctx)
+	if err != nil || a.won || !a.memberGone {
+		t.Fatalf("acquire on a dropped member lease = %+v, %v: want no campaign, member gone", a, err)
+	}
+	resp, err := cli.Get(ctx, m1.keys.Leader())
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("election key after the refused campaign: %v, %v: want none", resp, err)
 	}
 }

@@ -36,7 +36,7 @@ func (s *Supervisor) step(bg context.Context) {
 		case s.loop.leader.Present() && s.loop.leader.Lease == 0:
 			launch(s, bg, s.clearKeyWork(s.loop.leader))
 		case !s.loop.leader.Present() && s.mayCampaign(now):
-			launch(s, bg, s.acquireWork())
+			launch(s, bg, s.acquireWork(s.loop.memberLease))
 		}
 	case group.Promoting:
 		// promote job finished without moving us on: only on shutdown.
