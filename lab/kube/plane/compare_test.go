@@ -82,6 +82,21 @@ func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 			"| le-tuned | not measured | not measured | 15 | 2 intervals | 9 | - |",
 			"| kha-default | not measured | not measured | 15 | 0 intervals | 0 | 69 scheduler back 1.02x; 74 scheduler back 1.04x; 74 service resumed 1.09x |",
 		},
+		"sidebyside-20261204T074056.json": {
+			"| 69 flapping partition of the leader's rack | scheduler back | 3.90 s (1.23x) | 3.88 s (1.22x) | 3.18 s | 3.30 s (1.04x) |",
+			"| 69 flapping partition of the leader's rack | service resumed | 4.41 s (1.04x) | 2.52 s (0.60x) | 4.23 s | 3.33 s (0.79x) |",
+			"| 74 flapping partition of the leader's rack, 4s cuts | scheduler back | 5.19 s (1.19x) | 4.90 s (1.12x) | 4.36 s | 4.30 s (0.99x) |",
+			"| 74 flapping partition of the leader's rack, 4s cuts | service resumed | 5.40 s (0.95x) | 3.80 s (0.67x) | 5.70 s | 5.94 s (1.04x) |",
+			"| kha-default | not measured | not measured | 10 | 0 intervals | 0 | 69 scheduler back 1.04x; 74 service resumed 1.04x |",
+		},
+		"sidebyside-20261204T081141.json": {
+			"| 70 standby frozen while the leader's rack is cut, thawed, then healed | scheduler back | 18.36 s (0.90x) | 18.23 s (0.89x) | 20.40 s | 18.35 s (0.90x) |",
+		},
+		"sidebyside-20261204T090245.json": {
+			"| 70 standby frozen while the leader's rack is cut, thawed, then healed | scheduler back | 18.31 s (0.87x) | 18.19 s (0.87x) | 20.96 s | 18.33 s (0.87x) |",
+			"| 70 standby frozen while the leader's rack is cut, thawed, then healed | service resumed | 19.62 s (0.90x) | 19.48 s (0.90x) | 21.75 s | 19.49 s (0.90x) |",
+			"| kha-fast-kill | not measured | not measured | 5 | 0 intervals | 0 | no fault |",
+		},
 	} {
 		rs, err := report.LoadTrials(filepath.Join("testdata", file))
 		if err != nil {
