@@ -45,11 +45,14 @@ const defaultDialTimeout = 2 * time.Second
 // for up to seconds more while its lease ran out: in the lab, the default
 // profile fenced on a 3 s flap it should ride, and a renewal was answered
 // 0.7-4.2 s after the heal (lab/etcd TestSupervisorClientBackSoonAfterAHeal).
-// The connection is what every renewal needs, so redial at most
-// redialMaxDelay after a failure; an attempt is given up after dial_timeout
-// (not gRPC's 20 s), so a SYN lost in the partition is replaced by a fresh
-// one. The cost is a connection attempt per endpoint every 100 ms while a
-// member is unreachable, each refused or lost at once.
+// The connection is what every renewal needs, so redial about
+// redialMaxDelay after a failure (gRPC adds up to 20% jitter); an attempt,
+// TLS handshake included, is given up after dial_timeout (not gRPC's 20 s),
+// so a SYN lost in the partition is replaced by a fresh one. dial_timeout
+// already bounds the start-up check, so an etcd that cannot complete a
+// handshake within it was refused there too. The cost is a connection
+// attempt per client and unreachable endpoint about every 100 ms, each
+// refused or lost at once.
 const (
 	redialBaseDelay = 50 * time.Millisecond
 	redialMaxDelay  = 100 * time.Millisecond
