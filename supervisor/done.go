@@ -60,7 +60,7 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	}
 	res := o.val
 	if res.memberGone {
-		s.log.Warn("member lease gone before the campaign; registering again first", "lease", fmt.Sprintf("%x", s.loop.memberLease))
+		s.log.Warn("member lease gone before the campaign; registering again first", "lease", fmt.Sprintf("%x", res.member))
 		s.dropMemberLease()
 		return nil, false
 	}

@@ -82,9 +82,11 @@ type acquireResult struct {
 	lease  lease
 	token  int64
 	leader group.LeaderInfo
-	// memberGone: etcd no longer has our member lease, so no campaign was
-	// made; the loop registers again first.
+	// memberGone: etcd no longer has member, the member lease the job was
+	// launched with, so no campaign was made; the loop registers again
+	// first.
 	memberGone bool
+	member     clientv3.LeaseID
 }
 
 // acquireJob campaigns once on a fresh lease: grant, campaign, and on a win
@@ -120,7 +122,7 @@ func (s *Supervisor) acquireJob(ctx context.Context, member clientv3.LeaseID) (a
 		if err == nil {
 			s.leases.revoke(l.id)
 		}
-		return acquireResult{memberGone: true}, nil
+		return acquireResult{memberGone: true, member: member}, nil
 	}
 	if err != nil {
 		return acquireResult{}, err
