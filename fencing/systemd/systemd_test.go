@@ -101,10 +101,13 @@ ExecStart=/bin/sleep infinity
 `,
 	// A supervisor whose stop takes a while (it demotes), and a managed
 	// unit bound to it: systemd stops the bound unit first, while the
-	// supervisor still runs and could start it again.
+	// supervisor still runs and could start it again. The stop stays
+	// pending until the test creates the release file, so a slow poll
+	// on a loaded machine cannot miss it.
 	"kt-sd-slowsup.service": `[Service]
-ExecStart=/bin/sh -c 'trap "sleep 2; exit 0" TERM; while :; do sleep 0.1; done'
-TimeoutStopSec=10
+ExecStartPre=/bin/rm -f /run/kt-sd-slowsup.release
+ExecStart=/bin/sh -c 'trap "while [ ! -e /run/kt-sd-slowsup.release ]; do sleep 0.1; done; exit 0" TERM; while :; do sleep 0.1; done'
+TimeoutStopSec=60
 `,
 	"kt-sd-boundunit.service": `[Unit]
 BindsTo=kt-sd-slowsup.service
@@ -793,6 +796,8 @@ func TestSystemdStartNeverCancelsAPendingStop(t *testing.T) {
 	s, _ := newSystemd(t, c)
 	const sup, unit = "kt-sd-slowsup.service", "kt-sd-boundunit.service"
 	exec(t, c, "systemctl", "start", unit)
+	release := func() { exec(t, c, "touch", "/run/kt-sd-slowsup.release") }
+	t.Cleanup(release) // a failed test does not leave the stop pending for a minute
 	exec(t, c, "systemctl", "--no-block", "stop", sup)
 	waitFor(t, "the bound unit stopped while the supervisor's stop is pending", 10*time.Second, func() bool {
 		return !state(t, s, unit).Running() && show(t, c, sup, "ActiveState") == "deactivating"
@@ -801,6 +806,10 @@ func TestSystemdStartNeverCancelsAPendingStop(t *testing.T) {
 	if !errors.Is(err, fencing.ErrStopPending) {
 		t.Errorf("start during the supervisor's pending stop: %v, want ErrStopPending", err)
 	}
+	if got := show(t, c, sup, "ActiveState"); got != "deactivating" {
+		t.Fatalf("the supervisor's stop ended before the start was tried (%s): the test proved nothing", got)
+	}
+	release()
 	waitFor(t, "the supervisor's stop to complete", 15*time.Second, func() bool {
 		return show(t, c, sup, "ActiveState") == "inactive"
 	})
