@@ -76,8 +76,15 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 	s.loop.leader = group.LeaderInfo{Node: s.cfg.Node, Token: res.token, Lease: res.lease.id, Revision: res.token}
 	s.watch.failures, s.watch.restarts = nil, map[string]uint32{}
 	s.transition(group.Promoting, "elected", fmt.Sprintf("won the election key (token %d)", res.token))
-	if s.loop.shutting {
+	switch {
+	case s.loop.shutting:
 		s.demote(bg, "shutdown", "shutdown requested", 0)
+		return nil, false
+	case s.loop.memberLease != res.member:
+		// The renewer found the member lease gone while the campaign ran:
+		// the promotion's record write rides on that lease and could only
+		// fail (then cool down). Give the key back now and register again.
+		s.demote(bg, "member_lease_lost", fmt.Sprintf("member lease %x lost during the campaign; giving the win back to register again", res.member), 0)
 		return nil, false
 	}
 	s.term.view.allowStarts(false)

@@ -86,7 +86,9 @@ type acquireResult struct {
 	// launched with, so no campaign was made; the loop registers again
 	// first.
 	memberGone bool
-	member     clientv3.LeaseID
+	// member is the member lease the job was launched with: a win is only
+	// promoted while the loop still has it.
+	member clientv3.LeaseID
 }
 
 // acquireJob campaigns once on a fresh lease: grant, campaign, and on a win
@@ -135,7 +137,7 @@ func (s *Supervisor) acquireJob(ctx context.Context, member clientv3.LeaseID) (a
 	// Before anything can start under this lease: a successor started after
 	// a crash must find it to give it back.
 	s.saveRunState(func(st *runstate.State) { st.ElectionLease, st.Token = int64(l.id), c.token })
-	return acquireResult{won: true, lease: l, token: c.token}, nil
+	return acquireResult{won: true, lease: l, token: c.token, member: member}, nil
 }
 
 // release gives up the election key (only if it is still ours) and its

@@ -15,7 +15,8 @@ import (
 //	start --> starting --registered--> standby --elected--> promoting --units started--> active
 //	            |                       ^ |                     |                          |
 //	            |                       | |                     | promotion failed,        | SIGTERM, failure threshold,
-//	            |                       | |                     | SIGTERM                  | ban, handoff
+//	            |                       | |                     | SIGTERM, member lease    | ban, handoff
+//	            |                       | |                     | lost                     |
 //	            |                       | |                     v                          |
 //	            |                       +-|------released---- demoting <-------------------+
 //	            |                         |                     |

@@ -64,7 +64,7 @@ func finishJob(t *testing.T, s *Supervisor, bg context.Context) (error, bool) {
 // real-etcd tests assert the same at run time (the harness fails a test
 // whose members counted a BadTransition).
 func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
-	won := outcome[acquireResult]{val: acquireResult{won: true, lease: lease{id: 9, sent: deadlineNow(), ttl: 10 * time.Second}, token: 42}}
+	won := outcome[acquireResult]{val: acquireResult{won: true, member: 7, lease: lease{id: 9, sent: deadlineNow(), ttl: 10 * time.Second}, token: 42}}
 	registered := outcome[registration]{val: registration{lease: lease{id: 7, sent: deadlineNow(), ttl: 10 * time.Second}}}
 	cases := []struct {
 		name  string
@@ -139,5 +139,36 @@ func TestEveryEdgeTakenIsInTheTable(t *testing.T) {
 				t.Errorf("table edge %s -> %s is taken by none of the cases", from, to)
 			}
 		}
+	}
+}
+
+// A win whose member lease the renewer dropped during the campaign (etcd
+// answered NotFound while the grant and the campaign were in flight): the
+// record the promotion must write rides on that lease, so promoting could
+// only fail and cool down. The win is given back at once and the loop
+// registers again, as a win during shutdown is given back.
+func TestWinAfterTheMemberLeaseWasDroppedIsGivenBack(t *testing.T) {
+	s, _, bg := newOffline(t, nil)
+	var seen []Transition
+	s.opts.Observer = func(tr Transition) { seen = append(seen, tr) }
+	s.loop.state, s.loop.memberLease = group.Standby, 7
+	s.dropMemberLease() // the renewer's NotFound, while the campaign ran
+	s.acquireDone(bg, outcome[acquireResult]{val: acquireResult{won: true, member: 7, lease: lease{id: 9, sent: deadlineNow(), ttl: 10 * time.Second}, token: 42}})
+	if s.loop.state != group.Demoting {
+		t.Fatalf("state %s after a win on a dropped member lease, want demoting (transitions %+v)", s.loop.state, seen)
+	}
+	if last := seen[len(seen)-1]; last.Kind != "member_lease_lost" {
+		t.Errorf("demoted as %q, want member_lease_lost", last.Kind)
+	}
+	if s.jobs.cur == nil || s.jobs.cur.kind != jobDemote {
+		t.Fatalf("job after the win: %+v, want the demotion releasing the key", s.jobs.cur)
+	}
+	finishJob(t, s, bg)
+	if s.loop.state != group.Standby {
+		t.Fatalf("state %s after the release, want standby", s.loop.state)
+	}
+	s.step(bg)
+	if s.loop.state != group.Starting {
+		t.Fatalf("state %s after the release, want starting (registering again)", s.loop.state)
 	}
 }

@@ -37,6 +37,7 @@ var transitions = func() [][3]string {
 		{"demoting", "stopped", "shutdown"},
 		{"standby", "stopped", "shutdown"},
 		{"standby", "starting", "member_lease_lost"},
+		{"promoting", "demoting", "member_lease_lost"},
 	}
 	for _, from := range []string{"promoting", "active"} {
 		for _, r := range []string{"shutdown", "handoff", "banned", "failure_threshold", "promotion_failed"} {
