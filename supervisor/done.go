@@ -69,6 +69,10 @@ func (s *Supervisor) acquireDone(bg context.Context, o outcome[acquireResult]) (
 		s.notePrevHolder(res.leader)
 		return nil, false
 	}
+	// While still standby: a NotFound for the member lease already queued
+	// drops it now (and is checked below) instead of being read once this
+	// node holds the key, where it would fence.
+	s.drainRenewals()
 	s.term.elecLease, s.term.token = res.lease.id, res.token
 	s.term.deadline.Renewed(electionLease, res.lease.sent, res.lease.ttl)
 	s.resetFenceTimer()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/kha-supervisor/kha-supervisor/group"
 )
 
@@ -170,5 +172,22 @@ func TestWinAfterTheMemberLeaseWasDroppedIsGivenBack(t *testing.T) {
 	s.step(bg)
 	if s.loop.state != group.Starting {
 		t.Fatalf("state %s after the release, want starting (registering again)", s.loop.state)
+	}
+}
+
+// The renewer's NotFound for the member lease is already queued when the
+// win arrives (Run's select picks either ready channel): read after the
+// promotion began, it would fence a node that started nothing; read first,
+// while still standby, it gives the win back as above.
+func TestQueuedMemberLeaseLossIsReadBeforeTheWin(t *testing.T) {
+	s, _, bg := newOffline(t, nil)
+	s.loop.state, s.loop.memberLease = group.Standby, 7
+	s.in.renewals <- renewal{name: memberLease, lease: 7, sent: deadlineNow(), err: rpctypes.ErrLeaseNotFound}
+	s.acquireDone(bg, outcome[acquireResult]{val: acquireResult{won: true, member: 7, lease: lease{id: 9, sent: deadlineNow(), ttl: 10 * time.Second}, token: 42}})
+	if s.loop.fenceNow != "" {
+		t.Fatalf("the queued NotFound was read after the win: fence %q (%s)", s.loop.fenceNow, s.loop.fenceKind)
+	}
+	if s.loop.state != group.Demoting {
+		t.Fatalf("state %s, want demoting (the win given back)", s.loop.state)
 	}
 }

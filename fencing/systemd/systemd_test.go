@@ -797,7 +797,12 @@ func TestSystemdStartNeverCancelsAPendingStop(t *testing.T) {
 	const sup, unit = "kt-sd-slowsup.service", "kt-sd-boundunit.service"
 	exec(t, c, "systemctl", "start", unit)
 	release := func() { exec(t, c, "touch", "/run/kt-sd-slowsup.release") }
-	t.Cleanup(release) // a failed test does not leave the stop pending for a minute
+	t.Cleanup(func() {
+		// A failed test leaves neither the stop pending for a minute nor,
+		// had the start cancelled the stop, both units running.
+		release()
+		exec(t, c, "systemctl", "--no-block", "stop", sup, unit)
+	})
 	exec(t, c, "systemctl", "--no-block", "stop", sup)
 	waitFor(t, "the bound unit stopped while the supervisor's stop is pending", 10*time.Second, func() bool {
 		return !state(t, s, unit).Running() && show(t, c, sup, "ActiveState") == "deactivating"

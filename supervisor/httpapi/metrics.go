@@ -19,7 +19,7 @@ var Roles = []string{"starting", "standby", "promoting", "active", "demoting", "
 // FenceReasons are the supervisor's fence kinds (supervisor.Transition.Kind
 // on the way into fencing); kha_fences_total has a series for each from
 // the start, so that increase() sees the first fence.
-var FenceReasons = []string{"deadline", "key_lost", "lease_lost", "drill", "demote_failed"}
+var FenceReasons = []string{"deadline", "key_lost", "lease_lost", "record_lost", "drill", "demote_failed"}
 
 // Leases are the two leases a member renews: its membership record's and,
 // while it leads, the election key's.
