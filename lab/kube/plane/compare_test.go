@@ -66,6 +66,13 @@ func TestComparisonRatiosAndRobustnessAreTheRunsOwn(t *testing.T) {
 // mode is slower than le-tuned, and those by less than the probe's step).
 func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 	for file, wants := range map[string][]string{
+		"sidebyside-20261204T124628.json": {
+			"| kha-fast | 0/5 | 0/5 | 75 | 0 intervals | 0 | 40 scheduler back 1.04x; 41 service resumed 1.11x; 44 scheduler back 1.37x; 48 scheduler back 1.16x; 48 service resumed 1.20x; 50 scheduler back 1.09x; 69 service resumed 4.03x; 70 service resumed 1.03x; 74 scheduler back 1.30x | 40 service resumed 1.00x (+0.00 s); 47 scheduler back 1.02x (+0.00 s); 69 scheduler back 1.03x (+0.11 s); 74 service resumed 1.02x (+0.12 s) |",
+			"| kha-fast-kill | 0/5 | 0/5 | 75 | 0 intervals | 0 | 44 scheduler back 1.61x; 69 scheduler back 5.72x; 69 service resumed 3.07x; 70 service resumed 1.01x; 74 scheduler back 1.23x | none |",
+			"| le-tuned | 1/5 | 1/5 | 75 | 4 intervals | 13 | - | - |",
+			"| 40 leader's rack cut off | scheduler back | 6.80 s (1.04x) | 4.97 s (0.76x) | 6.57 s |",
+			"| 69 flapping partition of the leader's rack | scheduler back | 3.43 s (1.03x) | 18.95 s (5.72x) | 3.32 s |",
+		},
 		"sidebyside-20261203T223133.json": {
 			"| kha-fast | 0/5 | 0/5 | 55 | 0 intervals | 0 | 40 scheduler back 1.16x; 40 service resumed 1.07x; 41 scheduler back 1.14x; 48 scheduler back 1.06x; 48 service resumed 1.06x; 71 service resumed 1.19x | 41 service resumed 1.03x (+0.19 s); 45 scheduler back 1.05x (+0.08 s); 45 service resumed 1.21x (+0.04 s); 47 scheduler back 1.98x (+0.10 s) |",
 			"| kha-fast-kill | 0/5 | 0/5 | 55 | 0 intervals | 0 | no fault | 45 service resumed 1.04x (+0.01 s); 47 scheduler back 1.79x (+0.08 s); 47 service resumed 1.05x (+0.01 s) |",
