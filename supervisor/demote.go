@@ -43,12 +43,9 @@ func (s *Supervisor) demoteJob(token int64, lease clientv3.LeaseID) func(context
 		s.recordHistory(group.Event{At: s.now(), Node: s.cfg.Node, From: group.Demoting, To: group.UnitsDown, Kind: "units_stopped", Reason: "units confirmed stopped; releasing the lease", Token: token})
 		s.withdrawToken()
 		s.runHook(ctx, "on_demote", token)
-		switch {
-		case s.rec.lease.Load() == 0:
-			// A win given back because the member lease went during the
-			// campaign: no record lives on it to say anything.
-			s.log.Debug("no member lease to publish units stopped on; releasing")
-		default:
+		// With no member lease (a win given back because it went during
+		// the campaign) no record lives on it to say anything.
+		if s.rec.lease.Load() != 0 {
 			if err := s.writeRecord(ctx, true); err != nil {
 				s.log.Warn("could not publish units stopped before release", "err", err)
 			}
