@@ -65,6 +65,9 @@ func (r *Runner) Run(ctx context.Context, s Spec, mode Mode, repeat int) report.
 			return res
 		}
 	}
+	if note := r.quiet(ctx, quietTimeout); note != "" {
+		t.Notef("%s", note)
+	}
 	r.Prober.ResetExtra()
 	running := r.componentRuns(ctx, nodes)
 	// The judge at etcd reads etcd's history from here (commits.go).
