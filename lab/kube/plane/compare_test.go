@@ -66,6 +66,14 @@ func TestComparisonRatiosAndRobustnessAreTheRunsOwn(t *testing.T) {
 // mode is slower than le-tuned, and those by less than the probe's step).
 func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 	for file, wants := range map[string][]string{
+		"sidebyside-20261204T155841.json": {
+			"| 40 leader's rack cut off | scheduler back | 6.97 s (1.10x) | 5.09 s (0.80x) | 6.34 s |",
+			"| 44 graceful stop of the leader | scheduler back | 0.98 s (1.09x) | 1.03 s (1.14x) | 0.90 s |",
+			"| 69 flapping partition of the leader's rack | scheduler back | 5.38 s (1.61x) | 4.43 s (1.32x) | 3.35 s |",
+			"| kha-fast | 0/5 | 0/5 | 75 | 0 intervals | 0 | 40 scheduler back 1.10x; 41 scheduler back 1.05x; 45 service resumed 2.59x; 48 scheduler back 1.23x; 50 scheduler back 1.05x; 69 scheduler back 1.61x; 69 service resumed 1.47x; 70 scheduler back 1.27x; 74 scheduler back 1.39x | 40 service resumed 1.01x (+0.10 s); 41 service resumed 1.01x (+0.05 s); 44 scheduler back 1.09x (+0.08 s); 47 service resumed 1.06x (+0.01 s); 48 service resumed 1.01x (+0.09 s) |",
+			"| kha-fast-kill | 0/5 | 0/5 | 75 | 0 intervals | 0 | 69 scheduler back 1.32x; 69 service resumed 1.19x; 70 scheduler back 1.32x; 70 service resumed 1.02x; 74 scheduler back 1.13x | 44 scheduler back 1.14x (+0.13 s); 47 scheduler back 1.62x (+0.09 s); 47 service resumed 1.17x (+0.04 s) |",
+			"| le-tuned | 0/5 | 0/5 | 75 | 2 intervals | 8 | - | - |",
+		},
 		"sidebyside-20261204T124628.json": {
 			"| kha-fast | 0/5 | 0/5 | 75 | 0 intervals | 0 | 40 scheduler back 1.04x; 41 service resumed 1.11x; 44 scheduler back 1.37x; 48 scheduler back 1.16x; 48 service resumed 1.20x; 50 scheduler back 1.09x; 69 service resumed 4.03x; 70 service resumed 1.03x; 74 scheduler back 1.30x | 40 service resumed 1.00x (+0.00 s); 47 scheduler back 1.02x (+0.00 s); 69 scheduler back 1.03x (+0.11 s); 74 service resumed 1.02x (+0.12 s) |",
 			"| kha-fast-kill | 0/5 | 0/5 | 75 | 0 intervals | 0 | 44 scheduler back 1.61x; 69 scheduler back 5.72x; 69 service resumed 3.07x; 70 service resumed 1.01x; 74 scheduler back 1.23x | none |",
