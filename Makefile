@@ -23,6 +23,7 @@ deps:
 build:
 	mkdir -p bin
 	GOWORK=off $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kha-supervisor ./cmd/kha-supervisor
+	GOWORK=off $(GO) build -trimpath -ldflags '-s -w' -o bin/kha-guard ./cmd/kha-guard
 
 # Each module on its own (GOWORK=off): its go.mod must hold all it needs.
 vet:

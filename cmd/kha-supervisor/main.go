@@ -18,22 +18,23 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kha-supervisor/kha-supervisor/daemon"
+	"github.com/kha-supervisor/kha-supervisor/internal/guardcheck"
 )
 
 // Exit codes. They are part of the interface: systemd units, scripts and the
 // drill read them. README.md and kha-supervisor(8) list them from exitCodes.
 const (
-	exitOK           = daemon.ExitOK          // success
-	exitFailure      = daemon.ExitFailure     // runtime failure (etcd unreachable, I/O error)
-	exitConfig       = daemon.ExitConfig      // bad configuration or usage; nothing was changed
-	exitFenced       = daemon.ExitFenced      // lease could not be proven; units stopped; restart as standby
-	exitFenceFailed  = daemon.ExitFenceFailed // fenced, but a unit could not be confirmed stopped
-	exitGuardRefused = 5                      // guard: this node does not hold a valid lease
-	exitGuardNoSup   = 6                      // guard: the local supervisor is not reachable
-	exitDrillFailed  = 7                      // drill: the check or the expectation failed
-	exitNoActive     = 8                      // status: no member is active with all its units
-	exitLocalBad     = 9                      // status: this node's member is missing or unhealthy
-	exitNoStandby    = 10                     // status: the leader runs, but no other member could take over
+	exitOK           = daemon.ExitOK           // success
+	exitFailure      = daemon.ExitFailure      // runtime failure (etcd unreachable, I/O error)
+	exitConfig       = daemon.ExitConfig       // bad configuration or usage; nothing was changed
+	exitFenced       = daemon.ExitFenced       // lease could not be proven; units stopped; restart as standby
+	exitFenceFailed  = daemon.ExitFenceFailed  // fenced, but a unit could not be confirmed stopped
+	exitGuardRefused = guardcheck.Refused      // guard: this node does not hold a valid lease
+	exitGuardNoSup   = guardcheck.NoSupervisor // guard: the local supervisor is not reachable
+	exitDrillFailed  = 7                       // drill: the check or the expectation failed
+	exitNoActive     = 8                       // status: no member is active with all its units
+	exitLocalBad     = 9                       // status: this node's member is missing or unhealthy
+	exitNoStandby    = 10                      // status: the leader runs, but no other member could take over
 )
 
 // exitCodes documents the codes above, in order, for the generated docs.
