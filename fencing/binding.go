@@ -52,7 +52,7 @@ func (b Binding) Problems(supervisor string, stop time.Duration) []string {
 		bad("After", "does not include %s", supervisor)
 	}
 	if !hasGuard(b.ExecStartPre) {
-		bad("ExecStartPre", "has no `kha-supervisor guard`: a start on a standby would not be refused")
+		bad("ExecStartPre", "has no guard (kha-guard UNIT): a start on a standby would not be refused")
 	}
 	switch {
 	case StopTimeoutFits(b.TimeoutStop, stop):
@@ -85,11 +85,21 @@ func InfiniteTimeout(d time.Duration) bool {
 	return d <= 0 || d == time.Duration(math.MaxInt64)
 }
 
-// hasGuard reports whether some ExecStartPre= runs `kha-supervisor guard`.
+// hasGuard reports whether some ExecStartPre= runs the guard: kha-guard
+// UNIT (what install-dropins writes) or `kha-supervisor guard UNIT` (the
+// drop-ins written before kha-guard, and install-dropins --binary).
 func hasGuard(lines [][]string) bool {
 	for _, argv := range lines {
-		if len(argv) >= 2 && path.Base(argv[0]) == "kha-supervisor" && slices.Contains(argv[1:], "guard") {
+		if len(argv) < 2 {
+			continue
+		}
+		switch path.Base(argv[0]) {
+		case "kha-guard":
 			return true
+		case "kha-supervisor":
+			if slices.Contains(argv[1:], "guard") {
+				return true
+			}
 		}
 	}
 	return false

@@ -10,7 +10,7 @@ func goodBinding() Binding {
 	return Binding{
 		Unit: "kube-scheduler.service", BindsTo: []string{"kha-supervisor.service"},
 		After:        []string{"network.target", "kha-supervisor.service"},
-		ExecStartPre: [][]string{{"/usr/bin/kha-supervisor", "guard", "kube-scheduler.service"}},
+		ExecStartPre: [][]string{{"/usr/libexec/kha-supervisor/kha-guard", "kube-scheduler.service"}},
 		TimeoutStop:  2 * time.Second, KillMode: "control-group", SendSIGKILL: true,
 	}
 }
@@ -24,12 +24,19 @@ func TestBindingProblems(t *testing.T) {
 	}{
 		{"packaged drop-in", func(*Binding) {}, ""},
 		{"shorter stop timeout", func(b *Binding) { b.TimeoutStop = time.Second }, ""},
+		{"the subcommand, as drop-ins before kha-guard ran it", func(b *Binding) {
+			b.ExecStartPre = [][]string{{"/usr/bin/kha-supervisor", "guard", "kube-scheduler.service"}}
+		}, ""},
+		{"kha-guard elsewhere", func(b *Binding) {
+			b.ExecStartPre = [][]string{{"/bin/true"}, {"/opt/kha/kha-guard", "-c", "/etc/x.toml", "%n"}}
+		}, ""},
+		{"kha-guard without a unit", func(b *Binding) { b.ExecStartPre = [][]string{{"/usr/libexec/kha-supervisor/kha-guard"}} }, "ExecStartPre"},
 		{"guard elsewhere on the line", func(b *Binding) {
 			b.ExecStartPre = [][]string{{"/bin/true"}, {"/opt/bin/kha-supervisor", "-c", "/etc/x.toml", "guard", "%n"}}
 		}, ""},
 		{"no BindsTo", func(b *Binding) { b.BindsTo = nil }, "BindsTo does not include kha-supervisor.service"},
 		{"no After", func(b *Binding) { b.After = []string{"network.target"} }, "After does not include"},
-		{"guard reset by a later drop-in", func(b *Binding) { b.ExecStartPre = nil }, "ExecStartPre has no `kha-supervisor guard`"},
+		{"guard reset by a later drop-in", func(b *Binding) { b.ExecStartPre = nil }, "ExecStartPre has no guard (kha-guard UNIT)"},
 		{"other program named guard", func(b *Binding) { b.ExecStartPre = [][]string{{"/usr/bin/guard", "kha-supervisor"}} }, "ExecStartPre"},
 		{"long stop timeout", func(b *Binding) { b.TimeoutStop = 90 * time.Second }, "TimeoutStopUSec is 1m30s, longer than units.stop_timeout 2s"},
 		{"infinite stop timeout", func(b *Binding) { b.TimeoutStop = 0 }, "TimeoutStopUSec is infinite"},

@@ -4,9 +4,12 @@
 package layout
 
 const (
-	// Binary is where the package installs kha-supervisor; the managed
-	// units' ExecStartPre= guard runs it.
+	// Binary is where the package installs kha-supervisor.
 	Binary = "/usr/bin/kha-supervisor"
+	// Guard is where the package installs kha-guard, the managed units'
+	// ExecStartPre= check (cmd/kha-guard): `kha-supervisor guard` without
+	// the daemon's dependencies, which every unit start would pay for.
+	Guard = "/usr/libexec/kha-supervisor/kha-guard"
 	// SupervisorUnit is the daemon's own systemd unit.
 	SupervisorUnit = "kha-supervisor.service"
 	// ConfigPath is the configuration file commands read unless told

@@ -25,6 +25,7 @@ func TestPackagingAgrees(t *testing.T) {
 	nfpm := read(t, "../packaging/nfpm.yaml")
 	for _, want := range []string{
 		"dst: " + layout.Binary + "\n",
+		"dst: " + layout.Guard + "\n",
 		"dst: /usr/lib/systemd/system/" + layout.SupervisorUnit + "\n",
 		"dst: " + layout.ConfigPath + "\n",
 	} {

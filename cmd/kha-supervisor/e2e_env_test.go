@@ -43,10 +43,11 @@ const e2ePrefix = "kt-e2e-"
 
 // Paths inside each container. The binary stays in the /lab bind (it is
 // not copied into the container); the configuration sits where the guard
-// finds it by default, because the packaged drop-in runs `guard %n` with no
+// finds it by default, because the packaged drop-in runs `kha-guard %n` with no
 // -c, as in production.
 const (
 	e2eBinary     = "/lab/bin/kha-supervisor"
+	e2eGuard      = "/lab/bin/kha-guard" // the drop-ins' ExecStartPre=, as the packages install it
 	e2eConfig     = "/etc/kha-supervisor/config.toml"
 	e2eUnitDir    = "/etc/systemd/system"
 	e2eSupervisor = dropin.SupervisorUnit
@@ -212,18 +213,23 @@ func newE2ECluster(t testing.TB, p e2eProfile) *e2eCluster {
 	var wg sync.WaitGroup
 	var buildErr error
 	bin := filepath.Join(base, "kha-supervisor")
+	guardBin := filepath.Join(base, "kha-guard")
 	wg.Go(func() {
 		if pre := os.Getenv("KHA_E2E_BINARY"); pre != "" {
-			// A binary built elsewhere (e.g. from one commit, for
-			// measurements that must not follow a tree others edit).
-			buildErr = copyE2EBinary(pre, bin)
+			// Binaries built elsewhere (e.g. from one commit, for
+			// measurements that must not follow a tree others edit):
+			// kha-guard beside kha-supervisor.
+			buildErr = errors.Join(copyE2EBinary(pre, bin), copyE2EBinary(filepath.Join(filepath.Dir(pre), "kha-guard"), guardBin))
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w: %s", err, out)
+		for _, b := range []struct{ pkg, out string }{{".", bin}, {"../kha-guard", guardBin}} {
+			out, err := exec.CommandContext(ctx, "go", "build", "-o", b.out, b.pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %w: %s", b.pkg, err, out)
+				return
+			}
 		}
 	})
 	containers := make([]*nspawn.Container, len(names))
@@ -266,8 +272,10 @@ func newE2ECluster(t testing.TB, p e2eProfile) *e2eCluster {
 	}
 	for i, name := range names {
 		n := &e2eNode{t: t, name: name, c: containers[i], lab: filepath.Join(base, name), poll: p.Poll}
-		if err := os.Link(bin, filepath.Join(n.lab, "bin", "kha-supervisor")); err != nil {
-			t.Fatal(err)
+		for _, f := range []string{bin, guardBin} {
+			if err := os.Link(f, filepath.Join(n.lab, "bin", filepath.Base(f))); err != nil {
+				t.Fatal(err)
+			}
 		}
 		err := netns.Do(n.c.NetNS(), func() error {
 			var err error
@@ -370,7 +378,7 @@ func (n *e2eNode) install(p e2eProfile) {
 }
 
 func (n *e2eNode) renderDropin(unit string, p e2eProfile) []byte {
-	b, err := dropin.Render(dropin.Params{Unit: unit, Binary: e2eBinary, StopTimeout: p.Stop})
+	b, err := dropin.Render(dropin.Params{Unit: unit, Guard: e2eGuard, StopTimeout: p.Stop})
 	if err != nil {
 		n.t.Fatalf("render drop-in: %v", err)
 	}

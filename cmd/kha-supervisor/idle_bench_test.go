@@ -30,8 +30,8 @@ import (
 //     both supervisors running, then again with the standby's supervisor
 //     stopped; the standby's share is the difference;
 //   - the guard: p50/p99 of one round trip to the leader's guard socket
-//     (dial, peer check, answer), and of the whole `kha-supervisor guard`
-//     exec as ExecStartPre= runs it (fork, exec, config load, round trip),
+//     (dial, peer check, answer), and of the whole kha-guard exec as
+//     ExecStartPre= runs it (fork, exec, config load, round trip),
 //     timed inside the container by bash's $EPOCHREALTIME.
 //
 // It takes several minutes and reports rather than asserts (the machine is
@@ -366,12 +366,11 @@ func guardSocket(b testing.TB, n *e2eNode, allowed bool) []time.Duration {
 	return lat
 }
 
-// guardExec runs `kha-supervisor guard` guardExecSamples times inside n,
-// as systemd would (a fresh process each time, default configuration),
-// timed by bash's $EPOCHREALTIME around each exec, and checks each exit
-// code.
+// guardExec runs kha-guard guardExecSamples times inside n, as systemd
+// would (a fresh process each time, default configuration), timed by bash's
+// $EPOCHREALTIME around each exec, and checks each exit code.
 func guardExec(b testing.TB, n *e2eNode, wantCode int) []time.Duration {
-	return timeExecs(b, n, e2eBinary+" guard kube-scheduler.service", wantCode)
+	return timeExecs(b, n, e2eGuard+" kube-scheduler.service", wantCode)
 }
 
 // timeExecs runs command (a shell word list) guardExecSamples times inside

@@ -20,8 +20,17 @@ func init() { register(installDropinsCommand) }
 
 // dropinFlags are install-dropins' options.
 type dropinFlags struct {
-	dir, binary      string
-	dryRun, noReload bool
+	dir, guard, binary string
+	dryRun, noReload   bool
+}
+
+// guardPath is the kha-guard the drop-ins run: none with --binary (whose
+// `guard` subcommand they run instead).
+func (o dropinFlags) guardPath() string {
+	if o.binary != "" {
+		return ""
+	}
+	return o.guard
 }
 
 func installDropinsCommand(e env) *cobra.Command {
@@ -40,9 +49,12 @@ A file at that path that it did not write is never overwritten: the command refu
 	fs.StringVar(&o.dir, "dir", "/etc/systemd/system", "systemd unit `directory` to write the drop-ins into (it takes precedence over the packaged ones in /usr/lib/systemd/system)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the files and their paths, and what would be removed; change nothing")
 	fs.BoolVar(&o.noReload, "no-reload", false, "do not run daemon-reload afterwards (image builds, chroots)")
-	fs.StringVar(&o.binary, "binary", dropin.DefaultBinary, "absolute `path` of kha-supervisor for the guard in ExecStartPre=")
+	fs.StringVar(&o.guard, "guard", dropin.DefaultGuard, "absolute `path` of kha-guard, the check in ExecStartPre=")
+	fs.StringVar(&o.binary, "binary", "", "absolute `path` of a kha-supervisor whose `guard` subcommand ExecStartPre= runs instead of kha-guard (the same check, a slower start)")
 	_ = c.MarkFlagDirname("dir")
+	_ = c.MarkFlagFilename("guard")
 	_ = c.MarkFlagFilename("binary")
+	c.MarkFlagsMutuallyExclusive("guard", "binary")
 	return c
 }
 
@@ -77,7 +89,7 @@ var reloadSystemd = func(ctx context.Context) error {
 }
 
 func installDropins(e env, configFile string, o dropinFlags) int {
-	cfgPath, dir, dryRun, noReload, binary := &configFile, &o.dir, &o.dryRun, &o.noReload, &o.binary
+	cfgPath, dir, dryRun, noReload := &configFile, &o.dir, &o.dryRun, &o.noReload
 	if !filepath.IsAbs(*dir) {
 		fmt.Fprintf(e.stderr, "install-dropins: --dir %q must be an absolute path\n", *dir)
 		return exitConfig
@@ -88,7 +100,7 @@ func installDropins(e env, configFile string, o dropinFlags) int {
 		return exitConfig
 	}
 
-	changes, err := dropin.Plan(*dir, cfg, *binary)
+	changes, err := dropin.Plan(*dir, cfg, o.guardPath(), o.binary)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "install-dropins: %v\n", err)
 		return exitConfig

@@ -240,6 +240,8 @@ func TestInstallDropinsRefusals(t *testing.T) {
 		"missing config":   {"-c", filepath.Join(t.TempDir(), "nope.toml")},
 		"relative dir":     {"-c", good, "--dir", "etc/systemd/system"},
 		"relative binary":  {"-c", good, "--dir", t.TempDir(), "--binary", "kha-supervisor"},
+		"relative guard":   {"-c", good, "--dir", t.TempDir(), "--guard", "kha-guard"},
+		"guard and binary": {"-c", good, "--dir", t.TempDir(), "--guard", "/usr/libexec/kha-supervisor/kha-guard", "--binary", "/usr/bin/kha-supervisor"},
 		"extra argument":   {"-c", good, "extra"},
 		"unknown flag":     {"-c", good, "--frobnicate"},
 		"bad config value": {"-c", writeConfig(t, "node = \"m1\"\n[units]\nmanaged = [\"x.socket\"]\n")},
@@ -247,6 +249,34 @@ func TestInstallDropinsRefusals(t *testing.T) {
 		code, _, e := runCmd(t, append([]string{"install-dropins"}, args...)...)
 		if code != exitConfig {
 			t.Errorf("%s: exit %d (stderr %q), want %d", name, code, e, exitConfig)
+		}
+	}
+}
+
+// The drop-ins run kha-guard by default, another kha-guard with --guard, and
+// the old `kha-supervisor guard` form with --binary.
+func TestInstallDropinsGuardProgram(t *testing.T) {
+	fakeReload(t)
+	cfg := writeConfig(t, "node = \"m1\"\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "ExecStartPre=+/usr/libexec/kha-supervisor/kha-guard %n\n"},
+		{[]string{"--guard", "/opt/kha/kha-guard"}, "ExecStartPre=+/opt/kha/kha-guard %n\n"},
+		{[]string{"--binary", "/opt/kha/kha-supervisor"}, "ExecStartPre=+/opt/kha/kha-supervisor guard %n\n"},
+	} {
+		dir := t.TempDir()
+		code, _, e := runCmd(t, append([]string{"install-dropins", "-c", cfg, "--dir", dir, "--no-reload"}, tc.args...)...)
+		if code != exitOK {
+			t.Fatalf("install-dropins %q: exit %d, stderr %q", tc.args, code, e)
+		}
+		b, err := os.ReadFile(dropin.Path(dir, "kube-scheduler.service"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), tc.want) {
+			t.Errorf("install-dropins %q wrote no %q:\n%s", tc.args, tc.want, b)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func TestRenderKeys(t *testing.T) {
 	want := map[string]map[string]string{
 		"Unit": {"BindsTo": "kha-supervisor.service", "After": "kha-supervisor.service"},
 		"Service": {
-			"ExecStartPre":    "+/usr/bin/kha-supervisor guard %n",
+			"ExecStartPre":    "+/usr/libexec/kha-supervisor/kha-guard %n",
 			"EnvironmentFile": "-/run/kha-supervisor/fencing.env",
 			"TimeoutStopSec":  "2s",
 			"KillMode":        "control-group",
@@ -68,13 +68,21 @@ func TestRenderKeys(t *testing.T) {
 }
 
 func TestRenderFollowsParams(t *testing.T) {
-	b, err := Render(Params{Unit: "my-sched@a.service", Binary: "/opt/kha/bin/kha-supervisor", StopTimeout: 1500 * time.Millisecond})
+	b, err := Render(Params{Unit: "my-sched@a.service", Guard: "/opt/kha/bin/kha-guard", StopTimeout: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := keys(t, string(b))["Service"]
-	if v := got["ExecStartPre"]; len(v) != 1 || v[0] != "+/opt/kha/bin/kha-supervisor guard %n" {
+	if v := got["ExecStartPre"]; len(v) != 1 || v[0] != "+/opt/kha/bin/kha-guard %n" {
 		t.Errorf("ExecStartPre = %q", v)
+	}
+	// --binary: the subcommand's form, as drop-ins before kha-guard had it.
+	b, err = Render(Params{Unit: "my-sched@a.service", Binary: "/opt/kha/bin/kha-supervisor", StopTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := keys(t, string(b))["Service"]["ExecStartPre"]; len(v) != 1 || v[0] != "+/opt/kha/bin/kha-supervisor guard %n" {
+		t.Errorf("with Binary: ExecStartPre = %q", v)
 	}
 	if v := got["TimeoutStopSec"]; len(v) != 1 || v[0] != "1500ms" {
 		t.Errorf("TimeoutStopSec = %q, want 1500ms", v)
@@ -101,14 +109,19 @@ func TestSeconds(t *testing.T) {
 func TestValidateRefuses(t *testing.T) {
 	ok := Params{Unit: "kube-scheduler.service", StopTimeout: time.Second}
 	for name, mut := range map[string]func(*Params){
-		"slash":         func(p *Params) { p.Unit = "../../etc/passwd.service" },
-		"not a service": func(p *Params) { p.Unit = "kube-scheduler.socket" },
-		"space":         func(p *Params) { p.Unit = "kube scheduler.service" },
-		"newline":       func(p *Params) { p.Unit = "a.service\nExecStart=/bin/sh" },
-		"itself":        func(p *Params) { p.Unit = SupervisorUnit },
-		"relative bin":  func(p *Params) { p.Binary = "kha-supervisor" },
-		"bin with %":    func(p *Params) { p.Binary = "/usr/bin/kha%n" },
-		"zero stop":     func(p *Params) { p.StopTimeout = 0 },
+		"slash":            func(p *Params) { p.Unit = "../../etc/passwd.service" },
+		"not a service":    func(p *Params) { p.Unit = "kube-scheduler.socket" },
+		"space":            func(p *Params) { p.Unit = "kube scheduler.service" },
+		"newline":          func(p *Params) { p.Unit = "a.service\nExecStart=/bin/sh" },
+		"itself":           func(p *Params) { p.Unit = SupervisorUnit },
+		"relative bin":     func(p *Params) { p.Binary = "kha-supervisor" },
+		"bin with %":       func(p *Params) { p.Binary = "/usr/bin/kha%n" },
+		"relative guard":   func(p *Params) { p.Guard = "kha-guard" },
+		"guard with space": func(p *Params) { p.Guard = "/opt/my kha/kha-guard" },
+		"guard and bin": func(p *Params) {
+			p.Guard, p.Binary = "/usr/libexec/kha-supervisor/kha-guard", "/usr/bin/kha-supervisor"
+		},
+		"zero stop": func(p *Params) { p.StopTimeout = 0 },
 	} {
 		p := ok
 		mut(&p)

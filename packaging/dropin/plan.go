@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -21,9 +20,11 @@ type Change struct {
 }
 
 // Plan lists every file install-dropins writes or removes under dir: the
-// managed units' drop-ins (planDropins) and the supervisor unit's own.
-func Plan(dir string, cfg config.Config, binary string) ([]Change, error) {
-	changes, err := planDropins(dir, cfg.Units.Managed, binary, cfg.Units.StopTimeout)
+// managed units' drop-ins (planDropins) and the supervisor unit's own. guard
+// and binary are Params' Guard and Binary (at most one set; neither: the
+// packaged kha-guard).
+func Plan(dir string, cfg config.Config, guard, binary string) ([]Change, error) {
+	changes, err := planDropins(dir, cfg.Units.Managed, Params{Guard: guard, Binary: binary, StopTimeout: cfg.Units.StopTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -61,11 +62,12 @@ func supervisorDropin(cfg config.Config) Supervisor {
 // (written by an earlier run for units no longer managed) to remove. It
 // refuses to overwrite a file at a drop-in's path that kha-supervisor did not
 // write, so an administrator's own file is never lost.
-func planDropins(dir string, units []string, binary string, stop time.Duration) ([]Change, error) {
+func planDropins(dir string, units []string, each Params) ([]Change, error) {
 	var changes []Change
 	managed := map[string]bool{}
 	for _, u := range units {
-		text, err := Render(Params{Unit: u, Binary: binary, StopTimeout: stop})
+		each.Unit = u
+		text, err := Render(each)
 		if err != nil {
 			return nil, err
 		}

@@ -55,7 +55,8 @@ type Options struct {
 	Arches  []string  // GOARCH values; empty: amd64 and arm64
 	Formats []string  // "deb", "rpm"; empty: both
 	// Binaries maps a GOARCH to an already built binary to package instead
-	// of building one (it must have been built with Version stamped).
+	// of building one (built with Version stamped, and kha-guard beside it:
+	// BuildBinary writes both).
 	Binaries map[string]string
 	Go       string       // the go command; empty: "go"
 	Log      *slog.Logger // nil: slog.Default()
@@ -123,6 +124,9 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 				return nil, fmt.Errorf("packaging: %w", err)
 			}
 		}
+		if _, err := os.Stat(GuardBeside(bin)); err != nil {
+			return nil, fmt.Errorf("packaging: %s must lie beside %s (BuildBinary writes both): %w", GuardName, bin, err)
+		}
 		if err := stageLicenses(ctx, o, stage, bin, arch); err != nil {
 			return nil, fmt.Errorf("packaging: %w", err)
 		}
@@ -138,27 +142,40 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	return out, nil
 }
 
+// GuardName is kha-guard's file name. BuildBinary writes it beside
+// kha-supervisor, and Build packages the one beside each binary it uses.
+const GuardName = "kha-guard"
+
+// GuardBeside is where kha-guard is expected for the kha-supervisor binary bin.
+func GuardBeside(bin string) string { return filepath.Join(filepath.Dir(bin), GuardName) }
+
 // BuildBinary cross-compiles cmd/kha-supervisor for linux/arch into dst with
-// the version stamped into `kha-supervisor version`. Everything that could
-// differ between two machines or two runs is pinned: no cgo, trimmed paths,
-// no VCS stamping (the version carries the commit), an empty build id, and
-// the baseline instruction set of each architecture.
+// the version stamped into `kha-supervisor version`, and cmd/kha-guard beside
+// it (GuardBeside). Everything that could differ between two machines or two
+// runs is pinned: no cgo, trimmed paths, no VCS stamping (the version carries
+// the commit), an empty build id, and the baseline instruction set of each
+// architecture.
 func BuildBinary(ctx context.Context, goCmd, root, arch, version, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false",
-		"-ldflags", "-s -w -buildid= -X main.version="+version,
-		"-o", dst, "./cmd/kha-supervisor")
-	cmd.Dir = root
-	// GOWORK=off: what ships is built from the root go.mod alone, whatever
-	// versions the tooling modules of go.work would select.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch,
-		"GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=", "GOWORK=off")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build (GOARCH=%s): %w\n%s", arch, err, stderr.String())
+	for _, b := range []struct{ pkg, out string }{
+		{"./cmd/kha-supervisor", dst},
+		{"./cmd/kha-guard", GuardBeside(dst)},
+	} {
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false",
+			"-ldflags", "-s -w -buildid= -X main.version="+version,
+			"-o", b.out, b.pkg)
+		cmd.Dir = root
+		// GOWORK=off: what ships is built from the root go.mod alone, whatever
+		// versions the tooling modules of go.work would select.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch,
+			"GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=", "GOWORK=off")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build %s (GOARCH=%s): %w\n%s", b.pkg, arch, err, stderr.String())
+		}
 	}
 	return nil
 }
@@ -256,6 +273,7 @@ func pack(o Options, stage, bin, arch, format string) (Artifact, error) {
 		"VERSION": o.Version,
 		"ARCH":    arch,
 		"BIN":     bin,
+		"GUARD":   GuardBeside(bin),
 		"STAGE":   stage,
 	}
 	f, err := os.Open(filepath.Join(o.Root, "packaging", "nfpm.yaml"))

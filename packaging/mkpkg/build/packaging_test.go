@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/testenv"
+	"github.com/kha-supervisor/kha-supervisor/layout"
 	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
@@ -126,6 +127,8 @@ var wantFiles = map[string]entry{
 	"/etc/kha-supervisor/":                                                              {"drwxr-xr-x", "root/root"},
 	"/etc/kha-supervisor/config.toml":                                                   {"-rw-------", "root/root"},
 	"/usr/bin/kha-supervisor":                                                           {"-rwxr-xr-x", "root/root"},
+	"/usr/libexec/kha-supervisor/":                                                      {"drwxr-xr-x", "root/root"},
+	"/usr/libexec/kha-supervisor/kha-guard":                                             {"-rwxr-xr-x", "root/root"},
 	"/usr/lib/systemd/system/kha-supervisor.service":                                    {"-rw-r--r--", "root/root"},
 	"/usr/lib/systemd/system/kube-controller-manager.service.d/":                        {"drwxr-xr-x", "root/root"},
 	"/usr/lib/systemd/system/kube-controller-manager.service.d/50-kha-supervisor.conf":  {"-rw-r--r--", "root/root"},
@@ -348,10 +351,12 @@ func TestVersionStamped(t *testing.T) {
 	if out := strings.TrimSpace(run(t, filepath.Join(p.debX, "usr/bin/kha-supervisor"), "version")); out != testVersion {
 		t.Errorf("kha-supervisor version = %q, want %q", out, testVersion)
 	}
-	out := run(t, "go", "version", "-m", filepath.Join(p.debX, "usr/bin/kha-supervisor"))
-	for _, w := range []string{"GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0", "-trimpath=true", "GOAMD64=v1"} {
-		if !strings.Contains(out, w) {
-			t.Errorf("binary build settings lack %s:\n%s", w, out)
+	for _, bin := range []string{"usr/bin/kha-supervisor", strings.TrimPrefix(layout.Guard, "/")} {
+		out := run(t, "go", "version", "-m", filepath.Join(p.debX, bin))
+		for _, w := range []string{"GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0", "-trimpath=true", "GOAMD64=v1"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s build settings lack %s:\n%s", bin, w, out)
+			}
 		}
 	}
 }
@@ -506,7 +511,11 @@ func TestServiceUnit(t *testing.T) {
 	// systemd-analyze checks that they exist.
 	dir := t.TempDir()
 	bin := filepath.Join(p.debX, "usr/bin/kha-supervisor")
-	fix := func(b []byte) []byte { return bytes.ReplaceAll(b, []byte(dropin.DefaultBinary), []byte(bin)) }
+	guardBin := filepath.Join(p.debX, dropin.DefaultGuard)
+	fix := func(b []byte) []byte {
+		b = bytes.ReplaceAll(b, []byte(layout.Binary), []byte(bin))
+		return bytes.ReplaceAll(b, []byte(dropin.DefaultGuard), []byte(guardBin))
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kha-supervisor.service"), fix(b), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +568,7 @@ func TestDropinsMatchInstallDropins(t *testing.T) {
 		if one(t, k, "Unit", "BindsTo") != dropin.SupervisorUnit || one(t, k, "Unit", "After") != dropin.SupervisorUnit {
 			t.Errorf("%s: not bound to and ordered after %s", u, dropin.SupervisorUnit)
 		}
-		if got := one(t, k, "Service", "ExecStartPre"); got != "+/usr/bin/kha-supervisor guard %n" {
+		if got := one(t, k, "Service", "ExecStartPre"); got != "+"+dropin.DefaultGuard+" %n" {
 			t.Errorf("%s: ExecStartPre = %q", u, got)
 		}
 		if got := seconds(t, one(t, k, "Service", "TimeoutStopSec")); got != config.Default().Units.StopTimeout {
