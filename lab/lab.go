@@ -257,9 +257,10 @@ func (l *Lab) Up(ctx context.Context) error {
 	return nil
 }
 
-// installBinaries copies kha-lab (and kha-supervisor) into the shared
-// directory: the masters run them from /lab/bin, and etcd members run the
-// copy so that rebuilding the source tree does not change a running lab.
+// installBinaries copies kha-lab (and kha-supervisor, with the kha-guard
+// beside it) into the shared directory: the masters run them from /lab/bin,
+// and etcd members run the copy so that rebuilding the source tree does not
+// change a running lab.
 func (l *Lab) installBinaries() error {
 	if err := copyFile(l.cfg.Binary, l.SharedPath("bin", "kha-lab"), 0o755); err != nil {
 		return err
@@ -278,6 +279,23 @@ func (l *Lab) installBinaries() error {
 	if l.cfg.Supervisor != "" {
 		if err := copyFile(l.cfg.Supervisor, l.SharedPath("bin", "kha-supervisor"), 0o755); err != nil {
 			return err
+		}
+		guard := filepath.Join(filepath.Dir(l.cfg.Supervisor), guardName)
+		switch _, err := os.Stat(guard); {
+		case err == nil:
+			if err := copyFile(guard, l.SharedPath("bin", guardName), 0o755); err != nil {
+				return err
+			}
+		case errors.Is(err, os.ErrNotExist):
+			// A kha-supervisor from before kha-guard writes drop-ins that
+			// run its own `guard` subcommand; a newer one without its
+			// kha-guard would leave the units unable to start.
+			if err := os.Remove(l.SharedPath("bin", guardName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("lab: %w", err)
+			}
+			l.log.Warn("lab: no kha-guard beside kha-supervisor; the managed units start only if its drop-ins run `kha-supervisor guard`", "supervisor", l.cfg.Supervisor)
+		default:
+			return fmt.Errorf("lab: %w", err)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,8 @@ const (
 	SupervisorUnit   = layout.SupervisorUnit
 	SupervisorConfig = layout.ConfigPath
 	supervisorBinary = layout.Binary
+	guardBinary      = layout.Guard
+	guardName        = "kha-guard" // its file name, beside kha-supervisor in a build
 	supervisorLabDir = "/etc/systemd/system/kha-supervisor.service.d"
 	// Cluster is the election group the lab's supervisors compete in.
 	Cluster = "lab"
@@ -61,6 +64,16 @@ func (l *Lab) SupervisorConfig(node string) config.Config {
 		l.configEdit(node, &c)
 	}
 	return c
+}
+
+// sameFile reports whether a and b hold the same bytes, or are both absent.
+func sameFile(a, b string) bool {
+	x, errA := os.ReadFile(a)
+	y, errB := os.ReadFile(b)
+	if errA != nil || errB != nil {
+		return errors.Is(errA, os.ErrNotExist) && errors.Is(errB, os.ErrNotExist)
+	}
+	return bytes.Equal(x, y)
 }
 
 // ConfigText is c as the TOML file a master reads (config.Describe: every
@@ -109,7 +122,8 @@ func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
 		cur, err1 := os.ReadFile(filepath.Join(n.Root(), SupervisorConfig))
 		bin, err2 := os.ReadFile(filepath.Join(n.Root(), supervisorBinary))
 		want, err3 := os.ReadFile(l.SharedPath("bin", "kha-supervisor"))
-		if err1 == nil && err2 == nil && err3 == nil && bytes.Equal(cur, l.SupervisorConfigFor(n.Name)) && bytes.Equal(bin, want) {
+		sameGuard := sameFile(filepath.Join(n.Root(), guardBinary), l.SharedPath("bin", guardName))
+		if err1 == nil && err2 == nil && err3 == nil && bytes.Equal(cur, l.SupervisorConfigFor(n.Name)) && bytes.Equal(bin, want) && sameGuard {
 			return nil
 		}
 	}
@@ -133,8 +147,16 @@ func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
 		if err != nil {
 			return fmt.Errorf("lab: %w", err)
 		}
-		if err := n.WriteFile(supervisorBinary, bin, 0o755); err != nil {
+		if err := n.ReplaceFile(supervisorBinary, bin, 0o755); err != nil {
 			return err
+		}
+		switch guard, err := os.ReadFile(l.SharedPath("bin", guardName)); {
+		case err == nil:
+			if err := n.ReplaceFile(guardBinary, guard, 0o755); err != nil {
+				return err
+			}
+		case !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("lab: %w", err)
 		}
 		if err := n.WriteFile("/usr/lib/systemd/system/"+SupervisorUnit, unit, 0o644); err != nil {
 			return err

@@ -92,6 +92,25 @@ func (n *Node) WriteFile(path string, data []byte, perm os.FileMode) error {
 	return nil
 }
 
+// ReplaceFile writes a file inside the container by renaming a complete
+// copy over path, so that a program running from path keeps its old inode
+// (writing over a running executable fails with "text file busy").
+func (n *Node) ReplaceFile(path string, data []byte, perm os.FileMode) error {
+	p := filepath.Join(n.Root(), path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("%s: %w", n.Name, err)
+	}
+	tmp := p + ".kha-lab-new"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		return fmt.Errorf("%s: %w", n.Name, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("%s: %w", n.Name, err)
+	}
+	return nil
+}
+
 // RemoveFile deletes a file inside the container; a missing one is fine.
 func (n *Node) RemoveFile(path string) error {
 	if err := os.Remove(filepath.Join(n.Root(), path)); err != nil && !os.IsNotExist(err) {
