@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
 	"github.com/kha-supervisor/kha-supervisor/layout"
+	"github.com/kha-supervisor/kha-supervisor/packaging/dropin"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
@@ -171,6 +173,9 @@ func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
 	if out, err := n.Exec(ctx, supervisorBinary, "install-dropins", "-c", SupervisorConfig); err != nil {
 		return fmt.Errorf("lab: install-dropins in %s: %w: %s", n.Name, err, out)
 	}
+	if err := l.guardInstalled(n); err != nil {
+		return err
+	}
 	// check-config reads the installed units (the drop-ins just written), so
 	// it runs after install-dropins, as an operator's would.
 	if out, err := n.Exec(ctx, supervisorBinary, "check-config", "-c", SupervisorConfig); err != nil {
@@ -181,6 +186,29 @@ func (l *Lab) installSupervisor(ctx context.Context, n *master.Node) error {
 	}
 	if _, err := n.Systemctl(ctx, "restart", SupervisorUnit); err != nil {
 		return fmt.Errorf("lab: start the supervisor in %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// guardInstalled checks that the program each managed unit's drop-in runs
+// as its guard exists in n: without it no unit would ever start, and the
+// lab would only time out waiting for a leader's units.
+func (l *Lab) guardInstalled(n *master.Node) error {
+	for _, u := range l.SupervisorConfig(n.Name).Units.Managed {
+		b, err := os.ReadFile(filepath.Join(n.Root(), dropin.Path(master.UnitDir, u)))
+		if err != nil {
+			return fmt.Errorf("lab: %s: %w", n.Name, err)
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			cmd, ok := strings.CutPrefix(line, "ExecStartPre=+")
+			if !ok {
+				continue
+			}
+			prog, _, _ := strings.Cut(cmd, " ")
+			if _, err := os.Stat(filepath.Join(n.Root(), prog)); err != nil {
+				return fmt.Errorf("lab: %s: %s's guard %s is not installed (build cmd/kha-guard beside kha-supervisor: make build does): %w", n.Name, u, prog, err)
+			}
+		}
 	}
 	return nil
 }

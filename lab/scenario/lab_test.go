@@ -31,7 +31,7 @@ func build(t *testing.T, dir string) (khaLab, khaSup string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []struct{ out, pkg string }{{"kha-lab", "./cmd/kha-lab"}, {"kha-supervisor", "./cmd/kha-supervisor"}} {
+	for _, p := range []struct{ out, pkg string }{{"kha-lab", "./cmd/kha-lab"}, {"kha-supervisor", "./cmd/kha-supervisor"}, {"kha-guard", "./cmd/kha-guard"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, p.out), p.pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -54,7 +54,7 @@ func TestKubeSmoke(t *testing.T) {
 	}
 	dir := t.TempDir()
 	root, _ := filepath.Abs("../../..")
-	for _, p := range []struct{ out, pkg string }{{"kha-lab", "./cmd/kha-lab"}, {"kha-supervisor", "./cmd/kha-supervisor"}} {
+	for _, p := range []struct{ out, pkg string }{{"kha-lab", "./cmd/kha-lab"}, {"kha-supervisor", "./cmd/kha-supervisor"}, {"kha-guard", "./cmd/kha-guard"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", p.out), p.pkg)
 		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
