@@ -15,33 +15,8 @@ import (
 
 	"github.com/kha-supervisor/kha-supervisor/fencing/guard"
 	"github.com/kha-supervisor/kha-supervisor/internal/guardcheck"
+	"github.com/kha-supervisor/kha-supervisor/internal/guardtest"
 )
-
-// guardServe runs a real guard server in dir with a fixed status.
-func guardServe(t *testing.T, sock string, st guard.Status) {
-	t.Helper()
-	srv, err := guard.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv.SetStatus(func() guard.Status { return st })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
-// guardConfig writes a configuration whose guard.socket is sock.
-func guardConfig(t *testing.T, sock string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "config.toml")
-	text := "node = \"m2\"\n[guard]\nsocket = \"" + sock + "\"\n"
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func runGuard(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -52,24 +27,19 @@ func runGuard(t *testing.T, args ...string) (int, string, string) {
 
 func TestGuardCommand(t *testing.T) {
 	dir := t.TempDir()
-	active := filepath.Join(dir, "active", "guard.sock")
-	standby := filepath.Join(dir, "standby", "guard.sock")
-	guardServe(t, active, guard.Status{Node: "m1", State: "active", Leader: "m1", Token: 1234,
-		UnitsAllowed: true, LeaseLeft: 6 * time.Second, StopMax: 3 * time.Second})
-	guardServe(t, standby, guard.Status{Node: "m2", State: "standby", Leader: "m1", Token: 1234, StopMax: 3 * time.Second})
-
-	code, out, errs := runGuard(t, "-c", guardConfig(t, active), "kube-scheduler.service")
+	active, standby := guardtest.Group(t)
+	code, out, errs := runGuard(t, "-c", active, "kube-scheduler.service")
 	if code != exitOK || errs != "" || !strings.Contains(out, "kube-scheduler.service may start on m1") {
 		t.Fatalf("active: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 
-	code, out, errs = runGuard(t, "-c", guardConfig(t, standby), "kube-scheduler.service")
+	code, out, errs = runGuard(t, "-c", standby, "kube-scheduler.service")
 	want := "kha-supervisor: refusing to start kube-scheduler.service on m2: this node is standby; leader is m1 (token 1234)\n"
 	if code != exitGuardRefused || out != "" || errs != want {
 		t.Fatalf("standby: exit %d, stdout %q, stderr %q; want %d and %q", code, out, errs, exitGuardRefused, want)
 	}
 
-	code, _, errs = runGuard(t, "-c", guardConfig(t, filepath.Join(dir, "none", "guard.sock")), "kube-scheduler.service")
+	code, _, errs = runGuard(t, "-c", guardtest.Config(t, filepath.Join(dir, "none", "guard.sock")), "kube-scheduler.service")
 	if code != exitGuardNoSup || !strings.Contains(errs, "the supervisor is not running or not reachable") {
 		t.Fatalf("no supervisor: exit %d, stderr %q", code, errs)
 	}
@@ -91,7 +61,7 @@ func TestGuardCommandConfigFallback(t *testing.T) {
 		t.Fatalf("bad config, nothing at the fallback: exit %d, stderr %q", code, errs)
 	}
 
-	guardServe(t, fallback, guard.Status{Node: "m1", State: "active", Leader: "m1", Token: 5,
+	guardtest.Serve(t, fallback, guard.Status{Node: "m1", State: "active", Leader: "m1", Token: 5,
 		UnitsAllowed: true, LeaseLeft: 6 * time.Second, StopMax: 3 * time.Second})
 	code, out, errs := runGuard(t, "-c", missing, "kube-scheduler.service")
 	if code != exitOK || !strings.Contains(out, "may start") || !strings.Contains(errs, "asking the default socket") {
