@@ -20,10 +20,14 @@ type Binding struct {
 	Unit         string
 	BindsTo      []string
 	After        []string
-	ExecStartPre [][]string // argv of each ExecStartPre= line (path first)
-	TimeoutStop  time.Duration
-	KillMode     string
-	SendSIGKILL  bool
+	ExecStartPre [][]string // argv of each ExecStartPre= line whose failure fails the start (path first; "-" lines left out)
+	// Missing lists the ExecStartPre= programs that are not installed or
+	// not executable here (the reader's look at the file): a guard among
+	// them would refuse every start, the leader's too.
+	Missing     []string
+	TimeoutStop time.Duration
+	KillMode    string
+	SendSIGKILL bool
 }
 
 // BindingReader is implemented by Units that can read the units' bindings.
@@ -51,8 +55,11 @@ func (b Binding) Problems(supervisor string, stop time.Duration) []string {
 	if !slices.Contains(b.After, supervisor) {
 		bad("After", "does not include %s", supervisor)
 	}
-	if !hasGuard(b.ExecStartPre) {
-		bad("ExecStartPre", "has no guard (kha-guard UNIT): a start on a standby would not be refused")
+	switch guard, ok := findGuard(b.ExecStartPre); {
+	case !ok:
+		bad("ExecStartPre", "has no guard (kha-guard UNIT; a line prefixed with - does not count, its failure is ignored): a start on a standby would not be refused")
+	case slices.Contains(b.Missing, guard):
+		bad("ExecStartPre", "runs the guard %s, which is not installed or not executable: every start of the unit would fail", guard)
 	}
 	switch {
 	case StopTimeoutFits(b.TimeoutStop, stop):
@@ -85,22 +92,23 @@ func InfiniteTimeout(d time.Duration) bool {
 	return d <= 0 || d == time.Duration(math.MaxInt64)
 }
 
-// hasGuard reports whether some ExecStartPre= runs the guard: kha-guard
-// UNIT (what install-dropins writes) or `kha-supervisor guard UNIT` (the
-// drop-ins written before kha-guard, and install-dropins --binary).
-func hasGuard(lines [][]string) bool {
+// findGuard returns the program of the ExecStartPre= line that runs the
+// guard: kha-guard UNIT (what install-dropins writes) or `kha-supervisor
+// guard UNIT` (the drop-ins written before kha-guard, and install-dropins
+// --binary).
+func findGuard(lines [][]string) (program string, ok bool) {
 	for _, argv := range lines {
 		if len(argv) < 2 {
 			continue
 		}
 		switch path.Base(argv[0]) {
 		case "kha-guard":
-			return true
+			return argv[0], true
 		case "kha-supervisor":
 			if slices.Contains(argv[1:], "guard") {
-				return true
+				return argv[0], true
 			}
 		}
 	}
-	return false
+	return "", false
 }

@@ -30,13 +30,18 @@ func TestBindingProblems(t *testing.T) {
 		{"kha-guard elsewhere", func(b *Binding) {
 			b.ExecStartPre = [][]string{{"/bin/true"}, {"/opt/kha/kha-guard", "-c", "/etc/x.toml", "%n"}}
 		}, ""},
+		{"guard not installed", func(b *Binding) { b.Missing = []string{"/usr/libexec/kha-supervisor/kha-guard"} }, "runs the guard /usr/libexec/kha-supervisor/kha-guard, which is not installed"},
+		{"another program missing", func(b *Binding) {
+			b.ExecStartPre = append(b.ExecStartPre, []string{"/opt/x/prep"})
+			b.Missing = []string{"/opt/x/prep"}
+		}, ""},
 		{"kha-guard without a unit", func(b *Binding) { b.ExecStartPre = [][]string{{"/usr/libexec/kha-supervisor/kha-guard"}} }, "ExecStartPre"},
 		{"guard elsewhere on the line", func(b *Binding) {
 			b.ExecStartPre = [][]string{{"/bin/true"}, {"/opt/bin/kha-supervisor", "-c", "/etc/x.toml", "guard", "%n"}}
 		}, ""},
 		{"no BindsTo", func(b *Binding) { b.BindsTo = nil }, "BindsTo does not include kha-supervisor.service"},
 		{"no After", func(b *Binding) { b.After = []string{"network.target"} }, "After does not include"},
-		{"guard reset by a later drop-in", func(b *Binding) { b.ExecStartPre = nil }, "ExecStartPre has no guard (kha-guard UNIT)"},
+		{"guard reset by a later drop-in", func(b *Binding) { b.ExecStartPre = nil }, "ExecStartPre has no guard (kha-guard UNIT;"},
 		{"other program named guard", func(b *Binding) { b.ExecStartPre = [][]string{{"/usr/bin/guard", "kha-supervisor"}} }, "ExecStartPre"},
 		{"long stop timeout", func(b *Binding) { b.TimeoutStop = 90 * time.Second }, "TimeoutStopUSec is 1m30s, longer than units.stop_timeout 2s"},
 		{"infinite stop timeout", func(b *Binding) { b.TimeoutStop = 0 }, "TimeoutStopUSec is infinite"},

@@ -32,6 +32,7 @@ func newPrivateSystemd(t *testing.T, c *nspawn.Container) (*systemd.Units, *coun
 		PrivateConn: privateConn(c),
 		Bus:         c.SystemBus(),
 		CgroupRoot:  c.Root() + "/sys/fs/cgroup",
+		FileRoot:    c.Root(),
 		Log:         lg,
 	})
 	if err != nil {

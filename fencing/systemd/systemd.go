@@ -47,6 +47,7 @@ type Units struct {
 	onBus    atomic.Bool // the current connection is the bus fallback
 	log      *slog.Logger
 	poll     time.Duration
+	fileRoot string // Options.FileRoot
 
 	// cgroups, when set, kills units' processes without systemd (KillDirect).
 	cgroups *cgroup.FS
@@ -93,7 +94,11 @@ type Options struct {
 	// mounted, as seen from here (cgroup.DefaultRoot on the host). ""
 	// disables KillDirect, which then reports that it cannot confirm.
 	CgroupRoot string
-	Log        *slog.Logger
+	// FileRoot is where this systemd's filesystem is seen from here ("",
+	// as on the host: /): Bindings looks the units' ExecStartPre= programs
+	// up under it.
+	FileRoot string
+	Log      *slog.Logger
 }
 
 // Host are the options for the host's own systemd, as the daemon
@@ -134,6 +139,7 @@ func Open(ctx context.Context, o Options) (*Units, error) {
 		poll:     100 * time.Millisecond,
 		sem:      make(chan struct{}, 1),
 		groups:   map[string]string{},
+		fileRoot: o.FileRoot,
 	}
 	if o.CgroupRoot != "" {
 		s.cgroups = &cgroup.FS{Root: o.CgroupRoot}
@@ -747,6 +753,38 @@ func (s *Units) properties(ctx context.Context, unit, typ string) (map[string]an
 	return props, nil
 }
 
+// execLines reads ExecStartPre= as systemd reports it over D-Bus (path,
+// argv, ignore_errors, ...): the argv of each line whose failure fails the
+// start ("-" lines, whose failure systemd ignores, cannot guard anything),
+// and the programs among them that are not installed or not executable.
+func execLines(root string, lines [][]any) (argvs [][]string, missing []string) {
+	for _, l := range lines {
+		if len(l) < 2 {
+			continue
+		}
+		argv, ok := l[1].([]string)
+		if !ok {
+			continue
+		}
+		if len(l) >= 3 {
+			if ignore, _ := l[2].(bool); ignore {
+				continue
+			}
+		}
+		if p, ok := l[0].(string); ok && len(argv) > 0 {
+			argv = append([]string{p}, argv[1:]...)
+		}
+		if len(argv) == 0 {
+			continue
+		}
+		argvs = append(argvs, argv)
+		if fi, err := os.Stat(filepath.Join("/", root, argv[0])); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			missing = append(missing, argv[0])
+		}
+	}
+	return argvs, missing
+}
+
 // Bindings implements fencing.BindingReader: BindsTo, After, ExecStartPre,
 // TimeoutStopUSec, KillMode and SendSIGKILL of each unit, as loaded.
 func (s *Units) Bindings(ctx context.Context, units []string) (map[string]fencing.Binding, error) {
@@ -769,16 +807,7 @@ func (s *Units) Bindings(ctx context.Context, units []string) (map[string]fencin
 			b.TimeoutStop = usecDuration(us) // 0: infinity
 		}
 		if lines, ok := sp["ExecStartPre"].([][]any); ok {
-			for _, l := range lines {
-				if len(l) >= 2 {
-					if argv, ok := l[1].([]string); ok {
-						if p, ok := l[0].(string); ok && len(argv) > 0 {
-							argv = append([]string{p}, argv[1:]...)
-						}
-						b.ExecStartPre = append(b.ExecStartPre, argv)
-					}
-				}
-			}
+			b.ExecStartPre, b.Missing = execLines(s.fileRoot, lines)
 		}
 		out[unit] = b
 	}
