@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/kha-supervisor/kha-supervisor/internal/guardcheck"
 	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
@@ -23,7 +25,14 @@ import (
 // exitUsage is kha-supervisor's exit code for bad usage.
 const exitUsage = 2
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// systemd stops a unit by sending SIGTERM to its ExecStartPre=, and the
+	// answer (usually a refusal naming the leader) must still be printed
+	// then; guardcheck.Timeout bounds the exchange. Caught and dropped, as
+	// kha-supervisor guard does under its signal context.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, os.Interrupt)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kha-guard", flag.ContinueOnError)
@@ -38,7 +47,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch err := fs.Parse(args); {
 	case err == flag.ErrHelp:
-		return guardcheck.Allowed
+		// Not 0: a guard that says yes to -h would let a drop-in
+		// with a stray -h start the unit anywhere.
+		return exitUsage
 	case err != nil:
 		return exitUsage // the flag package has named the culprit
 	}

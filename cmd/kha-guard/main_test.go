@@ -36,7 +36,8 @@ func TestKhaGuardAnswers(t *testing.T) {
 	}
 }
 
-// Bad usage exits 2 and names the culprit; -h exits 0.
+// Bad usage exits 2 and names the culprit; so does -h, since 0 would allow
+// the start.
 func TestKhaGuardUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -51,8 +52,8 @@ func TestKhaGuardUsage(t *testing.T) {
 			t.Errorf("kha-guard %q: exit %d, stderr %q; want %d naming %q", tc.args, code, errs, exitUsage, tc.want)
 		}
 	}
-	if code, _, errs := guardRun("-h"); code != 0 || !strings.Contains(errs, "usage: kha-guard [-c FILE] UNIT") {
-		t.Errorf("kha-guard -h: exit %d, %q", code, errs)
+	if code, _, errs := guardRun("-h", "kube-scheduler.service"); code != exitUsage || !strings.Contains(errs, "usage: kha-guard [-c FILE] UNIT") {
+		t.Errorf("kha-guard -h: exit %d, %q; want %d (never 0: that would allow the start) and the usage", code, errs, exitUsage)
 	}
 }
 

@@ -75,6 +75,15 @@ func (p Params) Validate() error {
 			return fmt.Errorf("%s %q: want an absolute path without spaces, quotes, %%, $ or backslashes", f.name, f.path)
 		}
 	}
+	// The daemon's drop-in check (fencing.Binding.Problems) knows the guard
+	// by these names; a drop-in naming another program would be written
+	// here and then keep the member from campaigning.
+	if p.Guard != "" && path.Base(p.Guard) != "kha-guard" {
+		return fmt.Errorf("guard %q: the program must be named kha-guard (the daemon recognises the guard by its name)", p.Guard)
+	}
+	if p.Binary != "" && path.Base(p.Binary) != "kha-supervisor" {
+		return fmt.Errorf("binary %q: the program must be named kha-supervisor (the daemon recognises the guard by its name)", p.Binary)
+	}
 	if p.Guard != "" && p.Binary != "" {
 		return fmt.Errorf("guard %q and binary %q: name one program for the guard, not both", p.Guard, p.Binary)
 	}

@@ -109,15 +109,17 @@ func TestSeconds(t *testing.T) {
 func TestValidateRefuses(t *testing.T) {
 	ok := Params{Unit: "kube-scheduler.service", StopTimeout: time.Second}
 	for name, mut := range map[string]func(*Params){
-		"slash":            func(p *Params) { p.Unit = "../../etc/passwd.service" },
-		"not a service":    func(p *Params) { p.Unit = "kube-scheduler.socket" },
-		"space":            func(p *Params) { p.Unit = "kube scheduler.service" },
-		"newline":          func(p *Params) { p.Unit = "a.service\nExecStart=/bin/sh" },
-		"itself":           func(p *Params) { p.Unit = SupervisorUnit },
-		"relative bin":     func(p *Params) { p.Binary = "kha-supervisor" },
-		"bin with %":       func(p *Params) { p.Binary = "/usr/bin/kha%n" },
-		"relative guard":   func(p *Params) { p.Guard = "kha-guard" },
-		"guard with space": func(p *Params) { p.Guard = "/opt/my kha/kha-guard" },
+		"slash":                 func(p *Params) { p.Unit = "../../etc/passwd.service" },
+		"not a service":         func(p *Params) { p.Unit = "kube-scheduler.socket" },
+		"space":                 func(p *Params) { p.Unit = "kube scheduler.service" },
+		"newline":               func(p *Params) { p.Unit = "a.service\nExecStart=/bin/sh" },
+		"itself":                func(p *Params) { p.Unit = SupervisorUnit },
+		"relative bin":          func(p *Params) { p.Binary = "kha-supervisor" },
+		"bin with %":            func(p *Params) { p.Binary = "/usr/bin/kha%n" },
+		"relative guard":        func(p *Params) { p.Guard = "kha-guard" },
+		"guard with space":      func(p *Params) { p.Guard = "/opt/my kha/kha-guard" },
+		"guard named otherwise": func(p *Params) { p.Guard = "/opt/kha/guard" },
+		"bin named otherwise":   func(p *Params) { p.Binary = "/opt/kha/khasup" },
 		"guard and bin": func(p *Params) {
 			p.Guard, p.Binary = "/usr/libexec/kha-supervisor/kha-guard", "/usr/bin/kha-supervisor"
 		},

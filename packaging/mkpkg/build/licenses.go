@@ -59,7 +59,8 @@ func ThirdPartyLicenses(ctx context.Context, goCmd, root, bin string) ([]byte, e
 		return nil, err
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "Licences of the Go modules statically linked into /usr/bin/%s\n", Name)
+	fmt.Fprintf(&b, "Licences of the Go modules statically linked into /usr/bin/%s and\n", Name)
+	fmt.Fprintf(&b, "/usr/libexec/%s/kha-guard, which links a part of the same modules\n", Name)
 	fmt.Fprintf(&b, "(`go version -m /usr/bin/%s` lists them).\n", Name)
 	for _, m := range mods {
 		dir, err := moduleDir(ctx, goCmd, root, m)
