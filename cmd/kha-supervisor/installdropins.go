@@ -24,15 +24,6 @@ type dropinFlags struct {
 	dryRun, noReload   bool
 }
 
-// guardPath is the kha-guard the drop-ins run: none with --binary (whose
-// `guard` subcommand they run instead).
-func (o dropinFlags) guardPath() string {
-	if o.binary != "" {
-		return ""
-	}
-	return o.guard
-}
-
 func installDropinsCommand(e env) *cobra.Command {
 	var o dropinFlags
 	c := &cobra.Command{
@@ -49,7 +40,7 @@ A file at that path that it did not write is never overwritten: the command refu
 	fs.StringVar(&o.dir, "dir", "/etc/systemd/system", "systemd unit `directory` to write the drop-ins into (it takes precedence over the packaged ones in /usr/lib/systemd/system)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the files and their paths, and what would be removed; change nothing")
 	fs.BoolVar(&o.noReload, "no-reload", false, "do not run daemon-reload afterwards (image builds, chroots)")
-	fs.StringVar(&o.guard, "guard", dropin.DefaultGuard, "absolute `path` of kha-guard, the check in ExecStartPre=")
+	fs.StringVar(&o.guard, "guard", "", "absolute `path` of kha-guard, the check in ExecStartPre= (empty: "+dropin.DefaultGuard+")")
 	fs.StringVar(&o.binary, "binary", "", "absolute `path` of a kha-supervisor whose `guard` subcommand ExecStartPre= runs instead of kha-guard (the same check, a slower start)")
 	_ = c.MarkFlagDirname("dir")
 	_ = c.MarkFlagFilename("guard")
@@ -100,7 +91,7 @@ func installDropins(e env, configFile string, o dropinFlags) int {
 		return exitConfig
 	}
 
-	changes, err := dropin.Plan(*dir, cfg, o.guardPath(), o.binary)
+	changes, err := dropin.Plan(*dir, cfg, o.guard, o.binary)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "install-dropins: %v\n", err)
 		return exitConfig
