@@ -132,3 +132,42 @@ func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// The guard's before and after runs (42-44, supervisors of 31e8ca6, then
+// with kha-guard) are committed: each still gives the medians and spreads
+// docs/failure-modes.md quotes ("the guard in a program of its own").
+func TestSavedGuardRunsGiveTheQuotedFigures(t *testing.T) {
+	type cell struct {
+		id   int
+		mode string
+	}
+	for file, wants := range map[string]map[cell][2]string{ // scheduler back, longest pod unbound
+		"sidebyside-20261204T191331.json": {
+			{42, "kha-fast"}: {"2.41 s [2.11-3.49]", "2.45 s [2.07-3.37]"}, {42, "kha-fast-kill"}: {"2.44 s [2.28-2.69]", "2.34 s [2.12-2.50]"},
+			{43, "kha-fast"}: {"0.90 s [0.57-0.91]", "0.66 s [0.42-0.70]"}, {43, "kha-fast-kill"}: {"0.81 s [0.60-0.98]", "0.55 s [0.51-0.72]"},
+			{44, "kha-fast"}: {"1.05 s [0.77-1.53]", "0.87 s [0.65-1.35]"}, {44, "kha-fast-kill"}: {"0.86 s [0.82-1.63]", "0.81 s [0.66-1.52]"},
+		},
+		"sidebyside-20261204T192614.json": {
+			{42, "kha-fast"}: {"2.22 s [2.09-2.51]", "2.17 s [2.04-2.25]"}, {42, "kha-fast-kill"}: {"2.09 s [0.07-2.44]", "2.22 s [1.94-2.28]"},
+			{43, "kha-fast"}: {"0.69 s [0.57-0.89]", "0.57 s [0.43-0.82]"}, {43, "kha-fast-kill"}: {"0.72 s [0.69-1.23]", "0.61 s [0.42-1.19]"},
+			{44, "kha-fast"}: {"0.76 s [0.75-0.81]", "0.61 s [0.49-0.75]"}, {44, "kha-fast-kill"}: {"0.98 s [0.83-1.24]", "0.81 s [0.72-1.10]"},
+		},
+	} {
+		rs, err := report.LoadTrials(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sched, unbound := map[cell][]float64{}, map[cell][]float64{}
+		for _, r := range rs {
+			c := cell{r.ID, r.Mode}
+			sched[c] = append(sched[c], r.SchedMS)
+			unbound[c] = append(unbound[c], r.UnboundMS)
+		}
+		for c, want := range wants {
+			got := [2]string{report.Summarize(sched[c]).Seconds(), report.Summarize(unbound[c]).Seconds()}
+			if got != want || len(sched[c]) != 5 {
+				t.Errorf("%s %d %s: %d trials, scheduler back / longest unbound %q, the document quotes %q", file, c.id, c.mode, len(sched[c]), got, want)
+			}
+		}
+	}
+}
