@@ -79,7 +79,7 @@ func Run(ctx context.Context, o Options) int {
 	}
 	defer units.Close()
 
-	conns, code := dialEtcd(ctx, cfg, units, log)
+	conns, code := dialEtcd(ctx, cfg, units, log, o.Notify, rejoining(runstate.DefaultDir))
 	if conns == nil {
 		return code
 	}
@@ -148,24 +148,13 @@ func (c *etcdConns) close() {
 	_ = c.cli.Close()
 }
 
-// dialEtcd reaches etcd and checks that every endpoint is of one cluster.
-// On failure it stops the managed units (a node that cannot prove a lease
-// must not run them, whatever ran before) and returns nil and the code.
-func dialEtcd(ctx context.Context, cfg config.Config, units fencing.Units, log *slog.Logger) (*etcdConns, int) {
-	dctx, cancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout+cfg.Etcd.RequestTimeout)
-	cli, err := etcdconn.Dial(dctx, cfg.Etcd)
-	cancel()
-	if err != nil {
-		code := ExitFailure
-		if errors.Is(err, etcdconn.ErrForeignCluster) {
-			// A configuration error, but the units still stop: nothing
-			// can be proven through endpoints of two clusters.
-			code = ExitConfig
-			log.Error("etcd.endpoints name members of more than one etcd cluster; stopping managed units and exiting", "err", err, "config", cfg.Path)
-		} else {
-			log.Error("cannot reach etcd; stopping managed units and exiting", "err", err)
-		}
-		stopManaged(cfg, units, log)
+// dialEtcd reaches etcd (dialAtStart; rejoin: this process is a restart)
+// and checks that every endpoint is of one cluster. On failure the managed
+// units are stopped (a node that cannot prove a lease must not run them,
+// whatever ran before) and it returns nil and the code.
+func dialEtcd(ctx context.Context, cfg config.Config, units fencing.Units, log *slog.Logger, notify func(string), rejoin bool) (*etcdConns, int) {
+	cli, code := dialAtStart(ctx, cfg, units, log, notify, rejoin)
+	if cli == nil {
 		return nil, code
 	}
 	warnOldEtcd(ctx, cli, log)
@@ -176,6 +165,7 @@ func dialEtcd(ctx context.Context, cfg config.Config, units fencing.Units, log *
 	if len(members) < len(cfg.Etcd.Endpoints) {
 		members = append(slices.Clip(members), cli)
 	}
+	var err error
 	if c.pool, err = etcdconn.NewPool(members, etcdconn.PoolOptions{HedgeAfter: etcdconn.HedgeDelay(cfg.Etcd), Log: log}); err != nil {
 		log.Error("cannot build the etcd client pool", "err", err)
 		c.close()
