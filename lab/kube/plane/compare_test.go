@@ -1,6 +1,7 @@
 package plane
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,6 +67,14 @@ func TestComparisonRatiosAndRobustnessAreTheRunsOwn(t *testing.T) {
 // mode is slower than le-tuned, and those by less than the probe's step).
 func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 	for file, wants := range map[string][]string{
+		"sidebyside-20261204T221014.json": {
+			"| 40 leader's rack cut off | scheduler back | 6.93 s (1.15x) | 5.06 s (0.84x) | 6.01 s |",
+			"| 69 flapping partition of the leader's rack | scheduler back | 4.58 s (1.38x) | 4.39 s (1.33x) | 3.31 s |",
+			"| 70 standby frozen while the leader's rack is cut, thawed, then healed | scheduler back | 19.15 s (0.92x) | 18.82 s (0.91x) | 20.79 s |",
+			"| 74 flapping partition of the leader's rack, 4s cuts | scheduler back | 6.00 s (1.38x) | 5.08 s (1.17x) | 4.33 s |",
+			"| kha-fast-kill | 0/5 | 0/5 | 75 | 0 intervals | 1 | 45 service resumed 5.92x; 69 scheduler back 1.33x; 74 scheduler back 1.17x | 44 scheduler back 1.03x (+0.03 s); 45 scheduler back 1.07x (+0.12 s); 71 scheduler back 1.03x (+0.09 s) |",
+			"| le-tuned | 1/5 | 2/5 | 75 | 3 intervals | 12 | - | - |",
+		},
 		"sidebyside-20261204T155841.json": {
 			"| 40 leader's rack cut off | scheduler back | 6.97 s (1.10x) | 5.09 s (0.80x) | 6.34 s |",
 			"| 44 graceful stop of the leader | scheduler back | 0.98 s (1.09x) | 1.03 s (1.14x) | 0.90 s |",
@@ -168,6 +177,48 @@ func TestSavedGuardRunsGiveTheQuotedFigures(t *testing.T) {
 			if got != want || len(sched[c]) != 5 {
 				t.Errorf("%s %d %s: %d trials, scheduler back / longest unbound %q, the document quotes %q", file, c.id, c.mode, len(sched[c]), got, want)
 			}
+		}
+	}
+}
+
+// The night run of 4 December read at the resource (docs/failure-modes.md,
+// "one run with kha-guard"): on the flaps, in how many trials the first
+// binding after the fault was the old master's (the leader riding the cut)
+// and the median of the other master's first write (the takeover itself),
+// as the document quotes them.
+func TestSavedNightRunGivesTheQuotedFlapFigures(t *testing.T) {
+	type cell struct {
+		id   int
+		mode string
+	}
+	wants := map[cell]string{ // first binding by the old master; the other master's first write
+		{69, "kha-fast"}: "1/5; 4.58 s [4.11-7.05]", {69, "kha-fast-kill"}: "0/5; 4.39 s [4.07-8.49]", {69, "le-tuned"}: "5/5; 8.96 s [4.25-9.28]",
+		{74, "kha-fast"}: "1/5; 5.95 s [5.63-7.02]", {74, "kha-fast-kill"}: "0/5; 5.08 s [4.81-5.27]", {74, "le-tuned"}: "5/5; 5.61 s [5.03-10.99]",
+	}
+	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261204T221014.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, first := map[cell]int{}, map[cell][]float64{}
+	n := map[cell]int{}
+	for _, r := range rs {
+		c := cell{r.ID, r.Mode}
+		if _, ok := wants[c]; !ok {
+			continue
+		}
+		n[c]++
+		h := r.Handoff["kube-scheduler"]
+		if h.FirstOtherMS == nil || r.SchedMS < *h.FirstOtherMS-1 {
+			old[c]++
+		}
+		if h.FirstOtherMS != nil {
+			first[c] = append(first[c], *h.FirstOtherMS)
+		}
+	}
+	for c, want := range wants {
+		got := fmt.Sprintf("%d/%d; %s", old[c], n[c], report.Summarize(first[c]).Seconds())
+		if got != want {
+			t.Errorf("%d %s: %q, the document quotes %q", c.id, c.mode, got, want)
 		}
 	}
 }
