@@ -47,11 +47,11 @@ func rejoining(dir string) bool {
 // RestartSec plus a failed dial (3.75 s in the fast profile) with one each,
 // and rejoins at its first connection attempt after the heal (in a silent
 // partition the kernel's SYN retry decides that, not this loop: lab
-// scenario 70 measured no speed gain). Every failed attempt stops any managed unit found
-// running again, as each restart did. Endpoints of two etcd clusters are a
-// configuration error and exit 2 at once.
+// scenario 70 measured no speed gain). Every failed attempt stops any
+// managed unit found running again, as each restart did. Endpoints of two
+// etcd clusters are a configuration error and exit 2 at once.
 func dialAtStart(ctx context.Context, cfg config.Config, units fencing.Units, log *slog.Logger, notify func(string), rejoin bool) (*clientv3.Client, int) {
-	start := time.Now()
+	start, extend := time.Now(), extendStart(cfg)
 	for attempt := 1; ; attempt++ {
 		dctx, cancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeout+cfg.Etcd.RequestTimeout)
 		cli, err := etcdconn.Dial(dctx, cfg.Etcd)
@@ -80,11 +80,11 @@ func dialAtStart(ctx context.Context, cfg config.Config, units fencing.Units, lo
 		if attempt == 1 {
 			log.Error("cannot reach etcd; stopping managed units and dialing again until it answers", "err", err, "for", rejoinFor)
 			stopManaged(cfg, units, log)
+			notify(fmt.Sprintf("STATUS=etcd out of reach since %s; dialing again", start.Format(time.TimeOnly)))
 		} else {
 			stopRunning(ctx, cfg, units, log)
 		}
-		notify(fmt.Sprintf("STATUS=etcd out of reach since %s; dialing again", start.Format(time.TimeOnly)))
-		notify(extendStart(cfg))
+		notify(extend)
 		select {
 		case <-ctx.Done():
 		case <-time.After(rejoinPause):
