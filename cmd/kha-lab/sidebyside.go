@@ -59,7 +59,7 @@ func layoutFits(have string, ids []int) error {
 	return nil
 }
 
-const modesUsage = "real plane: comma list of modes: kha-fast, kha-fast-kill, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s), le-L-R-P (seconds), the fenced kha-*-gate, kha-*-token, and kha-fast-etcd (etcd_fence: etcd auth on, the old master's apiserver revoked at each takeover)"
+const modesUsage = "real plane: comma list of modes: kha-fast, kha-fast-kill, kha-default, le-tuned (5/3/1 s), le-defaults (15/10/2 s), le-L-R-P (seconds), the fenced kha-*-gate, kha-*-token, and kha-fast-etcd, kha-fast-kill-etcd (etcd_fence: etcd auth on, the old master's apiserver revoked at each takeover)"
 
 // runReal runs real-plane scenarios ids in every mode of modes, repeat
 // times, saving the results after every trial.

@@ -68,6 +68,9 @@ type burstTrial struct {
 	healOnTakeover bool
 	// healBy, when set, replaces burstHeal as the latest heal.
 	healBy time.Duration
+	// cut, when set, replaces the leader's rack cut (leaderRackCut): the
+	// two sides of the partition.
+	cut func(t *plane.Trial) (a, b []string)
 }
 
 // latestHeal is how long after the cut the heal comes at the latest.
@@ -144,7 +147,12 @@ func (s *burstTrial) inject(ctx context.Context, t *plane.Trial) (func(context.C
 	}
 	time.Sleep(burstLead)
 	topo := t.R.P.Lab.Topo
-	a, b := leaderRackCut(t)
+	sides := leaderRackCut
+	if s.cut != nil {
+		sides = s.cut
+	}
+	a, b := sides(t)
+	t.Notef("cut %v from %v", a, b)
 	t.Mark("cut")
 	if err := topo.Cut(ctx, a, b); err != nil {
 		return nil, err

@@ -67,9 +67,10 @@ var Modes = map[string]Mode{
 		m.Name, m.PolicyOnly = m.Name+"-policy", true
 		return m
 	}(),
-	"kha-fast-etcd": WithEtcdFence(KhaMode(lab.Fast)),
-	"le-defaults":   {Name: "le-defaults", LeaderElect: true},
-	"le-tuned":      {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
+	"kha-fast-etcd":      WithEtcdFence(KhaMode(lab.Fast)),
+	"kha-fast-kill-etcd": WithEtcdFence(KhaMode(lab.FastKill)),
+	"le-defaults":        {Name: "le-defaults", LeaderElect: true},
+	"le-tuned":           {Name: "le-tuned", LeaderElect: true, Lease: 5 * time.Second, Renew: 3 * time.Second, Retry: time.Second},
 }
 
 // ParseModes parses a comma list of mode names.
