@@ -25,6 +25,7 @@ func (c Config) Describe(w io.Writer) error {
 	cv := reflect.ValueOf(c)
 	writeTable(bw, cv, schema, c.note)
 	c.describeWindow(bw)
+	c.describeEtcdFence(bw)
 	return bw.Flush()
 }
 
@@ -133,4 +134,24 @@ func (c Config) describeWindow(w io.Writer) {
 	if d := c.Lease.TakeoverDelay; d > 0 {
 		p("  takeover: after winning, units start %s later (lease.takeover_delay)", d)
 	}
+}
+
+// describeEtcdFence says what orders the old term's writes in etcd under
+// this configuration. Without [etcd_fence] a write the old leader's
+// kube-apiserver handed to an etcd member on its side of a partition (a
+// member on that master, or in its rack, as install.md's two-rack layout
+// places one) can commit after the next leader's first write: the member
+// forwards it at the heal, and nothing on either master can recall it.
+func (c Config) describeEtcdFence(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, "# "+format+"\n", args...) }
+	fmt.Fprintln(w)
+	p("The old term's writes in etcd (docs/architecture.md, \"The old term's writes in etcd\"):")
+	if c.EtcdFence.Enabled() {
+		p("  etcd_fence on: each takeover revokes etcd role %s from the kube-apiserver of every master that may", quote(c.EtcdFence.Role))
+		p("  still write (%d users) before the new term writes; etcd refuses what they proposed before", len(c.EtcdFence.Users))
+		return
+	}
+	p("  etcd_fence off: a write the old leader's kube-apiserver handed to an etcd member that a partition")
+	p("  leaves on its side (a member on that master or in its rack) can commit after the next leader's first")
+	p("  write; only etcd_fence.users makes etcd refuse it (lab scenarios 73 and 75)")
 }

@@ -48,6 +48,22 @@ func TestDescribeWindow(t *testing.T) {
 	}
 }
 
+// Describe says whether etcd orders the old term's writes: without
+// [etcd_fence] a write forwarded by a member partitioned with the old
+// leader can commit late (lab scenario 75), and the output says so.
+func TestDescribeEtcdFence(t *testing.T) {
+	c := Default()
+	c.Node = "m1"
+	if out := describe(t, c); !strings.Contains(out, "etcd_fence off: a write the old leader's kube-apiserver handed to an etcd member") {
+		t.Errorf("fence at etcd off, Describe does not say what it leaves open:\n%s", out)
+	}
+	c.EtcdFence.Users = []string{"m1=kube-apiserver-m1", "m2=kube-apiserver-m2"}
+	out := describe(t, c)
+	if !strings.Contains(out, `etcd_fence on: each takeover revokes etcd role "kube-apiserver"`) || strings.Contains(out, "etcd_fence off") {
+		t.Errorf("fence at etcd on, Describe does not say so:\n%s", out)
+	}
+}
+
 // Describe prints every key, as TOML that loads back to the same
 // configuration. Every field is set to a non-default value so that a key
 // Describe forgot would come back as its default and differ.
