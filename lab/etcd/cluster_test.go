@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func newCluster(t *testing.T) *Cluster {
+func newCluster(t testing.TB) *Cluster {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "sysctl")

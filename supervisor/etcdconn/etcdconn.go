@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -96,7 +97,10 @@ func ClientConfig(cfg config.Etcd) (clientv3.Config, error) {
 	if cc.DialTimeout <= 0 {
 		cc.DialTimeout = defaultDialTimeout
 	}
-	cc.DialOptions = []grpc.DialOption{grpc.WithConnectParams(redialParams(cc.DialTimeout))}
+	cc.DialOptions = []grpc.DialOption{
+		grpc.WithConnectParams(redialParams(cc.DialTimeout)),
+		grpc.WithContextDialer(raceDialer((&net.Dialer{}).DialContext)),
+	}
 
 	if (cfg.Cert == "") != (cfg.Key == "") {
 		return clientv3.Config{}, fmt.Errorf("etcd: cert and key must be set together (cert=%q, key=%q)", cfg.Cert, cfg.Key)

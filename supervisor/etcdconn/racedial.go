@@ -1,0 +1,116 @@
+package etcdconn
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// A connection attempt to a member behind a silent partition sends a SYN
+// and then waits for the kernel to send it again, 1 s later, then 3 s
+// (Linux's initial retransmission timeout, doubling). When the link comes
+// back between two of them the attempt finds out only at the next one: in
+// lab scenario 70 the fenced leader's record came back 0.34-1.46 s after
+// the heal, in a loop that redials at once. The daemon's dialer therefore
+// starts a fresh attempt every synRace while the earlier ones are still
+// unanswered, and keeps the earlier ones going, so a slow link still
+// completes its first attempt (nothing is given up early) and a heal is
+// found within synRace. The first attempt that connects wins; the others
+// are cancelled, or closed if they connected as well. An attempt refused
+// or unreachable ends the dial at once: the member's host answered, and
+// gRPC's backoff redials (redialParams). The cost while a member is
+// silent: one SYN every synRace per connection being dialled, at most
+// dial_timeout / synRace sockets at a time.
+const synRace = 200 * time.Millisecond
+
+// dialFunc dials network and address, as net.Dialer.DialContext does.
+type dialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// raceDialer is the gRPC context dialer of the daemon's etcd client: dial
+// (net.Dialer's, or a test's) behind raceDial for TCP, called once for a
+// unix socket, where no SYN can be lost.
+func raceDialer(dial dialFunc) func(ctx context.Context, addr string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if path, ok := unixPath(addr); ok {
+			return dial(ctx, "unix", path)
+		}
+		return raceDial(ctx, dial, addr, synRace)
+	}
+}
+
+// RaceDialer is raceDialer for a caller that dials from elsewhere (the
+// lab, from a namespace): what ClientConfig installs, around dial.
+func RaceDialer(dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, addr string) (net.Conn, error) {
+	return raceDialer(dial)
+}
+
+// raceDial dials addr over TCP, starting another attempt every `every`
+// until one connects, one fails, or ctx ends (gRPC's connect deadline,
+// dial_timeout).
+func raceDial(ctx context.Context, dial dialFunc, addr string, every time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	results := make(chan result)
+	pending := 0
+	start := func() {
+		pending++
+		go func() {
+			c, err := dial(ctx, "tcp", addr)
+			results <- result{c, err}
+		}()
+	}
+	// finish cancels the attempts still running and closes whatever they
+	// connect, without making the caller wait for them.
+	finish := func(conn net.Conn, err error) (net.Conn, error) {
+		cancel()
+		go func(n int) {
+			for ; n > 0; n-- {
+				if r := <-results; r.conn != nil {
+					r.conn.Close()
+				}
+			}
+		}(pending)
+		return conn, err
+	}
+	start()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-results:
+			pending--
+			return finish(r.conn, r.err)
+		case <-tick.C:
+			start()
+		case <-ctx.Done():
+			return finish(nil, ctx.Err())
+		}
+	}
+}
+
+// unixPath is the socket path of a unix target as etcd's resolver hands it
+// to gRPC ("unix:relative", "unix:///absolute"), parsed as gRPC's own
+// dialer parses it.
+func unixPath(addr string) (string, bool) {
+	rest, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return "", false
+	}
+	if !strings.HasPrefix(rest, "/") {
+		return rest, true
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return rest, true
+	}
+	if u.Path == "" {
+		return u.Host, true
+	}
+	return u.Path, true
+}
