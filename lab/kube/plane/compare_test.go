@@ -222,3 +222,109 @@ func TestSavedNightRunGivesTheQuotedFlapFigures(t *testing.T) {
 		}
 	}
 }
+
+// Scenario 45 (etcd's raft leader killed) pooled over every saved run that
+// has it (docs/failure-modes.md, "45 pooled"): per mode the trials, the
+// median service resumed (the later of the longest pod unbound and the
+// longest unreplaced ReplicaSet pod) and how many trials had a wait of more
+// than a second, as the document quotes them. One run's five trials flip
+// its median when three of them catch etcd's election or request timeout.
+func TestSavedRunsPooledOn45GiveTheQuotedFigures(t *testing.T) {
+	wants := map[string]string{
+		"kha-fast":      "25 trials, 0.23 s [0.21-8.98], 4 above 1 s",
+		"kha-fast-kill": "25 trials, 0.23 s [0.20-8.96], 6 above 1 s",
+		"le-tuned":      "20 trials, 0.22 s [0.20-8.85], 3 above 1 s",
+	}
+	paths, err := filepath.Glob(filepath.Join("testdata", "sidebyside-*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := report.LoadTrials(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := map[string][]float64{}
+	for _, r := range rs {
+		if r.ID == 45 {
+			resumed[r.Mode] = append(resumed[r.Mode], max(r.UnboundMS, r.CMMS))
+		}
+	}
+	for mode, want := range wants {
+		above := 0
+		for _, v := range resumed[mode] {
+			if v > 1000 {
+				above++
+			}
+		}
+		got := fmt.Sprintf("%d trials, %s, %d above 1 s", len(resumed[mode]), report.Summarize(resumed[mode]).Seconds(), above)
+		if got != want {
+			t.Errorf("45 %s pooled: %q, the document quotes %q", mode, got, want)
+		}
+	}
+}
+
+// Scenario 75 (a minority partition during a burst), the two runs of 5
+// December (docs/failure-modes.md, "the late commit made to happen"): per
+// mode the trials, how many had a late commit at etcd, how many late
+// commits, and the scheduler back, as the document quotes them.
+func TestSavedMinorityBurstRunsGiveTheQuotedFigures(t *testing.T) {
+	wants := map[string]string{
+		"kha-fast-kill":      "10 trials, 5 with a late commit, 6 late commits, scheduler back 5.76 s [5.48-6.36]",
+		"kha-fast-kill-etcd": "10 trials, 0 with a late commit, 0 late commits, scheduler back 5.85 s [5.31-6.31]",
+	}
+	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261205T012409.json"), filepath.Join("testdata", "sidebyside-20261205T013143.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tally struct {
+		trials, withLate, late int
+		sched                  []float64
+	}
+	got := map[string]*tally{}
+	for _, r := range rs {
+		if r.ID != 75 {
+			t.Fatalf("scenario %d in the runs of 75", r.ID)
+		}
+		g := got[r.Mode]
+		if g == nil {
+			g = &tally{}
+			got[r.Mode] = g
+		}
+		g.trials++
+		g.late += r.LateCommits
+		if r.LateCommits > 0 {
+			g.withLate++
+		}
+		g.sched = append(g.sched, r.SchedMS)
+	}
+	for mode, want := range wants {
+		g := got[mode]
+		if g == nil {
+			t.Errorf("%s: no trials", mode)
+			continue
+		}
+		line := fmt.Sprintf("%d trials, %d with a late commit, %d late commits, scheduler back %s", g.trials, g.withLate, g.late, report.Summarize(g.sched).Seconds())
+		if line != want {
+			t.Errorf("75 %s: %q, the document quotes %q", mode, line, want)
+		}
+	}
+}
+
+// The re-measure of 70 after the rejoin was questioned (docs/failure-modes.md,
+// 5 December): three kha-fast-kill trials and their scheduler back.
+func TestSavedRejoinRunGivesTheQuotedFigures(t *testing.T) {
+	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261205T013956.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rs {
+		if r.ID != 70 || r.Mode != "kha-fast-kill" || !r.Pass || r.LateCommits != 0 {
+			t.Errorf("trial %d %s #%d: pass %v, %d late commits", r.ID, r.Mode, r.Repeat, r.Pass, r.LateCommits)
+		}
+		got = append(got, fmt.Sprintf("%.2f", r.SchedMS/1000))
+	}
+	if want := "18.40, 18.99, 18.63"; strings.Join(got, ", ") != want {
+		t.Errorf("scheduler back %s, the document quotes %s", strings.Join(got, ", "), want)
+	}
+}
