@@ -58,31 +58,38 @@ func init() {
 			func(*plane.Trial) string { return "e3" }},
 	} {
 		s := &burstTrial{healOnTakeover: true, healBy: stackedHealBy}
-		// The transfer comes first and well before the fault: while it
-		// runs the members drop proposals, and the new raft leader extends
-		// every lease (etcd's lessor Promote) until the holders renew;
-		// neither may fall into the judged window.
-		prepare := func(ctx context.Context, t *plane.Trial) error {
-			to := v.raftLeader(t)
-			if err := t.R.P.Lab.Etcd.MoveLeader(ctx, to); err != nil {
-				return err
-			}
-			moved := time.Now()
-			if err := s.prepare(ctx, t); err != nil {
-				return err
-			}
-			if err := Sleep(ctx, time.Until(moved.Add(raftSettle))); err != nil {
-				return err
-			}
-			if now, err := t.R.P.EtcdLeader(ctx); err != nil || now != to {
-				return fmt.Errorf("etcd raft leader moved to %s, but %q leads at the fault (%v)", to, now, err)
-			}
-			t.Notef("etcd raft leader %s, the cut member %s", to, t.R.P.Lab.StackedMember(t.Leader))
-			return nil
-		}
+		prepare := withRaftLeader(s, v.raftLeader, func(t *plane.Trial) string { return t.R.P.Lab.StackedMember(t.Leader) })
 		registerReal(plane.Spec{ID: v.id, Layout: lab.LayoutStacked, Name: v.name,
 			Fault: fmt.Sprintf("%s; a ReplicaSet scaled 0 -> %d, the scheduler leader's rack (its etcd member with it) cut %s later and healed when the other master acts (at the latest %s after the cut)",
 				v.lead, burstPods, burstLead, stackedHealBy),
 			Prepare: prepare, Inject: s.inject, Judge: s.judge})
+	}
+}
+
+// withRaftLeader is s.prepare with etcd's raft leadership moved first to
+// the member raftLeader names, settled before the fault and checked again
+// there; cutMember names the member the cut takes away, for the notes.
+// The transfer comes first and well before the fault: while it runs the
+// members drop proposals, and the new raft leader extends every lease
+// (etcd's lessor Promote) until the holders renew; neither may fall into
+// the judged window.
+func withRaftLeader(s *burstTrial, raftLeader, cutMember func(t *plane.Trial) string) func(context.Context, *plane.Trial) error {
+	return func(ctx context.Context, t *plane.Trial) error {
+		to := raftLeader(t)
+		if err := t.R.P.Lab.Etcd.MoveLeader(ctx, to); err != nil {
+			return err
+		}
+		moved := time.Now()
+		if err := s.prepare(ctx, t); err != nil {
+			return err
+		}
+		if err := Sleep(ctx, time.Until(moved.Add(raftSettle))); err != nil {
+			return err
+		}
+		if now, err := t.R.P.EtcdLeader(ctx); err != nil || now != to {
+			return fmt.Errorf("etcd raft leader moved to %s, but %q leads at the fault (%v)", to, now, err)
+		}
+		t.Notef("etcd raft leader %s, the cut member %s", to, cutMember(t))
+		return nil
 	}
 }

@@ -1,10 +1,8 @@
 package scenario
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/kube/plane"
@@ -29,22 +27,8 @@ import (
 // under, and e3 refuses them at apply. Judged at etcd as every trial.
 func init() {
 	s := &burstTrial{healOnTakeover: true, healBy: stackedHealBy, cut: minorityCut}
-	prepare := func(ctx context.Context, t *plane.Trial) error {
-		if err := t.R.P.Lab.Etcd.MoveLeader(ctx, minorityRaftLeader); err != nil {
-			return err
-		}
-		moved := time.Now()
-		if err := s.prepare(ctx, t); err != nil {
-			return err
-		}
-		if err := Sleep(ctx, time.Until(moved.Add(raftSettle))); err != nil {
-			return err
-		}
-		if now, err := t.R.P.EtcdLeader(ctx); err != nil || now != minorityRaftLeader {
-			return fmt.Errorf("etcd raft leader moved to %s, but %q leads at the fault (%v)", minorityRaftLeader, now, err)
-		}
-		return nil
-	}
+	member := func(*plane.Trial) string { return minorityMember }
+	prepare := withRaftLeader(s, func(*plane.Trial) string { return minorityRaftLeader }, member)
 	registerReal(plane.Spec{ID: 75, Layout: lab.LayoutSeparate,
 		Name: "real: minority partition during a burst, healed at the other master's first act",
 		Fault: fmt.Sprintf("%s made the raft leader; a ReplicaSet scaled 0 -> %d, the scheduler leader's rack and %s (a follower) cut %s later from the other rack and the other two etcd members, healed when the other master acts (at the latest %s after the cut)",
