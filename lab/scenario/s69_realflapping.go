@@ -24,9 +24,15 @@ import (
 // from its last renewal, which may be 250 ms before the cut), so 69 costs
 // fast-kill a failover and le-tuned none; 74 is just above both windows,
 // where each fails over and what is compared is how fast.
+//
+// Scenario 76 is 69 behind a dead switch (topo.Silence): the router drops
+// the packets silently instead of each host refusing to route them, so a
+// connection attempt made in a cut waits on its SYN retransmissions and
+// finds the heal only at the next one, as on a real network.
 func init() {
-	registerReal(flapping(69, 3*time.Second))
-	registerReal(flapping(74, 4*time.Second))
+	registerReal(flapping(69, 3*time.Second, false))
+	registerReal(flapping(74, 4*time.Second, false))
+	registerReal(flapping(76, 3*time.Second, true))
 }
 
 const (
@@ -34,21 +40,31 @@ const (
 	flapHeal   = 2 * time.Second
 )
 
-func flapping(id int, cut time.Duration) plane.Spec {
+func flapping(id int, cut time.Duration, silent bool) plane.Spec {
 	name := "real: flapping partition of the leader's rack"
-	if id != 69 {
+	if cut != 3*time.Second {
 		name += fmt.Sprintf(", %s cuts", cut)
 	}
+	how := "cut"
+	if silent {
+		name += " behind a dead switch"
+		how = "silenced in the router (dropped without an error to the sender)"
+	}
 	return plane.Spec{ID: id, Name: name,
-		Fault: fmt.Sprintf("the leader's rack cut %s and healed %s, %d times", cut, flapHeal, flapCycles),
+		Fault: fmt.Sprintf("the leader's rack %s %s and healed %s, %d times", how, cut, flapHeal, flapCycles),
 		Inject: func(ctx context.Context, t *plane.Trial) (func(context.Context) error, error) {
-			return injectFlapping(ctx, t, cut)
+			return injectFlapping(ctx, t, cut, silent)
 		}}
 }
 
-func injectFlapping(ctx context.Context, t *plane.Trial, cut time.Duration) (func(context.Context) error, error) {
+func injectFlapping(ctx context.Context, t *plane.Trial, cut time.Duration, silent bool) (func(context.Context) error, error) {
 	topo := t.R.P.Lab.Topo
 	a, b := leaderRackCut(t)
+	type sides = func(ctx context.Context, a, b []string) error
+	var breakLink, heal sides = topo.Cut, topo.Heal
+	if silent {
+		breakLink, heal = topo.Silence, topo.Unsilence
+	}
 	done := make(chan error, 1)
 	go func() {
 		var errs []error
@@ -56,9 +72,9 @@ func injectFlapping(ctx context.Context, t *plane.Trial, cut time.Duration) (fun
 			if ctx.Err() != nil {
 				break
 			}
-			errs = append(errs, topo.Cut(ctx, a, b))
+			errs = append(errs, breakLink(ctx, a, b))
 			time.Sleep(cut)
-			errs = append(errs, topo.Heal(context.WithoutCancel(ctx), a, b))
+			errs = append(errs, heal(context.WithoutCancel(ctx), a, b))
 			if i < flapCycles-1 {
 				time.Sleep(flapHeal)
 			}
@@ -71,7 +87,7 @@ func injectFlapping(ctx context.Context, t *plane.Trial, cut time.Duration) (fun
 		case err := <-done:
 			return err
 		case <-ctx.Done():
-			return errors.Join(ctx.Err(), topo.Heal(context.WithoutCancel(ctx), a, b))
+			return errors.Join(ctx.Err(), heal(context.WithoutCancel(ctx), a, b))
 		}
 	}, nil
 }

@@ -2,12 +2,13 @@ package topo
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"os/exec"
+	"strings"
 )
 
 // silencePriority orders the lab's silence rules before the router's main
-// table (ip rule priority 32766).
+// table (ip rule priority 32766), and names them for HealAll.
 const silencePriority = "1000"
 
 // Silence drops every packet between the hosts of a and b inside the
@@ -17,7 +18,7 @@ const silencePriority = "1000"
 // once as it does behind Cut's blackhole routes on the hosts. Hosts of the
 // same rack do not cross the router and stay connected. Each direction is
 // a policy rule with the blackhole action (the kernel drops a forwarded
-// packet it matches without an ICMP error).
+// packet it matches without an ICMP error), all in one `ip -batch`.
 func (t *Topology) Silence(ctx context.Context, a, b []string) error {
 	return t.silenceRules(ctx, a, b, "add")
 }
@@ -28,8 +29,7 @@ func (t *Topology) Unsilence(ctx context.Context, a, b []string) error {
 }
 
 func (t *Topology) silenceRules(ctx context.Context, a, b []string, verb string) error {
-	rt := t.NetNS(RouterName)
-	var errs []error
+	var script strings.Builder
 	for _, x := range a {
 		for _, y := range b {
 			hx, err := t.Host(x)
@@ -41,11 +41,36 @@ func (t *Topology) silenceRules(ctx context.Context, a, b []string, verb string)
 				return err
 			}
 			for _, p := range [][2]Host{{hx, hy}, {hy, hx}} {
-				if err := ipn(ctx, rt, "rule", verb, "priority", silencePriority, "from", p[0].Addr.String(), "to", p[1].Addr.String(), "blackhole"); err != nil {
-					errs = append(errs, fmt.Errorf("silence %s -> %s: %w", p[0].Name, p[1].Name, err))
-				}
+				fmt.Fprintf(&script, "rule %s priority %s from %s to %s blackhole\n", verb, silencePriority, p[0].Addr, p[1].Addr)
 			}
 		}
 	}
-	return errors.Join(errs...)
+	args := []string{"-n", t.NetNS(RouterName), "-batch", "-"}
+	if verb == "del" {
+		args = append([]string{"-force"}, args...) // a rule already gone is no reason to keep the others
+	}
+	cmd := exec.CommandContext(ctx, "ip", args...)
+	cmd.Stdin = strings.NewReader(script.String())
+	if out, err := cmd.CombinedOutput(); err != nil && verb != "del" {
+		return fmt.Errorf("topo: silence (%s): %w: %s", strings.ReplaceAll(strings.TrimSpace(script.String()), "\n", "; "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// unsilenceAll removes every silence rule from the router.
+func (t *Topology) unsilenceAll(ctx context.Context) error {
+	rt := t.NetNS(RouterName)
+	out, err := exec.CommandContext(ctx, "ip", "-n", rt, "rule", "show", "priority", silencePriority).Output()
+	if err != nil {
+		return fmt.Errorf("topo: list silence rules: %w", err)
+	}
+	for range strings.Count(strings.TrimSpace(string(out)), "\n") + 1 {
+		if strings.TrimSpace(string(out)) == "" {
+			break
+		}
+		if err := ipn(ctx, rt, "rule", "del", "priority", silencePriority); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -343,9 +343,10 @@ func (t *Topology) CutRacks(ctx context.Context, a, b string) error {
 	return t.Cut(ctx, t.InRack(a), t.InRack(b))
 }
 
-// HealAll removes every blackhole route from every host.
+// HealAll removes every blackhole route from every host and every silence
+// rule from the router.
 func (t *Topology) HealAll(ctx context.Context) error {
-	var errs []error
+	errs := []error{t.unsilenceAll(ctx)}
 	for _, h := range t.Hosts {
 		for _, addr := range Blackholes(ctx, t.NetNS(h.Name)) {
 			errs = append(errs, ipn(ctx, t.NetNS(h.Name), "route", "del", "blackhole", addr.String()+"/32"))

@@ -235,3 +235,67 @@ func TestDoRestoresThreads(t *testing.T) {
 		}
 	}
 }
+
+// Silence drops packets in the router without a word to either side: a
+// connection attempt across it neither connects nor fails (a dead switch),
+// where Cut fails it at once; hosts of one rack stay connected; Unsilence
+// and HealAll each undo it.
+func TestSilenceIsSilent(t *testing.T) {
+	topo := newLab(t)
+	ctx := context.Background()
+	e1 := echo(t, topo, "e1")
+	m2 := echo(t, topo, "m2")
+	silentFor := func(from, addr string) error {
+		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		c, err := topo.DialContext(dctx, from, "tcp", addr)
+		if c != nil {
+			c.Close()
+		}
+		if err == nil || dctx.Err() == nil {
+			return fmt.Errorf("%s -> %s ended before 300 ms with %v", from, addr, err)
+		}
+		return nil
+	}
+
+	if err := topo.Cut(ctx, []string{"m1"}, []string{"e1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := silentFor("m1", e1); err == nil {
+		t.Fatal("behind Cut an attempt did not fail at once; the contrast this test draws is gone")
+	}
+	if err := topo.Heal(ctx, []string{"m1"}, []string{"e1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := topo.Silence(ctx, []string{"m1"}, topo.InRack("etcd")); err != nil {
+		t.Fatalf("silence: %v", err)
+	}
+	if err := silentFor("m1", e1); err != nil {
+		t.Fatalf("silenced: %v", err)
+	}
+	if err := reach(topo, "m2", e1); err != nil {
+		t.Fatalf("m2 -> e1 must survive m1's silence: %v", err)
+	}
+	if err := reach(topo, "m1", m2); err != nil {
+		t.Fatalf("m1 -> m2 must survive a silence of m1 from etcd: %v", err)
+	}
+	if err := topo.Unsilence(ctx, []string{"m1"}, topo.InRack("etcd")); err != nil {
+		t.Fatalf("unsilence: %v", err)
+	}
+	if err := reach(topo, "m1", e1); err != nil {
+		t.Fatalf("after unsilence m1 -> e1: %v", err)
+	}
+
+	if err := topo.Silence(ctx, []string{"m1"}, []string{"e1", "m2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.HealAll(ctx); err != nil {
+		t.Fatalf("heal all: %v", err)
+	}
+	for _, addr := range []string{e1, m2} {
+		if err := reach(topo, "m1", addr); err != nil {
+			t.Fatalf("after heal all m1 -> %s: %v", addr, err)
+		}
+	}
+}
