@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,7 +62,55 @@ func checkEtcdFence(ctx context.Context, cli *clientv3.Client, cfg config.Config
 			return fmt.Errorf("%w: etcd_fence.users: %s (the kube-apiserver of %s) is no etcd user", errEtcdFenceSetup, users[node], node)
 		}
 	}
-	return nil
+	return roleHoldsKeys(ctx, cli, f.Role)
+}
+
+// roleHoldsKeys refuses a role whose permissions cover no key in this
+// etcd: the kube-apiservers then keep their data in another etcd (the
+// supervisors have one of their own), and revoking the role here would
+// stop none of their writes, a fence in name only. The fence at etcd needs
+// the supervisors on the etcd the apiservers use.
+func roleHoldsKeys(ctx context.Context, cli *clientv3.Client, role string) error {
+	r, err := cli.RoleGet(ctx, role)
+	if err != nil {
+		return fmt.Errorf("etcd_fence: read etcd role %q: %w%s", role, setupErr(err), rootHint(err))
+	}
+	var ranges []string
+	for _, p := range r.Perm {
+		opts := []clientv3.OpOption{clientv3.WithCountOnly()}
+		if len(p.RangeEnd) > 0 {
+			opts = append(opts, clientv3.WithRange(string(p.RangeEnd)))
+		}
+		got, err := cli.Get(ctx, string(p.Key), opts...)
+		if err != nil {
+			return fmt.Errorf("etcd_fence: count the keys etcd role %q grants: %w", role, setupErr(err))
+		}
+		if got.Count > 0 {
+			return nil
+		}
+		ranges = append(ranges, permRange(string(p.Key), string(p.RangeEnd)))
+	}
+	grants := "no key"
+	if len(ranges) > 0 {
+		grants = strings.Join(ranges, ", ")
+	}
+	return fmt.Errorf("%w: etcd_fence.role %q grants %s, and this etcd holds no key there: the kube-apiservers keep their data in another etcd, "+
+		"where a revoke here would stop none of their writes (put kha-supervisor on the apiservers' etcd, or give the role their --etcd-prefix)",
+		errEtcdFenceSetup, role, grants)
+}
+
+// permRange names the keys an etcd permission covers, as etcdctl role get
+// does.
+func permRange(key, end string) string {
+	switch end {
+	case "":
+		return fmt.Sprintf("%q", key)
+	case clientv3.GetPrefixRangeEnd(key):
+		return fmt.Sprintf("prefix %q", key)
+	case "\x00":
+		return fmt.Sprintf("every key from %q", key)
+	}
+	return fmt.Sprintf("[%q, %q)", key, end)
 }
 
 // errEtcdFenceSetup marks what etcd refused: a configuration error.

@@ -29,6 +29,7 @@ func TestEtcdFenceCheckedAtStart(t *testing.T) {
 		{"not root", kha, []string{"m1=kha"}, "kha", "needs etcd's root role"},
 		{"role missing", root, []string{"m1=kha"}, "kube-apiserver", `etcd_fence.role "kube-apiserver": no such role`},
 		{"user missing", root, []string{"m1=kha", "m2=kube-apiserver-m2"}, "kha", "kube-apiserver-m2 (the kube-apiserver of m2) is no etcd user"},
+		{"no key where the role grants", root, []string{"m1=kha", "m2=root"}, "kha", `etcd_fence.role "kha" grants prefix "/kha-supervisor/", and this etcd holds no key there`},
 		{"fine", root, []string{"m1=kha", "m2=root"}, "kha", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,6 +43,11 @@ func TestEtcdFenceCheckedAtStart(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cli.Close()
+			if tc.name == "fine" { // the apiservers' data, under the role's prefix
+				if _, err := cli.Put(ctx, "/kha-supervisor/registry/pods/x", "v"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			err = checkEtcdFence(ctx, cli, cfg)
 			switch {
 			case tc.want == "" && err != nil:

@@ -147,11 +147,13 @@ func (c Config) describeEtcdFence(w io.Writer) {
 	fmt.Fprintln(w)
 	p("The old term's writes in etcd (docs/architecture.md, \"The old term's writes in etcd\"):")
 	if c.EtcdFence.Enabled() {
-		p("  etcd_fence on: each takeover revokes etcd role %s from the kube-apiserver of every master that may", quote(c.EtcdFence.Role))
-		p("  still write (%d users) before the new term writes; etcd refuses what they proposed before", len(c.EtcdFence.Users))
+		p("  etcd_fence on: each takeover revokes etcd role %s from the kube-apiserver of every other master", quote(c.EtcdFence.Role))
+		p("  that may still write, before the new term writes; etcd then refuses at apply what that apiserver")
+		p("  proposed before the revoke. It acts on the etcd configured above, so the apiservers must keep their")
+		p("  data there (the daemon refuses to start when the role covers no key in it)")
 		return
 	}
 	p("  etcd_fence off: a write the old leader's kube-apiserver handed to an etcd member that a partition")
 	p("  leaves on its side (a member on that master or in its rack) can commit after the next leader's first")
-	p("  write; only etcd_fence.users makes etcd refuse it (lab scenarios 73 and 75)")
+	p("  write; only etcd_fence makes etcd refuse it, with kha-supervisor on the apiservers' etcd (lab 73, 75)")
 }
