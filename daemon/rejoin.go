@@ -46,10 +46,11 @@ func rejoining(dir string) bool {
 // waits for the heal in place, with one ERROR, instead of a restart every
 // RestartSec plus a failed dial (3.75 s in the fast profile) with one each,
 // and rejoins with the first connection after the heal, which the attempt
-// under way finds by itself (gRPC redials every 100 ms, and the dialer
-// sends a fresh SYN every 200 ms behind a dead switch: etcdconn.RaceDialer;
-// lab scenario 70: etcd answered 0.19-0.20 s after the heal). Every failed
-// attempt stops any managed unit found running again, as each restart did.
+// under way finds by itself: gRPC redials every 100 ms, and behind a dead
+// switch etcdconn's dialer sends a fresh SYN every 200 ms (lab scenario
+// 70, behind the lab's blackhole routes: etcd answered 0.19-0.20 s after
+// the heal). Every failed attempt stops any managed unit found running
+// again, as each restart did.
 // Endpoints of two etcd clusters are a configuration error and exit 2 at
 // once.
 func dialAtStart(ctx context.Context, cfg config.Config, units fencing.Units, log *slog.Logger, notify func(string), rejoin bool) (*clientv3.Client, int) {

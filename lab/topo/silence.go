@@ -18,8 +18,13 @@ const silencePriority = "1000"
 // once as it does behind Cut's blackhole routes on the hosts. Hosts of the
 // same rack do not cross the router and stay connected. Each direction is
 // a policy rule with the blackhole action (the kernel drops a forwarded
-// packet it matches without an ICMP error), all in one `ip -batch`.
+// packet it matches without an ICMP error), all in one `ip -batch`; a
+// silence already in place is replaced.
 func (t *Topology) Silence(ctx context.Context, a, b []string) error {
+	// A rule left by a run that stopped midway would make `add` fail.
+	if err := t.silenceRules(ctx, a, b, "del"); err != nil {
+		return err
+	}
 	return t.silenceRules(ctx, a, b, "add")
 }
 

@@ -83,6 +83,20 @@ type Client interface {
 // the operator vetted), and client-library logs at error level through
 // slog.Default().
 func ClientConfig(cfg config.Etcd) (clientv3.Config, error) {
+	return ClientConfigDialing(cfg, systemDialer.DialContext)
+}
+
+// systemDialer dials as gRPC's own dialer does: TCP keepalive on, with the
+// operating system's timings (gRPC's keepalive and TCP_USER_TIMEOUT, which
+// it sets on the connection, notice a dead peer first).
+var systemDialer = &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: -1, Interval: -1, Count: -1}}
+
+// ClientConfigDialing is ClientConfig with dial for every connection
+// attempt (the lab dials from a host's network namespace), behind the
+// racing dialer that ClientConfig uses as well (racedial.go). A proxy set
+// in the environment (HTTPS_PROXY) is not used: gRPC consults it only with
+// its own dialer, and a supervisor's etcd belongs on a direct path.
+func ClientConfigDialing(cfg config.Etcd, dial func(ctx context.Context, network, address string) (net.Conn, error)) (clientv3.Config, error) {
 	if len(cfg.Endpoints) == 0 {
 		return clientv3.Config{}, errors.New("etcd: no endpoints configured")
 	}
@@ -99,7 +113,7 @@ func ClientConfig(cfg config.Etcd) (clientv3.Config, error) {
 	}
 	cc.DialOptions = []grpc.DialOption{
 		grpc.WithConnectParams(redialParams(cc.DialTimeout)),
-		grpc.WithContextDialer(raceDialer((&net.Dialer{}).DialContext)),
+		grpc.WithContextDialer(raceDialer(dial)),
 	}
 
 	if (cfg.Cert == "") != (cfg.Key == "") {

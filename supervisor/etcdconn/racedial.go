@@ -8,21 +8,21 @@ import (
 	"time"
 )
 
-// A connection attempt to a member behind a silent partition sends a SYN
-// and then waits for the kernel to send it again, 1 s later, then 3 s
-// (Linux's initial retransmission timeout, doubling). When the link comes
-// back between two of them the attempt finds out only at the next one: in
-// lab scenario 70 the fenced leader's record came back 0.34-1.46 s after
-// the heal, in a loop that redials at once. The daemon's dialer therefore
-// starts a fresh attempt every synRace while the earlier ones are still
-// unanswered, and keeps the earlier ones going, so a slow link still
-// completes its first attempt (nothing is given up early) and a heal is
-// found within synRace. The first attempt that connects wins; the others
-// are cancelled, or closed if they connected as well. An attempt refused
-// or unreachable ends the dial at once: the member's host answered, and
-// gRPC's backoff redials (redialParams). The cost while a member is
-// silent: one SYN every synRace per connection being dialled, at most
-// dial_timeout / synRace sockets at a time.
+// A connection attempt to a member behind a silent partition (a dead
+// switch, a link down) sends a SYN that is lost, and the kernel sends it
+// again only 1 s after the first, then 3 s after it (Linux's initial
+// retransmission timeout, doubling), inside an attempt gRPC keeps for
+// dial_timeout: a heal was found up to a second late (lab/etcd
+// BenchmarkRenewalAfterSilentHeal: 0.70 s median). The daemon's dialer
+// therefore starts a fresh attempt every synRace while the earlier ones
+// are still unanswered, and keeps the earlier ones going, so a slow link
+// still completes its first attempt (nothing is given up early) and a heal
+// is found within synRace. The first attempt that connects wins; the
+// others are cancelled, or closed if they connected as well. An attempt
+// refused or unreachable ends the dial at once, as gRPC's own dialer did:
+// gRPC's backoff redials within about 100 ms (redialParams). The cost
+// while a member is silent: one SYN every synRace per connection being
+// dialled, at most dial_timeout / synRace sockets at a time.
 const synRace = 200 * time.Millisecond
 
 // dialFunc dials network and address, as net.Dialer.DialContext does.
@@ -38,12 +38,6 @@ func raceDialer(dial dialFunc) func(ctx context.Context, addr string) (net.Conn,
 		}
 		return raceDial(ctx, dial, addr, synRace)
 	}
-}
-
-// RaceDialer is raceDialer for a caller that dials from elsewhere (the
-// lab, from a namespace): what ClientConfig installs, around dial.
-func RaceDialer(dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, addr string) (net.Conn, error) {
-	return raceDialer(dial)
 }
 
 // raceDial dials addr over TCP, starting another attempt every `every`

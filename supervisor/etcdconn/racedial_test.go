@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -68,6 +69,7 @@ func TestRaceDialConnectsPastAnUnansweredAttempt(t *testing.T) {
 	d := &scriptedDial{plan: []error{nil, nil, errConnect}, ended: make(chan struct{}, 10)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	before := runtime.NumGoroutine()
 	c, err := raceDial(ctx, d.dial, "10.0.0.1:2379", 5*time.Millisecond)
 	if err != nil {
 		t.Fatalf("raceDial: %v, want the third attempt's connection", err)
@@ -84,6 +86,15 @@ func TestRaceDialConnectsPastAnUnansweredAttempt(t *testing.T) {
 	}
 	if c.(*trackedConn).isClosed() {
 		t.Error("the winning connection was closed")
+	}
+	// Every attempt's goroutine ends, its result taken: none is left
+	// blocked on the results channel.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the dial, %d before: an attempt's result was never taken", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
