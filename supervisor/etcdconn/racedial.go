@@ -13,7 +13,7 @@ import (
 // again only 1 s after the first, then 3 s after it (Linux's initial
 // retransmission timeout, doubling), inside an attempt gRPC keeps for
 // dial_timeout: a heal was found up to a second late (lab/etcd
-// BenchmarkRenewalAfterSilentHeal: 0.70 s median). The daemon's dialer
+// BenchmarkRenewalAfterSilentHeal: 0.74 s median, 0.13 s with this). The daemon's dialer
 // therefore starts a fresh attempt every synRace while the earlier ones
 // are still unanswered, and keeps the earlier ones going, so a slow link
 // still completes its first attempt (nothing is given up early) and a heal
