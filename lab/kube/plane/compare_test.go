@@ -328,3 +328,52 @@ func TestSavedRejoinRunGivesTheQuotedFigures(t *testing.T) {
 		t.Errorf("scheduler back %s, the document quotes %s", strings.Join(got, ", "), want)
 	}
 }
+
+// Scenario 76 (69's flaps behind a dead switch) and 69, 5 December
+// (docs/failure-modes.md, "a dead switch"): per scenario, mode and
+// supervisor build the scheduler back, the longest pod unbound, the
+// service resumed and the other master's first write, as the document
+// quotes them; the first run with this change's supervisors and le-tuned,
+// the second with the supervisors of before it.
+func TestSavedSilentFlapRunsGiveTheQuotedFigures(t *testing.T) {
+	type cell struct {
+		file string
+		id   int
+		mode string
+	}
+	wants := map[cell]string{
+		{"sidebyside-20261205T023334.json", 69, "kha-fast-kill"}: "3.78 s [0.02-4.31]; 3.66 s [2.31-3.75]; 4.00 s [3.61-5.44]; 3.95 s [3.78-4.31]",
+		{"sidebyside-20261205T023334.json", 69, "le-tuned"}:      "3.20 s [3.19-3.25]; 3.25 s [3.14-3.73]; 6.59 s [3.41-17.02]; 9.02 s [4.02-18.83]",
+		{"sidebyside-20261205T023334.json", 76, "kha-fast-kill"}: "4.03 s [3.45-4.59]; 2.63 s [2.32-4.18]; 4.02 s [3.90-4.40]; 4.17 s [3.90-14.29]",
+		{"sidebyside-20261205T023334.json", 76, "le-tuned"}:      "3.40 s [3.27-3.50]; 3.59 s [1.96-4.20]; 9.72 s [7.60-18.40]; 14.39 s [3.80-20.75]",
+		{"sidebyside-20261205T024905.json", 76, "kha-fast-kill"}: "4.26 s [0.02-4.36]; 2.82 s [2.57-3.86]; 4.13 s [3.86-5.99]; 4.28 s [4.06-4.36]",
+	}
+	got := map[cell][4][]float64{}
+	for _, file := range []string{"sidebyside-20261205T023334.json", "sidebyside-20261205T024905.json"} {
+		rs, err := report.LoadTrials(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			c := cell{file, r.ID, r.Mode}
+			g := got[c]
+			g[0] = append(g[0], r.SchedMS)
+			g[1] = append(g[1], r.UnboundMS)
+			g[2] = append(g[2], max(r.UnboundMS, r.CMMS))
+			if h := r.Handoff["kube-scheduler"]; h.FirstOtherMS != nil {
+				g[3] = append(g[3], *h.FirstOtherMS)
+			}
+			got[c] = g
+		}
+	}
+	for c, want := range wants {
+		g := got[c]
+		var parts []string
+		for _, v := range g {
+			parts = append(parts, report.Summarize(v).Seconds())
+		}
+		if line := strings.Join(parts, "; "); line != want || len(g[0]) != 5 {
+			t.Errorf("%s %d %s: %d trials, %q, the document quotes %q", c.file, c.id, c.mode, len(g[0]), line, want)
+		}
+	}
+}
