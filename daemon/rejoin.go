@@ -50,9 +50,8 @@ func rejoining(dir string) bool {
 // switch etcdconn's dialer sends a fresh SYN every 200 ms (lab scenario
 // 70, behind the lab's blackhole routes: etcd answered 0.19-0.20 s after
 // the heal). Every failed attempt stops any managed unit found running
-// again, as each restart did.
-// Endpoints of two etcd clusters are a configuration error and exit 2 at
-// once.
+// again, as each restart did. Endpoints of two etcd clusters are a
+// configuration error and exit 2 at once.
 func dialAtStart(ctx context.Context, cfg config.Config, units fencing.Units, log *slog.Logger, notify func(string), rejoin bool) (*clientv3.Client, int) {
 	start, extend := time.Now(), extendStart(cfg)
 	for attempt := 1; ; attempt++ {

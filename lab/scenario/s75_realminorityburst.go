@@ -44,11 +44,6 @@ const minorityRaftLeader, minorityMember = "e3", "e1"
 // the other rack and the other members on the other.
 func minorityCut(t *plane.Trial) (a, b []string) {
 	rack, rest := leaderRackCut(t)
-	a = append(slices.Clone(rack), minorityMember)
-	for _, n := range rest {
-		if n != minorityMember {
-			b = append(b, n)
-		}
-	}
-	return a, b
+	return append(slices.Clone(rack), minorityMember),
+		slices.DeleteFunc(slices.Clone(rest), func(n string) bool { return n == minorityMember })
 }

@@ -69,10 +69,7 @@ func (t *Topology) unsilenceAll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("topo: list silence rules: %w", err)
 	}
-	for range strings.Count(strings.TrimSpace(string(out)), "\n") + 1 {
-		if strings.TrimSpace(string(out)) == "" {
-			break
-		}
+	for range strings.Count(string(out), "\n") { // one line per rule
 		if err := ipn(ctx, rt, "rule", "del", "priority", silencePriority); err != nil {
 			return err
 		}

@@ -139,9 +139,10 @@ func (c Config) describeWindow(w io.Writer) {
 // describeEtcdFence says what orders the old term's writes in etcd under
 // this configuration. Without [etcd_fence] a write the old leader's
 // kube-apiserver handed to an etcd member on its side of a partition (a
-// member on that master, or in its rack, as install.md's two-rack layout
-// places one) can commit after the next leader's first write: the member
-// forwards it at the heal, and nothing on either master can recall it.
+// member on that master, or in its rack) can commit after the next
+// leader's first write: the member forwards it at the heal, and nothing on
+// either master can recall it. With it, the revoke acts on the etcd
+// configured here, which must be the apiservers' own.
 func (c Config) describeEtcdFence(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, "# "+format+"\n", args...) }
 	fmt.Fprintln(w)
