@@ -48,7 +48,7 @@ func rejoining(dir string) bool {
 // and rejoins with the first connection after the heal, which the attempt
 // under way finds by itself: gRPC redials every 100 ms, and behind a dead
 // switch etcdconn's dialer sends a fresh SYN every 200 ms (lab scenario
-// 70, behind the lab's blackhole routes: etcd answered 0.19-0.20 s after
+// 70, behind the lab's blackhole routes: etcd answered 0.19-0.27 s after
 // the heal). Every failed attempt stops any managed unit found running
 // again, as each restart did. Endpoints of two etcd clusters are a
 // configuration error and exit 2 at once.
