@@ -68,8 +68,10 @@ func TestSupervisorClientBackSoonAfterASilentHeal(t *testing.T) {
 	if err := silence(ctx); err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	conn, err := c.Topo.DialContext(dctx, "m1", "tcp", net.JoinHostPort(c.Topo.Addr("e1").String(), "2379"))
+	took := time.Since(start)
 	cancel()
 	if uerr := unsilence(ctx); uerr != nil {
 		t.Fatal(uerr)
@@ -77,8 +79,10 @@ func TestSupervisorClientBackSoonAfterASilentHeal(t *testing.T) {
 	if conn != nil {
 		conn.Close()
 	}
-	if err == nil || dctx.Err() == nil {
-		t.Fatalf("a connection attempt inside the silence ended with %v before 300 ms: the silence is not silent", err)
+	// By the clock: dctx is cancelled by now, and even before that the
+	// dial's deadline can fire ahead of the context's timer.
+	if err == nil || took < 250*time.Millisecond {
+		t.Fatalf("a connection attempt inside the silence ended after %v (before 300 ms) with %v: the silence is not silent", took, err)
 	}
 
 	var attempts atomic.Int64
