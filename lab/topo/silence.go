@@ -35,6 +35,7 @@ func (t *Topology) Unsilence(ctx context.Context, a, b []string) error {
 
 func (t *Topology) silenceRules(ctx context.Context, a, b []string, verb string) error {
 	var script strings.Builder
+	pairs := map[string]bool{} // "from X to Y" of every rule this call covers
 	for _, x := range a {
 		for _, y := range b {
 			hx, err := t.Host(x)
@@ -47,6 +48,7 @@ func (t *Topology) silenceRules(ctx context.Context, a, b []string, verb string)
 			}
 			for _, p := range [][2]Host{{hx, hy}, {hy, hx}} {
 				fmt.Fprintf(&script, "rule %s priority %s from %s to %s blackhole\n", verb, silencePriority, p[0].Addr, p[1].Addr)
+				pairs[fmt.Sprintf("from %s to %s", p[0].Addr, p[1].Addr)] = true
 			}
 		}
 	}
@@ -56,8 +58,33 @@ func (t *Topology) silenceRules(ctx context.Context, a, b []string, verb string)
 	}
 	cmd := exec.CommandContext(ctx, "ip", args...)
 	cmd.Stdin = strings.NewReader(script.String())
-	if out, err := cmd.CombinedOutput(); err != nil && verb != "del" {
-		return fmt.Errorf("topo: silence (%s): %w: %s", strings.ReplaceAll(strings.TrimSpace(script.String()), "\n", "; "), err, strings.TrimSpace(string(out)))
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	if verb == "del" {
+		// -force reports the rules that were already gone as failures
+		// too: what counts is that none of ours is left.
+		return t.silenceLeft(ctx, pairs, err, out)
+	}
+	return fmt.Errorf("topo: silence (%s): %w: %s", strings.ReplaceAll(strings.TrimSpace(script.String()), "\n", "; "), err, strings.TrimSpace(string(out)))
+}
+
+// silenceLeft is nil when no rule of pairs is left in the router after a
+// `del` batch that reported delErr (with its output).
+func (t *Topology) silenceLeft(ctx context.Context, pairs map[string]bool, delErr error, out []byte) error {
+	list, err := exec.CommandContext(ctx, "ip", "-n", t.NetNS(RouterName), "rule", "show", "priority", silencePriority).Output()
+	if err != nil {
+		return fmt.Errorf("topo: unsilence: %w: %s; and listing what is left: %w", delErr, strings.TrimSpace(string(out)), err)
+	}
+	var left []string
+	for line := range strings.Lines(string(list)) {
+		if _, rule, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && pairs[strings.TrimSuffix(strings.TrimSpace(rule), " blackhole")] {
+			left = append(left, strings.TrimSpace(rule))
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("topo: unsilence left %d rule(s) in place (%s): %w: %s", len(left), strings.Join(left, "; "), delErr, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

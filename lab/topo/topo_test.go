@@ -291,6 +291,9 @@ func TestSilenceIsSilent(t *testing.T) {
 	if err := reach(topo, "m1", e1); err != nil {
 		t.Fatalf("after unsilence m1 -> e1: %v", err)
 	}
+	if err := topo.Unsilence(ctx, []string{"m1"}, topo.InRack("etcd")); err != nil {
+		t.Fatalf("a second unsilence (every rule already gone) must succeed: %v", err)
+	}
 
 	if err := topo.Silence(ctx, []string{"m1"}, []string{"e1", "m2"}); err != nil {
 		t.Fatal(err)
