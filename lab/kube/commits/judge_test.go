@@ -559,3 +559,64 @@ func TestJudgeNoRequestAnsweredBeforeTheKeysEarlierWrite(t *testing.T) {
 		}
 	}
 }
+
+// The same floor when the key's earlier write lies before the recording
+// (Write.PrevRev): the request answered with that revision arrived after
+// the 504 was answered, so the 504 cannot have made the key's next write.
+// In the le-tuned trials of 76 (5 December) two Lease writes were judged
+// late commits of a 504 answered in an earlier trial. Here the rack cut's
+// second ReplicaSet status update becomes its key's first write in the
+// recording, loses its audit entry, and a 504 of m1 answered just before
+// the first one arrived is added: unpaired with PrevRev, paired without it
+// (the defect, kept as this test's check that it exercises the case).
+func TestJudgeNoRequestAnsweredBeforeTheKeysWriteBeforeTheRecording(t *testing.T) {
+	c := loadCase(t, "rackcut")
+	var k, prev Commit
+	seen := map[string]Commit{}
+	for _, x := range matched(t, c) {
+		if x.Object.Resource == "replicasets" && x.Object.Kind == Update && x.Request != nil && x.Request.RV == x.Write.Rev {
+			if p, ok := seen[x.Write.Key]; ok {
+				k, prev = x, p
+				break
+			}
+			seen[x.Write.Key] = x
+		}
+	}
+	if k.Request == nil {
+		t.Fatal("set-up: no second ReplicaSet status update paired by revision in the case")
+	}
+	c.Recording.Writes = slices.DeleteFunc(slices.Clone(c.Recording.Writes), func(w Write) bool {
+		return w.Key == k.Write.Key && w.Rev < k.Write.Rev
+	})
+	for m, lines := range c.Audit {
+		c.Audit[m] = slices.DeleteFunc(slices.Clone(lines), func(l string) bool {
+			evs, err := audit.Parse(strings.NewReader(l), m)
+			return err == nil && len(evs) == 1 && evs[0].RV == k.Write.Rev && evs[0].Name == k.Object.Name
+		})
+	}
+	at := prev.Request.Received.Add(-100 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	c.Audit["m1"] = append(c.Audit["m1"], `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"update",`+
+		`"user":{"username":"`+rscUser+`"},"sourceIPs":["10.77.1.11"],"objectRef":{"resource":"replicasets","namespace":"`+k.Object.Namespace+
+		`","name":"`+k.Object.Name+`","apiGroup":"apps","subresource":"status"},"responseStatus":{"code":504,"message":"Timeout: request did not complete within requested timeout - context deadline exceeded"},`+
+		`"requestReceivedTimestamp":"`+at+`","stageTimestamp":"`+at+`"}`)
+	pairedWith504 := func(prevRev int64) bool {
+		for i := range c.Recording.Writes {
+			if c.Recording.Writes[i].Rev == k.Write.Rev {
+				c.Recording.Writes[i].PrevRev = prevRev
+			}
+		}
+		for _, x := range judge(t, c).Commits {
+			if x.Write.Rev == k.Write.Rev {
+				return x.Request != nil && x.Request.Code == 504
+			}
+		}
+		t.Fatalf("rev %d not in the report", k.Write.Rev)
+		return false
+	}
+	if !pairedWith504(0) {
+		t.Fatal("set-up: without the earlier write's revision the write is not paired with the 504; the case no longer exercises the floor")
+	}
+	if pairedWith504(prev.Write.Rev) {
+		t.Errorf("rev %d paired with a 504 answered before the request that made the key's previous write (rev %d) arrived", k.Write.Rev, prev.Write.Rev)
+	}
+}

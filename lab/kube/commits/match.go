@@ -34,9 +34,10 @@ import (
 // plane before the answers were logged: the new master's ReplicaSet
 // status updates judged the old master's late commits).
 func match(commits []Commit, evs []audit.Event) {
-	byRevision(commits, evs)
+	byRV := answersByRevision(evs)
+	byRevision(commits, evs, byRV)
 	win := windows(commits)
-	floor := keyFloors(commits)
+	floor := keyFloors(commits, evs, byRV)
 	byObj := map[objKey][]int{}
 	var collections []int // deletecollection: one request, many writes
 	for i, e := range evs {
@@ -113,18 +114,43 @@ func match(commits []Commit, evs []audit.Event) {
 // of a Lease without this (real plane, 3 December, le-tuned 44, a late
 // commit that was not). A create compares with no earlier write (the key
 // is absent): no floor.
-func keyFloors(commits []Commit) []time.Time {
+//
+// The key's first write in the recording has its earlier write before the
+// recording began; its floor is then the arrival of the accepted request
+// answered with that write's revision (Write.PrevRev), when the audit logs
+// have one: two late commits of a le-tuned trial of 76 (5 December) were
+// paired with a Lease update answered 504 in an earlier trial (byRV:
+// answersByRevision).
+func keyFloors(commits []Commit, evs []audit.Event, byRV map[int64][]int) []time.Time {
 	floor := make([]time.Time, len(commits))
 	last := map[string]time.Time{} // key -> arrival of its latest paired write
 	for i, c := range commits {
 		if c.Object.Kind != Create {
 			floor[i] = last[c.Write.Key]
+			if at := arrivalOf(evs, byRV[c.Write.PrevRev], c.Object); at.After(floor[i]) {
+				floor[i] = at
+			}
 		}
 		if c.Request != nil && c.Request.Received.After(last[c.Write.Key]) {
 			last[c.Write.Key] = c.Request.Received
 		}
 	}
 	return floor
+}
+
+// arrivalOf is the earliest arrival among the requests js (answered with
+// one revision) of object o (zero: none). A revision names one write; a
+// later no-op update answered with it arrived later, so the earliest is
+// the one that made it, or gives an earlier floor than its own.
+func arrivalOf(evs []audit.Event, js []int, o Object) time.Time {
+	var at time.Time
+	for _, j := range js {
+		e := evs[j]
+		if e.Resource == o.Resource && e.Namespace == o.Namespace && (e.Name == o.Name || e.Name == "") && (at.IsZero() || e.Received.Before(at)) {
+			at = e.Received
+		}
+	}
+	return at
 }
 
 // answeredBefore: request e was answered before floor (an entry without
@@ -161,16 +187,22 @@ func twoWriteDeletes(commits []Commit) {
 	}
 }
 
-// byRevision pairs each commit with the accepted write answered with the
-// object at the commit's revision (the earliest completed, should a no-op
-// update have answered the same object).
-func byRevision(commits []Commit, evs []audit.Event) {
+// answersByRevision indexes the accepted writes answered with the object
+// by the revision in the answer.
+func answersByRevision(evs []audit.Event) map[int64][]int {
 	byRV := map[int64][]int{}
 	for j, e := range evs {
 		if e.Write() && !e.DryRun && e.Accepted() && e.RV != 0 {
 			byRV[e.RV] = append(byRV[e.RV], j)
 		}
 	}
+	return byRV
+}
+
+// byRevision pairs each commit with the accepted write answered with the
+// object at the commit's revision (the earliest completed, should a no-op
+// update have answered the same object).
+func byRevision(commits []Commit, evs []audit.Event, byRV map[int64][]int) {
 	for i := range commits {
 		c := &commits[i]
 		js := byRV[c.Write.Rev]

@@ -29,6 +29,9 @@ type Write struct {
 	Delete    bool   `json:"delete,omitempty"`
 	Value     []byte `json:"value,omitempty"` // as the apiserver stored it (none on a delete)
 	Prev      []byte `json:"prev,omitempty"`  // the value before (none on a create)
+	// PrevRev is the revision of the key's previous write (0: none, or a
+	// recording made before it was kept), which may lie before FromRev.
+	PrevRev int64 `json:"prev_rev,omitempty"`
 }
 
 // Recording is every write under Prefix in revisions [FromRev, ToRev].
@@ -92,7 +95,7 @@ func (r *Recorder) follow(ctx context.Context, from int64) {
 			w := Write{Rev: ev.Kv.ModRevision, CreateRev: ev.Kv.CreateRevision, Key: string(ev.Kv.Key),
 				Delete: ev.Type == clientv3.EventTypeDelete, Value: ev.Kv.Value}
 			if ev.PrevKv != nil {
-				w.Prev = ev.PrevKv.Value
+				w.Prev, w.PrevRev = ev.PrevKv.Value, ev.PrevKv.ModRevision
 			}
 			r.writes = append(r.writes, w)
 			r.seen = max(r.seen, w.Rev)

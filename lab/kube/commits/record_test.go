@@ -42,6 +42,9 @@ func TestRecordEtcdCommits(t *testing.T) {
 	checkClean(t, judge(t, cases["clean"]))
 	checkLate(t, judge(t, cases["late"]))
 	checkGhost(t, judge(t, cases["ghost"]))
+	for name, c := range cases {
+		checkPrevRevs(t, name, c.Recording)
+	}
 	if os.Getenv("KHA_RECORD_COMMITS") == "1" {
 		for name, c := range cases {
 			writeCase(t, filepath.Join("testdata", name+".json.gz"), c)
@@ -283,5 +286,30 @@ func logReport(t *testing.T, name string, rep Report) {
 	}
 	for _, p := range rep.Problems {
 		t.Logf("%s: problem %s", name, p)
+	}
+}
+
+// checkPrevRevs: a write of an existing key names the revision of the
+// key's previous write (the judge's floor for the key's first write in a
+// recording), the revision of that write when the recording has it.
+func checkPrevRevs(t *testing.T, name string, r Recording) {
+	t.Helper()
+	last := map[string]int64{}
+	updates := 0
+	for _, w := range r.Writes {
+		switch prev, ok := last[w.Key]; {
+		case w.Prev == nil && w.PrevRev != 0:
+			t.Errorf("%s: rev %d %s: a create names a previous write (rev %d)", name, w.Rev, w.Key, w.PrevRev)
+		case w.Prev != nil && (w.PrevRev == 0 || w.PrevRev >= w.Rev):
+			t.Errorf("%s: rev %d %s: previous write's revision %d", name, w.Rev, w.Key, w.PrevRev)
+		case w.Prev != nil && ok && w.PrevRev != prev:
+			t.Errorf("%s: rev %d %s: previous write's revision %d, the recording's is %d", name, w.Rev, w.Key, w.PrevRev, prev)
+		case w.Prev != nil:
+			updates++
+		}
+		last[w.Key] = w.Rev
+	}
+	if updates == 0 {
+		t.Errorf("%s: no write of an existing key: nothing checked", name)
 	}
 }
