@@ -317,6 +317,7 @@ func (f *Fence) Cut() {
 		}
 	}
 	f.published.Store(0)
+	f.setUnfenced(nil, 0) // a standby vouches for nothing, from now on
 	n := 0
 	for _, g := range f.gates {
 		n += g.Cut()

@@ -107,6 +107,12 @@ func (f *Fence) checkStale(ctx context.Context, token int64) {
 func (f *Fence) setUnfenced(bad []string, token int64) {
 	w := &f.watch
 	w.mu.Lock()
+	if token != 0 && f.published.Load() != token {
+		// A check of a term cut while it ran: what it found no longer
+		// concerns this node (Cut cleared the finding under this lock).
+		w.mu.Unlock()
+		return
+	}
 	changed := !slices.Equal(bad, w.unfenced)
 	w.unfenced = bad
 	repeat := due(len(bad) > 0, changed, &w.logged)

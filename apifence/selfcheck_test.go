@@ -94,9 +94,16 @@ func TestLeaderNoticesAnApiserverThatAdmitsAStaleToken(t *testing.T) {
 	}
 	bad.deleted.Store(false)
 	waitFor("binding restored", func(s Status) bool { return len(s.Unfenced) == 0 })
-	// A standby (nothing published, or cut) vouches for nothing.
+	// A standby (nothing published, or cut) vouches for nothing: from the
+	// moment the cut returns, not from the next check on (a node that
+	// just fenced reported "api fence is OFF" until then), and a check
+	// still in flight at the cut does not bring the finding back.
 	bad.deleted.Store(true)
+	waitFor("binding deleted again", func(s Status) bool { return len(s.Unfenced) == 1 })
 	f.Cut()
+	if st := f.Status(); len(st.Unfenced) != 0 {
+		t.Errorf("as the cut returns: unfenced %v", st.Unfenced)
+	}
 	time.Sleep(100 * time.Millisecond)
 	if st := f.Status(); len(st.Unfenced) != 0 {
 		t.Errorf("after the cut: unfenced %v", st.Unfenced)
