@@ -59,10 +59,28 @@ func TestRestartedDaemonRejoinsAtTheHeal(t *testing.T) {
 		var n notes
 		healed := make(chan time.Time, 1)
 		go func() {
-			time.Sleep(1500 * time.Millisecond)
+			// A restarted process tells systemd after each failed attempt
+			// (and the stop that follows it): the hand start comes after
+			// the first, the heal after the next, so that a failed attempt
+			// surely lies between them however the machine's load
+			// stretches the attempts. A first start makes one attempt.
+			extends := func(k int) {
+				for end := time.Now().Add(15 * time.Second); n.with("EXTEND_TIMEOUT_USEC=") < k && time.Now().Before(end); {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if rejoin {
+				extends(1)
+			} else {
+				time.Sleep(1500 * time.Millisecond)
+			}
 			// Started by hand while etcd is out of reach: stopped again.
 			_ = units.Start(context.Background(), "kube-scheduler.service")
-			time.Sleep(500 * time.Millisecond)
+			if rejoin {
+				extends(2)
+			} else {
+				time.Sleep(500 * time.Millisecond)
+			}
 			healed <- time.Now()
 			link.Blackhole(false)
 		}()

@@ -121,14 +121,18 @@ func TestFenceKeepsTimeForTheKill(t *testing.T) {
 	m := NewMemory()
 	m.StartBehindBack("a.service")
 	m.SetHung(true) // the manager answers nothing: only the direct kill helps
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	// Budgets in seconds, not milliseconds: the kill's share (what the
+	// graceful stop leaves of the 2 s) must not be eaten by a loaded
+	// machine's scheduling delays, which the test is not about.
+	const budget = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	start := time.Now()
-	err := Fence(ctx, m, []string{"a.service"}, Timeouts{Stop: 2 * time.Second, KillGrace: time.Second})
+	err := Fence(ctx, m, []string{"a.service"}, Timeouts{Stop: 10 * budget, KillGrace: 5 * budget})
 	if err != nil || m.Running("a.service") || m.DirectKills() != 1 {
-		t.Fatalf("Fence with 400ms left: %v, running %v, direct kills %d", err, m.Running("a.service"), m.DirectKills())
+		t.Fatalf("Fence with %s left: %v, running %v, direct kills %d", budget, err, m.Running("a.service"), m.DirectKills())
 	}
-	if took := time.Since(start); took > 400*time.Millisecond {
-		t.Fatalf("Fence took %s of a 400ms budget", took)
+	if took := time.Since(start); took > budget+time.Second {
+		t.Fatalf("Fence took %s of a %s budget", took, budget)
 	}
 }

@@ -27,7 +27,9 @@ func TestRestartedMemberGivesBackItsPredecessorsLease(t *testing.T) {
 	took := firstStartAfter(peer, killedAt).Sub(killedAt)
 	t.Logf("leader killed at 0; its units down at +%s; the peer's units at +%s (TTL 4s)",
 		lastStop(leader).Sub(killedAt).Round(time.Millisecond), took.Round(time.Millisecond))
-	if took > 2*time.Second {
+	// The wait it guards against is a lease, 3.5-4 s; the give-back on a
+	// loaded machine can take more than 2 s.
+	if took > 3*time.Second {
 		t.Fatalf("the peer took over %s after the kill: the predecessor's lease was waited out (TTL 4s), not given back", took)
 	}
 	assertNoOverlap(t, leader, peer, successor)
