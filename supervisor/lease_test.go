@@ -297,7 +297,9 @@ func TestRegisterWaitsForALiveRecordOfItsName(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("registration over a live record: %v, want to wait until cancelled", err)
 	}
-	if l, _ := cli.Leases(ctx); len(l.Leases) != 1 {
+	if l, err := cli.Leases(ctx); err != nil {
+		t.Fatalf("leases while waiting: %v", err)
+	} else if len(l.Leases) != 1 {
 		t.Fatalf("leases while waiting: %+v, want only the first's", l.Leases)
 	}
 	done := make(chan error, 1)
