@@ -392,3 +392,55 @@ func TestSavedSilentFlapRunsGiveTheQuotedFigures(t *testing.T) {
 		}
 	}
 }
+
+// The three flaps with the default profile, fast-kill and le-tuned in one
+// run (5 December, morning, supervisors of de5e768): the figures
+// docs/failure-modes.md quotes, "scheduler back; longest pod unbound;
+// service resumed" per cell, with every trial passed and no late commit.
+func TestSavedFlapProfilesRunGivesTheQuotedFigures(t *testing.T) {
+	const file = "sidebyside-20261205T051751.json"
+	type cell struct {
+		id   int
+		mode string
+	}
+	wants := map[cell]string{
+		{69, "kha-default"}:   "3.25 s [3.21-3.31]; 3.28 s [3.23-3.40]; 3.37 s [3.23-3.40]",
+		{69, "kha-fast-kill"}: "0.10 s [0.04-4.07]; 3.48 s [2.22-3.85]; 4.02 s [3.87-4.33]",
+		{69, "le-tuned"}:      "3.30 s [3.27-3.34]; 3.23 s [3.22-3.75]; 3.83 s [3.41-11.19]",
+		{74, "kha-default"}:   "4.34 s [0.04-5.19]; 5.12 s [4.89-5.41]; 5.41 s [5.12-11.60]",
+		{74, "kha-fast-kill"}: "4.88 s [0.03-5.60]; 3.70 s [3.28-4.56]; 5.24 s [4.92-5.41]",
+		{74, "le-tuned"}:      "4.33 s [4.19-7.51]; 4.08 s [3.16-5.91]; 5.73 s [4.30-7.30]",
+		{76, "kha-default"}:   "3.23 s [0.04-3.45]; 3.56 s [3.51-4.19]; 3.56 s [3.51-4.19]",
+		{76, "kha-fast-kill"}: "3.69 s [0.08-4.32]; 2.86 s [2.07-3.99]; 4.20 s [3.63-5.61]",
+		{76, "le-tuned"}:      "3.43 s [0.05-4.93]; 3.46 s [1.90-4.06]; 9.09 s [7.63-20.50]",
+	}
+	rs, err := report.LoadTrials(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[cell][3][]float64{}
+	for _, r := range rs {
+		if !r.Pass || r.LateCommits != 0 {
+			t.Errorf("%d %s #%d: pass %v, %d late commits; the document says every trial passed with none", r.ID, r.Mode, r.Repeat, r.Pass, r.LateCommits)
+		}
+		c := cell{r.ID, r.Mode}
+		g := got[c]
+		g[0] = append(g[0], r.SchedMS)
+		g[1] = append(g[1], r.UnboundMS)
+		g[2] = append(g[2], max(r.UnboundMS, r.CMMS))
+		got[c] = g
+	}
+	if len(got) != len(wants) {
+		t.Errorf("%d cells in the run, the document quotes %d", len(got), len(wants))
+	}
+	for c, want := range wants {
+		g := got[c]
+		var parts []string
+		for _, v := range g {
+			parts = append(parts, report.Summarize(v).Seconds())
+		}
+		if line := strings.Join(parts, "; "); line != want || len(g[0]) != 5 {
+			t.Errorf("%d %s: %d trials, %q, the document quotes %q", c.id, c.mode, len(g[0]), line, want)
+		}
+	}
+}
