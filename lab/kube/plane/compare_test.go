@@ -383,14 +383,19 @@ func TestSavedSilentFlapRunsGiveTheQuotedFigures(t *testing.T) {
 	}
 	for c, want := range wants {
 		g := got[c]
-		var parts []string
-		for _, v := range g {
-			parts = append(parts, report.Summarize(v).Seconds())
-		}
-		if line := strings.Join(parts, "; "); line != want || len(g[0]) != 5 {
+		if line := summaries(g[:]...); line != want || len(g[0]) != 5 {
 			t.Errorf("%s %d %s: %d trials, %q, the document quotes %q", c.file, c.id, c.mode, len(g[0]), line, want)
 		}
 	}
+}
+
+// summaries is each figure's "median [min-max]" in seconds, joined by "; ".
+func summaries(figures ...[]float64) string {
+	var parts []string
+	for _, v := range figures {
+		parts = append(parts, report.Summarize(v).Seconds())
+	}
+	return strings.Join(parts, "; ")
 }
 
 // The three flaps with the default profile, fast-kill and le-tuned in one
@@ -435,11 +440,7 @@ func TestSavedFlapProfilesRunGivesTheQuotedFigures(t *testing.T) {
 	}
 	for c, want := range wants {
 		g := got[c]
-		var parts []string
-		for _, v := range g {
-			parts = append(parts, report.Summarize(v).Seconds())
-		}
-		if line := strings.Join(parts, "; "); line != want || len(g[0]) != 5 {
+		if line := summaries(g[:]...); line != want || len(g[0]) != 5 {
 			t.Errorf("%d %s: %d trials, %q, the document quotes %q", c.id, c.mode, len(g[0]), line, want)
 		}
 	}
