@@ -73,14 +73,14 @@ func (t *Topology) silenceRules(ctx context.Context, a, b []string, verb string)
 // silenceLeft is nil when no rule of pairs is left in the router after a
 // `del` batch that reported delErr (with its output).
 func (t *Topology) silenceLeft(ctx context.Context, pairs map[string]bool, delErr error, out []byte) error {
-	list, err := exec.CommandContext(ctx, "ip", "-n", t.NetNS(RouterName), "rule", "show", "priority", silencePriority).Output()
+	rules, err := t.silenceRulesInPlace(ctx)
 	if err != nil {
-		return fmt.Errorf("topo: unsilence: %w: %s; and listing what is left: %w", delErr, strings.TrimSpace(string(out)), err)
+		return fmt.Errorf("topo: unsilence: %w: %s; and %w", delErr, strings.TrimSpace(string(out)), err)
 	}
 	var left []string
-	for line := range strings.Lines(string(list)) {
-		if _, rule, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && pairs[strings.TrimSuffix(strings.TrimSpace(rule), " blackhole")] {
-			left = append(left, strings.TrimSpace(rule))
+	for _, rule := range rules {
+		if pairs[strings.TrimSuffix(rule, " blackhole")] {
+			left = append(left, rule)
 		}
 	}
 	if len(left) > 0 {
@@ -91,15 +91,30 @@ func (t *Topology) silenceLeft(ctx context.Context, pairs map[string]bool, delEr
 
 // unsilenceAll removes every silence rule from the router.
 func (t *Topology) unsilenceAll(ctx context.Context) error {
-	rt := t.NetNS(RouterName)
-	out, err := exec.CommandContext(ctx, "ip", "-n", rt, "rule", "show", "priority", silencePriority).Output()
+	rules, err := t.silenceRulesInPlace(ctx)
 	if err != nil {
-		return fmt.Errorf("topo: list silence rules: %w", err)
+		return err
 	}
-	for range strings.Count(string(out), "\n") { // one line per rule
-		if err := ipn(ctx, rt, "rule", "del", "priority", silencePriority); err != nil {
+	for range rules {
+		if err := ipn(ctx, t.NetNS(RouterName), "rule", "del", "priority", silencePriority); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// silenceRulesInPlace lists the router's silence rules, one "from X to Y
+// blackhole" each.
+func (t *Topology) silenceRulesInPlace(ctx context.Context) ([]string, error) {
+	out, err := exec.CommandContext(ctx, "ip", "-n", t.NetNS(RouterName), "rule", "show", "priority", silencePriority).Output()
+	if err != nil {
+		return nil, fmt.Errorf("topo: list silence rules: %w", err)
+	}
+	var rules []string
+	for line := range strings.Lines(string(out)) {
+		if _, rule, ok := strings.Cut(line, ":"); ok {
+			rules = append(rules, strings.TrimSpace(rule))
+		}
+	}
+	return rules, nil
 }
