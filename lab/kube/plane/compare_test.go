@@ -67,6 +67,14 @@ func TestComparisonRatiosAndRobustnessAreTheRunsOwn(t *testing.T) {
 // mode is slower than le-tuned, and those by less than the probe's step).
 func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 	for file, wants := range map[string][]string{
+		"sidebyside-20261205T072352.json": {
+			"| 69 flapping partition of the leader's rack | scheduler back | 4.94 s (1.53x) | 3.23 s |",
+			"| 74 flapping partition of the leader's rack, 4s cuts | scheduler back | 5.01 s (1.17x) | 4.29 s |",
+			"| 76 flapping partition of the leader's rack behind a dead switch | scheduler back | 4.57 s (1.34x) | 3.42 s |",
+			"| 40 leader's rack cut off | scheduler back | 5.11 s (0.78x) | 6.55 s |",
+			"| kha-fast-kill | 0/5 | 0/5 | 80 | 0 intervals | 0 | 69 scheduler back 1.53x; 74 scheduler back 1.17x; 76 scheduler back 1.34x | 45 scheduler back 1.04x (+0.06 s); 45 service resumed 1.28x (+0.07 s); 71 scheduler back 1.01x (+0.04 s) |",
+			"| le-tuned | 0/5 | 2/5 | 80 | 3 intervals | 34 | - | - |",
+		},
 		"sidebyside-20261204T221014.json": {
 			"| 40 leader's rack cut off | scheduler back | 6.93 s (1.15x) | 5.06 s (0.84x) | 6.01 s |",
 			"| 69 flapping partition of the leader's rack | scheduler back | 4.58 s (1.38x) | 4.39 s (1.33x) | 3.31 s |",
@@ -232,8 +240,8 @@ func TestSavedNightRunGivesTheQuotedFlapFigures(t *testing.T) {
 func TestSavedRunsPooledOn45GiveTheQuotedFigures(t *testing.T) {
 	wants := map[string]string{
 		"kha-fast":      "25 trials, 0.23 s [0.21-8.98], 4 above 1 s",
-		"kha-fast-kill": "25 trials, 0.23 s [0.20-8.96], 6 above 1 s",
-		"le-tuned":      "20 trials, 0.22 s [0.20-8.85], 3 above 1 s",
+		"kha-fast-kill": "30 trials, 0.23 s [0.20-8.96], 8 above 1 s",
+		"le-tuned":      "25 trials, 0.22 s [0.20-8.85], 5 above 1 s",
 	}
 	paths, err := filepath.Glob(filepath.Join("testdata", "sidebyside-*.json"))
 	if err != nil {
