@@ -135,6 +135,9 @@ func (p *Plane) fenceEdit(mode Mode) (func(node string, c *config.Config), error
 // profile, and [api_fence] for a fenced mode).
 func (p *Plane) SupervisorLab(mode Mode) (*lab.Lab, error) {
 	l := p.Lab.WithProfile(mode.Profile)
+	if mode.TTL != 0 {
+		l = l.WithConfigEdit(func(_ string, c *config.Config) { c.Lease.TTL = mode.TTL })
+	}
 	if mode.EtcdFence {
 		l = l.WithConfigEdit(etcdFenceEdit)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kha-supervisor/kha-supervisor/lab"
 	"github.com/kha-supervisor/kha-supervisor/lab/report"
 	"github.com/kha-supervisor/kha-supervisor/probe"
 )
@@ -75,7 +76,36 @@ func TestParseModesNamesTheChoices(t *testing.T) {
 			t.Errorf("%s: %v, want client-go's timing relations named", bad, err)
 		}
 	}
+	if ms, err := ParseModes("kha-fast-kill-ttl5s"); err != nil || len(ms) != 1 || ms[0].TTL != 5*time.Second || ms[0].Profile.TTL != 5*time.Second || ms[0].Profile.Renew != 250*time.Millisecond {
+		t.Errorf("kha-fast-kill-ttl5s: %+v, %v", ms, err)
+	}
+	for bad, want := range map[string]string{"kha-fast-kill-ttl5": "whole number", "kha-fast-kill-ttl4.3s": "whole number", "kha-fast-kill-ttl100ms": "renew interval", "kha-quick-ttl4s": "unknown profile"} {
+		if _, err := ParseModes(bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %q", bad, err, want)
+		}
+	}
 	if m := Modes["le-tuned"]; m.Lease != 5*time.Second || m.Renew != 3*time.Second || m.Retry != time.Second {
 		t.Errorf("le-tuned %v, want 5/3/1 s", m)
+	}
+}
+
+// A kha-PROFILE-ttlD mode's supervisors are configured with lease.ttl D and
+// the rest of the profile.
+func TestTTLModeWritesItsTTL(t *testing.T) {
+	l, err := lab.New(lab.Config{Prefix: "khttl", StateDir: t.TempDir(), Binary: "/bin/true", Profile: lab.FastKill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := ParseModes("kha-fast-kill-ttl5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := (&Plane{Lab: l}).SupervisorLab(ms[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sl.SupervisorConfig("m1")
+	if c.Lease.TTL != 5*time.Second || c.Lease.RenewInterval != 250*time.Millisecond || c.Units.StopTimeout != 100*time.Millisecond {
+		t.Errorf("ttl %s renew %s stop %s, want 5s, fast-kill's 250ms and 100ms", c.Lease.TTL, c.Lease.RenewInterval, c.Units.StopTimeout)
 	}
 }

@@ -19,6 +19,9 @@ type Mode struct {
 	// defaults (15 s / 10 s / 2 s).
 	Lease, Renew, Retry time.Duration
 	Profile             lab.Profile // kha modes only
+	// TTL, when set, is the supervisors' lease.ttl instead of the profile's
+	// (kha-PROFILE-ttlD).
+	TTL time.Duration
 	// Fence is api_fence.mode of the kha modes: "" (off), "gate" or
 	// "token" (fence.go).
 	Fence string
@@ -77,12 +80,17 @@ var Modes = map[string]Mode{
 func ParseModes(s string) ([]Mode, error) {
 	var out []Mode
 	for _, n := range strings.Split(s, ",") {
-		m, ok := Modes[strings.TrimSpace(n)]
-		if !ok && strings.HasPrefix(strings.TrimSpace(n), "le-") {
-			var err error
-			if m, ok, err = leaderElectTiming(strings.TrimSpace(n)); err != nil {
-				return nil, err
-			}
+		n = strings.TrimSpace(n)
+		m, ok := Modes[n]
+		var err error
+		switch {
+		case !ok && strings.HasPrefix(n, "le-"):
+			m, ok, err = leaderElectTiming(n)
+		case !ok && strings.Contains(n, "-ttl"):
+			m, ok, err = khaTTL(n)
+		}
+		if err != nil {
+			return nil, err
 		}
 		if !ok {
 			names := make([]string, 0, len(Modes))
@@ -90,11 +98,34 @@ func ParseModes(s string) ([]Mode, error) {
 				names = append(names, k)
 			}
 			slices.Sort(names)
-			return nil, fmt.Errorf("mode %q: want one of %s, or le-L-R-P (leader election with lease L, renew deadline R and retry period P, in whole seconds)", n, strings.Join(names, ", "))
+			return nil, fmt.Errorf("mode %q: want one of %s, or le-L-R-P (leader election with lease L, renew deadline R and retry period P, in whole seconds), or kha-PROFILE-ttlD (a shipped profile with lease.ttl D, e.g. kha-fast-kill-ttl5s)", n, strings.Join(names, ", "))
 		}
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// khaTTL parses kha-PROFILE-ttlD: the shipped profile PROFILE with its
+// lease.ttl set to D (a Go duration, whole seconds), to measure what a TTL between the
+// shipped ones trades (issue 21: riding a flap against the rack cut's
+// floor). The supervisor's own check-config judges the window at install.
+// ok is false when name is not of that form.
+func khaTTL(name string) (Mode, bool, error) {
+	base, d, found := strings.Cut(name, "-ttl")
+	base = strings.TrimPrefix(base, "kha-")
+	if !found || !strings.HasPrefix(name, "kha-") {
+		return Mode{}, false, nil
+	}
+	p, err := lab.ProfileByName(base)
+	if err != nil {
+		return Mode{}, false, fmt.Errorf("mode %q: %w", name, err)
+	}
+	ttl, err := time.ParseDuration(d)
+	if err != nil || ttl <= p.Renew || ttl%time.Second != 0 {
+		return Mode{}, false, fmt.Errorf("mode %q: the TTL after -ttl must be a whole number of seconds above the profile's renew interval %s, such as 5s (etcd grants lease TTLs in seconds)", name, p.Renew)
+	}
+	p.TTL = ttl
+	return Mode{Name: name, Profile: p, TTL: ttl}, true, nil
 }
 
 // leaderElectTiming parses le-L-R-P: leader election with lease duration
