@@ -156,3 +156,54 @@ func profileWindow(t *testing.T, name string) (Config, fencing.Window) {
 	w.Watchdog = Profiles[name].Watchdog
 	return c, w
 }
+
+// For links that flap (issue 21, lab 69, 74 and 76) the operator lengthens
+// fast-kill's lease: a leader rides a cut only while the cut, up to one
+// renew interval since the last renewal and the reconnection after the heal
+// (at most 0.13 s with the racing dialer) stay inside the window X. etcd
+// grants whole seconds, so the steps are 4 s (the profile: rides about
+// 2.8 s, not the 3 s flaps), 5 s (rides 3 s, not 4 s) and 6 s (rides 4 s),
+// each a second more on a rack cut (docs/configuration.md, "Which profile
+// for which links"). A TTL that is not whole seconds is refused.
+func TestFastKillLeaseForFlappingLinks(t *testing.T) {
+	const reconnect = 130 * time.Millisecond
+	rides := func(ttl time.Duration) (x, cut time.Duration) {
+		c := Default()
+		c.Node = "m1"
+		if err := c.UseProfile("fast-kill"); err != nil {
+			t.Fatal(err)
+		}
+		c.Lease.TTL = ttl
+		w := c.Window()
+		w.Watchdog = Profiles["fast-kill"].Watchdog
+		x = w.Span(w.TTL)
+		if x <= worstElectionGap(c.Lease.RenewInterval) {
+			t.Errorf("TTL %s: window %s does not ride a stock etcd election (%s)", ttl, x, worstElectionGap(c.Lease.RenewInterval))
+		}
+		return x, x - c.Lease.RenewInterval - reconnect
+	}
+	for _, tc := range []struct {
+		ttl      time.Duration
+		x        string
+		rides    time.Duration // a cut it rides
+		fencesOn time.Duration // a cut it does not
+	}{
+		{4 * time.Second, "3.16s", 2500 * time.Millisecond, 3 * time.Second},
+		{5 * time.Second, "4.15s", 3 * time.Second, 4 * time.Second},
+		{6 * time.Second, "5.14s", 4 * time.Second, 5 * time.Second},
+	} {
+		x, cut := rides(tc.ttl)
+		if got := x.Round(10 * time.Millisecond).String(); got != tc.x || cut < tc.rides || cut >= tc.fencesOn {
+			t.Errorf("TTL %s: X %s (want %s), rides cuts up to %s (want %s..%s)", tc.ttl, got, tc.x, cut, tc.rides, tc.fencesOn)
+		}
+	}
+	c := Default()
+	c.Node = "m1"
+	if err := c.UseProfile("fast-kill"); err != nil {
+		t.Fatal(err)
+	}
+	c.Lease.TTL = 4300 * time.Millisecond
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "whole number of seconds") {
+		t.Errorf("lease.ttl 4.3s: %v, want it refused as not whole seconds", err)
+	}
+}

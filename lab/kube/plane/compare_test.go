@@ -3,6 +3,7 @@ package plane
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -451,5 +452,100 @@ func TestSavedFlapProfilesRunGivesTheQuotedFigures(t *testing.T) {
 		if line := summaries(g[:]...); line != want || len(g[0]) != 5 {
 			t.Errorf("%d %s: %d trials, %q, the document quotes %q", c.id, c.mode, len(g[0]), line, want)
 		}
+	}
+}
+
+// A lease of 5 s and of 6 s under fast-kill's other timings, against
+// fast-kill itself and le-tuned (5 December, midday, supervisors of
+// c4b91c8; docs/failure-modes.md, "a 5 s and a 6 s lease against the
+// flaps"): per cell "scheduler back; longest pod unbound; service resumed"
+// and in how many trials the leader moved, every kha-supervisor trial passed
+// with no late commit (le-tuned: one, on a rack cut). And the API fence's
+// scenarios 51-56 in the same lab.
+func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
+	type cell struct {
+		id   int
+		mode string
+	}
+	type want struct {
+		line  string
+		moved int
+	}
+	for file, wants := range map[string]map[cell]want{
+		"sidebyside-20261205T104303.json": {
+			{40, "kha-fast-kill"}:       {"4.81 s [4.66-5.20]; 3.29 s [3.10-5.00]; 4.59 s [4.40-5.24]", 5},
+			{40, "kha-fast-kill-ttl5s"}: {"5.90 s [5.65-6.19]; 5.74 s [4.42-6.20]; 6.76 s [5.60-7.45]", 5},
+			{40, "le-tuned"}:            {"6.51 s [5.65-7.43]; 6.41 s [5.40-7.31]; 7.48 s [6.82-9.20]", 5},
+			{41, "kha-fast-kill"}:       {"4.67 s [4.65-5.04]; 3.12 s [3.02-4.91]; 4.58 s [4.51-5.02]", 5},
+			{41, "kha-fast-kill-ttl5s"}: {"5.83 s [5.72-6.04]; 5.65 s [4.12-6.02]; 5.90 s [5.58-6.04]", 5},
+			{41, "le-tuned"}:            {"6.37 s [4.95-7.10]; 4.93 s [4.72-5.98]; 6.63 s [5.89-6.90]", 5},
+			{69, "kha-fast-kill"}:       {"3.83 s [0.03-4.54]; 2.35 s [2.23-3.07]; 4.21 s [3.62-4.75]", 5},
+			{69, "kha-fast-kill-ttl5s"}: {"3.35 s [3.23-3.38]; 3.28 s [3.25-3.36]; 3.28 s [3.25-3.36]", 0},
+			{69, "le-tuned"}:            {"3.19 s [0.03-3.35]; 3.40 s [3.08-3.93]; 6.54 s [3.45-7.57]", 5},
+			{74, "kha-fast-kill"}:       {"4.85 s [0.06-4.99]; 3.31 s [3.23-3.35]; 5.05 s [4.15-5.35]", 5},
+			{74, "kha-fast-kill-ttl5s"}: {"5.00 s [4.90-5.03]; 4.93 s [4.69-5.13]; 5.30 s [5.13-6.61]", 5},
+			{74, "le-tuned"}:            {"4.24 s [0.02-4.40]; 4.14 s [4.03-4.23]; 6.50 s [5.70-7.73]", 5},
+			{76, "kha-fast-kill"}:       {"3.76 s [0.06-4.59]; 2.95 s [2.17-4.20]; 4.60 s [3.55-5.29]", 5},
+			{76, "kha-fast-kill-ttl5s"}: {"3.43 s [3.39-3.53]; 3.87 s [3.76-4.23]; 3.87 s [3.76-4.23]", 0},
+			{76, "le-tuned"}:            {"3.38 s [0.04-3.41]; 3.25 s [2.06-3.61]; 9.81 s [7.20-18.56]", 5},
+		},
+		"sidebyside-20261205T113324.json": {
+			{40, "kha-fast-kill-ttl6s"}: {"7.03 s [6.79-7.27]; 6.89 s [5.95-7.06]; 8.26 s [6.84-8.60]", 5},
+			{40, "le-tuned"}:            {"6.29 s [5.45-6.83]; 6.25 s [3.91-6.65]; 7.41 s [4.90-8.03]", 5},
+			{41, "kha-fast-kill-ttl6s"}: {"6.95 s [6.71-7.13]; 5.36 s [5.13-5.52]; 7.99 s [6.40-8.82]", 5},
+			{41, "le-tuned"}:            {"6.12 s [5.94-6.53]; 4.87 s [4.55-5.90]; 6.11 s [5.90-7.51]", 5},
+			{74, "kha-fast-kill-ttl6s"}: {"4.35 s [0.00-4.43]; 4.26 s [4.23-4.29]; 4.29 s [4.24-4.61]", 0},
+			{74, "le-tuned"}:            {"4.17 s [0.03-4.27]; 4.23 s [2.59-4.97]; 5.91 s [5.10-7.72]", 5},
+		},
+	} {
+		rs, err := report.LoadTrials(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[cell][3][]float64{}
+		moved := map[cell]int{}
+		leLate := 0
+		for _, r := range rs {
+			if r.Mode == "le-tuned" {
+				leLate += r.LateCommits
+			} else if !r.Pass || r.LateCommits != 0 {
+				t.Errorf("%s: %d %s #%d: pass %v, %d late commits; the document says every kha-supervisor trial passed with none", file, r.ID, r.Mode, r.Repeat, r.Pass, r.LateCommits)
+			}
+			c := cell{r.ID, r.Mode}
+			g := got[c]
+			g[0] = append(g[0], r.SchedMS)
+			g[1] = append(g[1], r.UnboundMS)
+			g[2] = append(g[2], max(r.UnboundMS, r.CMMS))
+			got[c] = g
+			if r.NewLeader != r.Leader {
+				moved[c]++
+			}
+		}
+		if len(got) != len(wants) {
+			t.Errorf("%s: %d cells in the run, the document quotes %d", file, len(got), len(wants))
+		}
+		if want := map[string]int{"sidebyside-20261205T113324.json": 1}[file]; leLate != want {
+			t.Errorf("%s: le-tuned's late commits at etcd %d, the document quotes %d", file, leLate, want)
+		}
+		for c, w := range wants {
+			g := got[c]
+			if line := summaries(g[:]...); line != w.line || len(g[0]) != 5 || moved[c] != w.moved {
+				t.Errorf("%s: {%d, %q}: {%q, %d}, the document quotes {%q, %d} (%d trials)", file, c.id, c.mode, line, moved[c], w.line, w.moved, len(g[0]))
+			}
+		}
+	}
+	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261205T112816.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+		if !r.Pass || r.Mode != "kha-fast-token" || r.Stale != 0 || r.LateCommits != 0 || len(r.Overlaps) != 0 {
+			t.Errorf("%d %s: pass %v, %d stale accepted, %d late commits, overlaps %v; the document says 51-56 in token mode passed with none", r.ID, r.Mode, r.Pass, r.Stale, r.LateCommits, r.Overlaps)
+		}
+	}
+	if !slices.Equal(ids, []int{51, 52, 53, 54, 55, 56}) {
+		t.Errorf("the API fence's run has scenarios %v, want 51-56 once each", ids)
 	}
 }
