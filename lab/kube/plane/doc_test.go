@@ -2,6 +2,7 @@ package plane
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -36,5 +37,31 @@ func TestSectionReplacesOnlyItsOwn(t *testing.T) {
 	}
 	if _, err := ReplaceSection([]byte("# no such section\n"), sec.Bytes()); err == nil {
 		t.Error("a document without the section was accepted")
+	}
+}
+
+// The section of a run without kha-fast (the regenerated side-by-side:
+// kha-fast-kill against le-tuned) quotes the kha modes it has where the
+// prose gives a kha-supervisor figure, never "not measured" for a mode the
+// run did not have.
+func TestSectionProseQuotesTheModesTheRunHas(t *testing.T) {
+	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261205T072352.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := WriteSection(&b, rs, SectionOptions{SVG: "sidebyside.svg", Load: "load average 1"}); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	for _, bad := range []string{"not measured fast", "(scheduler not measured)", "(controller-manager not measured)", "0 of 0 (defaults)", "here not measured"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("the section says %q", bad)
+		}
+	}
+	for _, want := range []string{"costs a restart in\n  place (scheduler kha-fast-kill 0.83 s [0.62-0.90])", "start (kha-fast-kill 0.60 s [0.47-0.70]) is the price"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the section lacks %q", want)
+		}
 	}
 }
