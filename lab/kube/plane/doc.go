@@ -163,7 +163,7 @@ func (s *Section) Measured(id int, mode string) bool {
 }
 
 // KhaEach is a figure in each of the section's kha-supervisor modes that
-// ran scenario id.
+// ran scenario id, or "not measured" when none did.
 func (s *Section) KhaEach(id int, figure string) (string, error) {
 	var parts []string
 	for _, m := range s.KhaModes() {
@@ -175,6 +175,9 @@ func (s *Section) KhaEach(id int, figure string) (string, error) {
 			return "", err
 		}
 		parts = append(parts, m+" "+f)
+	}
+	if len(parts) == 0 {
+		return "not measured", nil
 	}
 	return strings.Join(parts, ", "), nil
 }

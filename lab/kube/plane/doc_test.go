@@ -54,7 +54,7 @@ func TestSectionProseQuotesTheModesTheRunHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := b.String()
-	for _, bad := range []string{"not measured fast", "(scheduler not measured)", "(controller-manager not measured)", "0 of 0 (defaults)", "here not measured"} {
+	for _, bad := range []string{"not measured fast", "(scheduler not measured)", "(controller-manager not measured)", "0 of 0 (defaults)", "here not measured", "(scheduler )", "back )", "start ()", "the TTL `fast-kill` has now"} {
 		if strings.Contains(s, bad) {
 			t.Errorf("the section says %q", bad)
 		}

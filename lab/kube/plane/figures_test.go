@@ -108,4 +108,7 @@ func TestTTLModeWritesItsTTL(t *testing.T) {
 	if c.Lease.TTL != 5*time.Second || c.Lease.RenewInterval != 250*time.Millisecond || c.Units.StopTimeout != 100*time.Millisecond {
 		t.Errorf("ttl %s renew %s stop %s, want 5s, fast-kill's 250ms and 100ms", c.Lease.TTL, c.Lease.RenewInterval, c.Units.StopTimeout)
 	}
+	if c.FromProfileKey("lease.ttl") || !c.FromProfileKey("lease.renew_interval") {
+		t.Errorf("keys marked as the profile's: %v; want lease.ttl not among them, lease.renew_interval among them", c.FromProfile)
+	}
 }
