@@ -2,6 +2,7 @@ package plane
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -471,6 +472,11 @@ func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
 		line  string
 		moved int
 	}
+	docBytes, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "failure-modes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(docBytes)
 	for file, wants := range map[string]map[cell]want{
 		"sidebyside-20261205T104303.json": {
 			{40, "kha-fast-kill"}:       {"4.81 s [4.66-5.20]; 3.29 s [3.10-5.00]; 4.59 s [4.40-5.24]", 5},
@@ -532,6 +538,11 @@ func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
 			if line := summaries(g[:]...); line != w.line || len(g[0]) != 5 || moved[c] != w.moved {
 				t.Errorf("%s: {%d, %q}: {%q, %d}, the document quotes {%q, %d} (%d trials)", file, c.id, c.mode, line, moved[c], w.line, w.moved, len(g[0]))
 			}
+			docMode := c.mode
+			if file == "sidebyside-20261205T113324.json" && c.mode == "le-tuned" {
+				docMode = "le-tuned (6 s run)"
+			}
+			quotesRow(t, doc, docMode, strings.Split(w.line, "; "), fmt.Sprintf("%d/5 |", w.moved))
 		}
 	}
 	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261205T112816.json"))
@@ -547,5 +558,67 @@ func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
 	}
 	if !slices.Equal(ids, []int{51, 52, 53, 54, 55, 56}) {
 		t.Errorf("the API fence's run has scenarios %v, want 51-56 once each", ids)
+	}
+}
+
+// quotesRow checks that doc has a table row of mode whose cells hold each
+// figure, in order (a ratio may follow each).
+func quotesRow(t *testing.T, doc, mode string, figures []string, tail string) {
+	t.Helper()
+	for _, line := range strings.Split(doc, "\n") {
+		rest, ok := strings.CutPrefix(line, "| ")
+		if !ok {
+			continue
+		}
+		if _, rest, ok = strings.Cut(rest, " | "+mode+" | "); !ok {
+			continue
+		}
+		found := true
+		for _, f := range figures {
+			var ok bool
+			if _, rest, ok = strings.Cut(rest, f); !ok {
+				found = false
+				break
+			}
+		}
+		if found && strings.HasSuffix(line, tail) {
+			return
+		}
+	}
+	t.Errorf("docs/failure-modes.md has no row of %s quoting %v and ending %q", mode, figures, tail)
+}
+
+// The bounded hold measured on the real plane (branch hold-spike, commit
+// 7a684e8, 5 December 09:35-09:50) gives the figures docs/architecture.md
+// quotes for it ("Not taken: holding the units frozen instead of killing
+// them"): per cell the median longest pod unbound and in how many trials
+// the leader moved; every trial passed with no late commit.
+func TestSavedBoundedHoldRunGivesTheQuotedFigures(t *testing.T) {
+	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261205T093531.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cell struct {
+		id   int
+		mode string
+	}
+	unbound, moved := map[cell][]float64{}, map[cell]int{}
+	for _, r := range rs {
+		if !r.Pass || r.LateCommits != 0 || len(r.Overlaps) != 0 {
+			t.Errorf("%d %s #%d: pass %v, %d late commits, overlaps %v; the document says none", r.ID, r.Mode, r.Repeat, r.Pass, r.LateCommits, r.Overlaps)
+		}
+		c := cell{r.ID, r.Mode}
+		unbound[c] = append(unbound[c], r.UnboundMS)
+		if r.NewLeader != r.Leader {
+			moved[c]++
+		}
+	}
+	for c, want := range map[cell]string{{69, "kha-fast-kill-hold"}: "4.59 s", {76, "kha-fast-kill-hold"}: "4.07 s", {69, "le-tuned"}: "3.09 s", {76, "le-tuned"}: "2.03 s"} {
+		if got := fmt.Sprintf("%.2f s", report.Summarize(unbound[c]).Median/1000); got != want || len(unbound[c]) != 5 {
+			t.Errorf("%v: longest pod unbound %s over %d trials, the document quotes %s over 5", c, got, len(unbound[c]), want)
+		}
+	}
+	if got := moved[cell{69, "kha-fast-kill-hold"}] + moved[cell{76, "kha-fast-kill-hold"}]; got != 7 {
+		t.Errorf("the held leader moved in %d of 10 trials, the document quotes 7", got)
 	}
 }
