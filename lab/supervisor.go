@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kha-supervisor/kha-supervisor/lab/master"
@@ -41,6 +42,13 @@ func (l *Lab) SupervisorConfig(node string) config.Config {
 	if err := c.UseProfile(p.Name); err != nil {
 		// New refuses a profile config.Profiles does not have.
 		panic(fmt.Sprintf("lab: profile %q: %v", p.Name, err))
+	}
+	if p.TTL != 0 && p.TTL != c.Lease.TTL {
+		// A lab profile with a lease of its own (plane mode
+		// kha-PROFILE-ttlD): the file then says the TTL is not the
+		// shipped profile's.
+		c.Lease.TTL = p.TTL
+		c.FromProfile = slices.DeleteFunc(slices.Clone(c.FromProfile), func(k string) bool { return k == "lease.ttl" })
 	}
 	c.Node, c.Cluster = node, Cluster
 	c.Etcd.Endpoints = l.Etcd.Endpoints()

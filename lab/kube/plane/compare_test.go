@@ -408,17 +408,44 @@ func summaries(figures ...[]float64) string {
 	return strings.Join(parts, "; ")
 }
 
+// runCell is one scenario in one mode of a saved run.
+type runCell struct {
+	id   int
+	mode string
+}
+
+// cellFigures is, per cell of rs, "scheduler back; longest pod unbound;
+// service resumed" (summaries), its number of trials and in how many the
+// leader moved.
+func cellFigures(rs []report.Result) (lines map[runCell]string, trials, moved map[runCell]int) {
+	got := map[runCell][3][]float64{}
+	trials, moved = map[runCell]int{}, map[runCell]int{}
+	for _, r := range rs {
+		c := runCell{r.ID, r.Mode}
+		g := got[c]
+		g[0] = append(g[0], r.SchedMS)
+		g[1] = append(g[1], r.UnboundMS)
+		g[2] = append(g[2], max(r.UnboundMS, r.CMMS))
+		got[c] = g
+		trials[c]++
+		if r.NewLeader != r.Leader {
+			moved[c]++
+		}
+	}
+	lines = map[runCell]string{}
+	for c, g := range got {
+		lines[c] = summaries(g[:]...)
+	}
+	return lines, trials, moved
+}
+
 // The three flaps with the default profile, fast-kill and le-tuned in one
 // run (5 December, morning, supervisors of de5e768): the figures
 // docs/failure-modes.md quotes, "scheduler back; longest pod unbound;
 // service resumed" per cell, with every trial passed and no late commit.
 func TestSavedFlapProfilesRunGivesTheQuotedFigures(t *testing.T) {
 	const file = "sidebyside-20261205T051751.json"
-	type cell struct {
-		id   int
-		mode string
-	}
-	wants := map[cell]string{
+	wants := map[runCell]string{
 		{69, "kha-default"}:   "3.25 s [3.21-3.31]; 3.28 s [3.23-3.40]; 3.37 s [3.23-3.40]",
 		{69, "kha-fast-kill"}: "0.10 s [0.04-4.07]; 3.48 s [2.22-3.85]; 4.02 s [3.87-4.33]",
 		{69, "le-tuned"}:      "3.30 s [3.27-3.34]; 3.23 s [3.22-3.75]; 3.83 s [3.41-11.19]",
@@ -433,25 +460,18 @@ func TestSavedFlapProfilesRunGivesTheQuotedFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[cell][3][]float64{}
 	for _, r := range rs {
 		if !r.Pass || r.LateCommits != 0 {
 			t.Errorf("%d %s #%d: pass %v, %d late commits; the document says every trial passed with none", r.ID, r.Mode, r.Repeat, r.Pass, r.LateCommits)
 		}
-		c := cell{r.ID, r.Mode}
-		g := got[c]
-		g[0] = append(g[0], r.SchedMS)
-		g[1] = append(g[1], r.UnboundMS)
-		g[2] = append(g[2], max(r.UnboundMS, r.CMMS))
-		got[c] = g
 	}
-	if len(got) != len(wants) {
-		t.Errorf("%d cells in the run, the document quotes %d", len(got), len(wants))
+	lines, trials, _ := cellFigures(rs)
+	if len(lines) != len(wants) {
+		t.Errorf("%d cells in the run, the document quotes %d", len(lines), len(wants))
 	}
 	for c, want := range wants {
-		g := got[c]
-		if line := summaries(g[:]...); line != want || len(g[0]) != 5 {
-			t.Errorf("%d %s: %d trials, %q, the document quotes %q", c.id, c.mode, len(g[0]), line, want)
+		if line := lines[c]; line != want || trials[c] != 5 {
+			t.Errorf("%d %s: %d trials, %q, the document quotes %q", c.id, c.mode, trials[c], line, want)
 		}
 	}
 }
@@ -464,10 +484,6 @@ func TestSavedFlapProfilesRunGivesTheQuotedFigures(t *testing.T) {
 // with no late commit (le-tuned: one, on a rack cut). And the API fence's
 // scenarios 51-56 in the same lab.
 func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
-	type cell struct {
-		id   int
-		mode string
-	}
 	type want struct {
 		line  string
 		moved int
@@ -477,7 +493,7 @@ func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(docBytes)
-	for file, wants := range map[string]map[cell]want{
+	for file, wants := range map[string]map[runCell]want{
 		"sidebyside-20261205T104303.json": {
 			{40, "kha-fast-kill"}:       {"4.81 s [4.66-5.20]; 3.29 s [3.10-5.00]; 4.59 s [4.40-5.24]", 5},
 			{40, "kha-fast-kill-ttl5s"}: {"5.90 s [5.65-6.19]; 5.74 s [4.42-6.20]; 6.76 s [5.60-7.45]", 5},
@@ -508,8 +524,6 @@ func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := map[cell][3][]float64{}
-		moved := map[cell]int{}
 		leLate := 0
 		for _, r := range rs {
 			if r.Mode == "le-tuned" {
@@ -517,26 +531,17 @@ func TestSavedLeaseTTLRunsGiveTheQuotedFigures(t *testing.T) {
 			} else if !r.Pass || r.LateCommits != 0 {
 				t.Errorf("%s: %d %s #%d: pass %v, %d late commits; the document says every kha-supervisor trial passed with none", file, r.ID, r.Mode, r.Repeat, r.Pass, r.LateCommits)
 			}
-			c := cell{r.ID, r.Mode}
-			g := got[c]
-			g[0] = append(g[0], r.SchedMS)
-			g[1] = append(g[1], r.UnboundMS)
-			g[2] = append(g[2], max(r.UnboundMS, r.CMMS))
-			got[c] = g
-			if r.NewLeader != r.Leader {
-				moved[c]++
-			}
 		}
-		if len(got) != len(wants) {
-			t.Errorf("%s: %d cells in the run, the document quotes %d", file, len(got), len(wants))
+		lines, trials, moved := cellFigures(rs)
+		if len(lines) != len(wants) {
+			t.Errorf("%s: %d cells in the run, the document quotes %d", file, len(lines), len(wants))
 		}
 		if want := map[string]int{"sidebyside-20261205T113324.json": 1}[file]; leLate != want {
 			t.Errorf("%s: le-tuned's late commits at etcd %d, the document quotes %d", file, leLate, want)
 		}
 		for c, w := range wants {
-			g := got[c]
-			if line := summaries(g[:]...); line != w.line || len(g[0]) != 5 || moved[c] != w.moved {
-				t.Errorf("%s: {%d, %q}: {%q, %d}, the document quotes {%q, %d} (%d trials)", file, c.id, c.mode, line, moved[c], w.line, w.moved, len(g[0]))
+			if line := lines[c]; line != w.line || trials[c] != 5 || moved[c] != w.moved {
+				t.Errorf("%s: {%d, %q}: {%q, %d}, the document quotes {%q, %d} (%d trials)", file, c.id, c.mode, line, moved[c], w.line, w.moved, trials[c])
 			}
 			docMode := c.mode
 			if file == "sidebyside-20261205T113324.json" && c.mode == "le-tuned" {
@@ -598,27 +603,23 @@ func TestSavedBoundedHoldRunGivesTheQuotedFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type cell struct {
-		id   int
-		mode string
-	}
-	unbound, moved := map[cell][]float64{}, map[cell]int{}
+	unbound, moved := map[runCell][]float64{}, map[runCell]int{}
 	for _, r := range rs {
 		if !r.Pass || r.LateCommits != 0 || len(r.Overlaps) != 0 {
 			t.Errorf("%d %s #%d: pass %v, %d late commits, overlaps %v; the document says none", r.ID, r.Mode, r.Repeat, r.Pass, r.LateCommits, r.Overlaps)
 		}
-		c := cell{r.ID, r.Mode}
+		c := runCell{r.ID, r.Mode}
 		unbound[c] = append(unbound[c], r.UnboundMS)
 		if r.NewLeader != r.Leader {
 			moved[c]++
 		}
 	}
-	for c, want := range map[cell]string{{69, "kha-fast-kill-hold"}: "4.59 s", {76, "kha-fast-kill-hold"}: "4.07 s", {69, "le-tuned"}: "3.09 s", {76, "le-tuned"}: "2.03 s"} {
+	for c, want := range map[runCell]string{{69, "kha-fast-kill-hold"}: "4.59 s", {76, "kha-fast-kill-hold"}: "4.07 s", {69, "le-tuned"}: "3.09 s", {76, "le-tuned"}: "2.03 s"} {
 		if got := fmt.Sprintf("%.2f s", report.Summarize(unbound[c]).Median/1000); got != want || len(unbound[c]) != 5 {
 			t.Errorf("%v: longest pod unbound %s over %d trials, the document quotes %s over 5", c, got, len(unbound[c]), want)
 		}
 	}
-	if got := moved[cell{69, "kha-fast-kill-hold"}] + moved[cell{76, "kha-fast-kill-hold"}]; got != 7 {
+	if got := moved[runCell{69, "kha-fast-kill-hold"}] + moved[runCell{76, "kha-fast-kill-hold"}]; got != 7 {
 		t.Errorf("the held leader moved in %d of 10 trials, the document quotes 7", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -136,13 +135,6 @@ func (p *Plane) fenceEdit(mode Mode) (func(node string, c *config.Config), error
 // profile, and [api_fence] for a fenced mode).
 func (p *Plane) SupervisorLab(mode Mode) (*lab.Lab, error) {
 	l := p.Lab.WithProfile(mode.Profile)
-	if mode.TTL != 0 {
-		l = l.WithConfigEdit(func(_ string, c *config.Config) {
-			c.Lease.TTL = mode.TTL
-			// The file then says the TTL is the mode's, not the profile's.
-			c.FromProfile = slices.DeleteFunc(slices.Clone(c.FromProfile), func(k string) bool { return k == "lease.ttl" })
-		})
-	}
 	if mode.EtcdFence {
 		l = l.WithConfigEdit(etcdFenceEdit)
 	}

@@ -76,7 +76,7 @@ func TestParseModesNamesTheChoices(t *testing.T) {
 			t.Errorf("%s: %v, want client-go's timing relations named", bad, err)
 		}
 	}
-	if ms, err := ParseModes("kha-fast-kill-ttl5s"); err != nil || len(ms) != 1 || ms[0].TTL != 5*time.Second || ms[0].Profile.TTL != 5*time.Second || ms[0].Profile.Renew != 250*time.Millisecond {
+	if ms, err := ParseModes("kha-fast-kill-ttl5s"); err != nil || len(ms) != 1 || ms[0].Profile.TTL != 5*time.Second || ms[0].Profile.Renew != 250*time.Millisecond {
 		t.Errorf("kha-fast-kill-ttl5s: %+v, %v", ms, err)
 	}
 	for bad, want := range map[string]string{"kha-fast-kill-ttl5": "whole number", "kha-fast-kill-ttl4.3s": "whole number", "kha-fast-kill-ttl100ms": "renew interval", "kha-quick-ttl4s": "unknown profile"} {

@@ -19,9 +19,6 @@ type Mode struct {
 	// defaults (15 s / 10 s / 2 s).
 	Lease, Renew, Retry time.Duration
 	Profile             lab.Profile // kha modes only
-	// TTL, when set, is the supervisors' lease.ttl instead of the profile's
-	// (kha-PROFILE-ttlD).
-	TTL time.Duration
 	// Fence is api_fence.mode of the kha modes: "" (off), "gate" or
 	// "token" (fence.go).
 	Fence string
@@ -106,10 +103,10 @@ func ParseModes(s string) ([]Mode, error) {
 }
 
 // khaTTL parses kha-PROFILE-ttlD: the shipped profile PROFILE with its
-// lease.ttl set to D (a Go duration, whole seconds), to measure what a TTL between the
-// shipped ones trades (issue 21: riding a flap against the rack cut's
-// floor). The supervisor's own check-config judges the window at install.
-// ok is false when name is not of that form.
+// lease.ttl set to D (a Go duration, whole seconds; lab.SupervisorConfig
+// writes it), to measure what a longer lease trades (issue 21: riding a
+// flap against the rack cut's floor). The supervisor's own check-config
+// judges the window at install. ok is false when name is not of that form.
 func khaTTL(name string) (Mode, bool, error) {
 	base, d, found := strings.Cut(name, "-ttl")
 	base = strings.TrimPrefix(base, "kha-")
@@ -125,7 +122,7 @@ func khaTTL(name string) (Mode, bool, error) {
 		return Mode{}, false, fmt.Errorf("mode %q: the TTL after -ttl must be a whole number of seconds above the profile's renew interval %s, such as 5s (etcd grants lease TTLs in seconds)", name, p.Renew)
 	}
 	p.TTL = ttl
-	return Mode{Name: name, Profile: p, TTL: ttl}, true, nil
+	return Mode{Name: name, Profile: p}, true, nil
 }
 
 // leaderElectTiming parses le-L-R-P: leader election with lease duration
