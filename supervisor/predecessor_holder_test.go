@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,7 +117,7 @@ func TestSuccessorReplaysTheElectionKeySinceItsPredecessorsLook(t *testing.T) {
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-// logTap records every log line (message and attributes, as text) of the
+// logTap records every log line (level, message and attributes, as text) of the
 // members it is attached to.
 type logTap struct {
 	mu    sync.Mutex
@@ -126,6 +127,19 @@ type logTap struct {
 func (l *logTap) tee(next slog.Handler) slog.Handler { return tapHandler{next: next, tap: l} }
 
 func (l *logTap) reset() { l.mu.Lock(); l.lines = nil; l.mu.Unlock() }
+
+// count is how many lines have every one of parts.
+func (l *logTap) count(parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			n++
+		}
+	}
+	return n
+}
 
 func (l *logTap) has(s string) bool {
 	l.mu.Lock()
@@ -148,7 +162,7 @@ func (h tapHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h tapHandler) Handle(ctx context.Context, r slog.Record) error {
 	var b strings.Builder
-	b.WriteString(r.Message)
+	b.WriteString(r.Level.String() + " " + r.Message)
 	add := func(a slog.Attr) bool { b.WriteString(" " + a.Key + "=" + a.Value.String()); return true }
 	for _, a := range h.attrs {
 		add(a)

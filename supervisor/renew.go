@@ -36,6 +36,7 @@ func (s *Supervisor) onRenewal(r renewal) {
 	case r.err == nil:
 		s.term.deadline.Renewed(r.name, r.sent, r.ttl)
 		s.resetFenceTimer()
+		s.logRenewRecovered(r.name)
 		return
 	case errors.Is(r.err, rpctypes.ErrLeaseNotFound) && r.name == electionLease && s.loop.state == group.Demoting:
 		// The demotion releases the lease itself; an answer racing that
@@ -53,7 +54,7 @@ func (s *Supervisor) onRenewal(r renewal) {
 			s.dropMemberLease()
 		}
 	default:
-		s.log.Warn("renewal failed", "lease", r.name, "err", r.err, "fence_in", s.term.deadline.Left(deadlineNow()).Round(time.Millisecond))
+		s.logRenewFailure(r)
 	}
 }
 
@@ -117,6 +118,7 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 }
 
 func (s *Supervisor) stopRenewer(name string) {
+	delete(s.loop.renewStreaks, name) // a new lease starts a new run
 	if c := s.loop.stopRenew[name]; c != nil {
 		c()
 		delete(s.loop.stopRenew, name)

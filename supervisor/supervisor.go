@@ -176,8 +176,9 @@ type loopState struct {
 	retryAt       time.Time // earliest next start-up attempt after a failure
 	fenceTimer    *time.Timer
 	stopRenew     map[string]context.CancelFunc
-	fenceNow      string // set by a handler that saw the lease lost: fence at once
-	fenceKind     string // short label for fenceNow (metrics)
+	renewStreaks  map[string]*renewStreak // per lease: its current run of failed renewals (renewlog.go; made at the first)
+	fenceNow      string                  // set by a handler that saw the lease lost: fence at once
+	fenceKind     string                  // short label for fenceNow (metrics)
 }
 
 // inbox is the channels into the loop: the observer goroutines and the

@@ -116,9 +116,11 @@ func logCall(call *ast.CallExpr) (level string, msgArg int) {
 	default:
 		return "", 0
 	}
-	// X.Error(msg, key, value, ...): a message and pairs. t.Error(...) in
-	// non-test helpers and errors.Error() have other shapes.
-	if len(call.Args) <= msgArg || (len(call.Args)-msgArg)%2 != 1 {
+	// X.Error(msg, key, value, ...): a message and pairs, or a message and
+	// the pairs spread (X.Warn(msg, args...)). t.Error(...) in non-test
+	// helpers and errors.Error() have other shapes.
+	spread := call.Ellipsis.IsValid() && len(call.Args) == msgArg+2
+	if len(call.Args) <= msgArg || (len(call.Args)-msgArg)%2 != 1 && !spread {
 		return "", 0
 	}
 	return level, msgArg

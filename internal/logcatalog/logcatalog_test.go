@@ -82,6 +82,7 @@ func f(log L, ctx C, w string) {
 	log.Warn("two")
 	log.WarnContext(ctx, "three", "a", "b")
 	log.Warn(w)
+	log.Warn("four", args...)
 	http.Error(rw, "not a log", 400)
 	errs.Error()
 	log.Info("info is not listed")
@@ -101,7 +102,7 @@ func f(log L, ctx C, w string) {
 	for _, m := range msgs {
 		got = append(got, m.Level+":"+m.Text)
 	}
-	if strings.Join(got, ",") != "ERROR:one,WARN:three,WARN:two" {
+	if strings.Join(got, ",") != "WARN:four,ERROR:one,WARN:three,WARN:two" {
 		t.Errorf("messages %v", got)
 	}
 	if len(dynamic) != 1 || dynamic[0] != "p.go:6" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -192,26 +193,31 @@ func (r *Run) raftLeaderMark(ctx context.Context, m string) string {
 }
 
 // reportFenceMargin records the least time to the fence deadline the
-// leader logged with a failed renewal since fault (none failed: no figure).
+// leader logged since fault (none failed: no figure): at the first failed
+// renewal of a run ("renewal failed ... fence_in=", a warning), at the
+// later ones (the same at debug level, or a warning every few seconds), and
+// at the run's end ("renewals recovered ... least_fence_in=").
 func (r *Run) reportFenceMargin(ctx context.Context, fault time.Time) {
-	least, n := time.Duration(-1), 0
+	least, runs := time.Duration(-1), 0
 	for _, line := range strings.Split(r.JournalSince(ctx, r.Leader, lab.SupervisorUnit, fault), "\n") {
-		_, rest, ok := strings.Cut(line, "fence_in=")
-		if !ok || !strings.Contains(line, "renewal failed") {
+		_, rest, ok := strings.Cut(line, "fence_in=") // least_fence_in= too
+		if !ok || !strings.Contains(line, "renewal failed") && !strings.Contains(line, "renewals recovered") {
 			continue
 		}
 		d, err := time.ParseDuration(strings.Fields(rest + " ")[0])
 		if err != nil {
 			continue
 		}
-		n++
+		if strings.Contains(line, "renewal failed") && slices.Contains(strings.Fields(line), "failed=1") {
+			runs++
+		}
 		if least < 0 || d < least {
 			least = d
 		}
 	}
-	if n > 0 {
+	if least >= 0 {
 		r.Metric("least_fence_in", least)
-		r.Notef("%s logged %d failed renewal(s); the least time left to its fence deadline was %s (TTL %s)", r.Leader, n, least, r.Profile.TTL)
+		r.Notef("%s logged %d run(s) of failed renewals; the least time left to its fence deadline was %s (TTL %s)", r.Leader, runs, least, r.Profile.TTL)
 	}
 }
 
