@@ -233,7 +233,7 @@ func (s *Supervisor) demoteDone(bg context.Context, o outcome[struct{}]) (error,
 	if o.err != nil {
 		return s.fenceNoted(bg, "demote_failed", "demotion could not confirm units stopped: "+o.err.Error()), true
 	}
-	s.stopRenewer(electionLease)
+	s.stopRenewer(electionLease, "demotion")
 	s.term.deadline.Forget(electionLease)
 	s.term.elecLease, s.term.token = 0, 0
 	s.loop.leader = group.LeaderInfo{}

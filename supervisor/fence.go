@@ -50,6 +50,9 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 	}
 	s.term.unitsMayRun.Store(false)
 	s.log.Error("fenced: units stopped", "reason", reason, "took", took.Round(time.Millisecond), "stop_budget", s.timeout.StopMax())
+	for _, name := range []string{electionLease, memberLease} {
+		s.endRenewStreak(name, "fence")
+	}
 	s.resetConnections()
 	// The units are down: a watchdog kill can no longer do harm, so keep
 	// pinging through the bounded epilogue rather than lose its work.

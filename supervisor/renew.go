@@ -61,7 +61,7 @@ func (s *Supervisor) onRenewal(r renewal) {
 // dropMemberLease forgets a member lease etcd no longer has; the standby
 // loop then registers again (Standby -> Starting) before anything else.
 func (s *Supervisor) dropMemberLease() {
-	s.stopRenewer(memberLease)
+	s.stopRenewer(memberLease, "member lease lost")
 	s.term.deadline.Forget(memberLease)
 	s.loop.memberLease = 0
 }
@@ -79,7 +79,7 @@ type renewal struct {
 // recording when each request was sent. The client library's KeepAlive is
 // not used: it dates its deadline from when an answer is received.
 func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv3.LeaseID) {
-	s.stopRenewer(name)
+	s.stopRenewer(name, "new lease")
 	if name == memberLease {
 		s.rec.lease.Store(int64(lease))
 	}
@@ -117,8 +117,10 @@ func (s *Supervisor) startRenewer(bg context.Context, name string, lease clientv
 	}()
 }
 
-func (s *Supervisor) stopRenewer(name string) {
-	delete(s.loop.renewStreaks, name) // a new lease starts a new run
+// stopRenewer stops a lease's renewals; why ends its run of failures, if
+// one is open (a new lease starts a new run).
+func (s *Supervisor) stopRenewer(name, why string) {
+	s.endRenewStreak(name, why)
 	if c := s.loop.stopRenew[name]; c != nil {
 		c()
 		delete(s.loop.stopRenew, name)

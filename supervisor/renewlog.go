@@ -54,6 +54,20 @@ func (s *Supervisor) logRenewFailure(r renewal) {
 	s.log.Debug("renewal failed", args...)
 }
 
+// endRenewStreak closes a run of failed renewals that no success ended:
+// the lease was given up or replaced, or this node fenced (why). Without it
+// a run that ends in a fence would show only its first warning, with the
+// most time left.
+func (s *Supervisor) endRenewStreak(name, why string) {
+	st := s.loop.renewStreaks[name]
+	if st == nil {
+		return
+	}
+	delete(s.loop.renewStreaks, name)
+	s.log.Warn("renewals never recovered", "lease", name, "ended_by", why, "failed", st.failed,
+		"for", deadlineNow().Sub(st.since).Round(time.Millisecond), "least_fence_in", st.least)
+}
+
 // logRenewRecovered ends a run of failed renewals with one line.
 func (s *Supervisor) logRenewRecovered(name string) {
 	st := s.loop.renewStreaks[name]

@@ -120,7 +120,7 @@ func logCall(call *ast.CallExpr) (level string, msgArg int) {
 	// the pairs spread (X.Warn(msg, args...)). t.Error(...) in non-test
 	// helpers and errors.Error() have other shapes.
 	spread := call.Ellipsis.IsValid() && len(call.Args) == msgArg+2
-	if len(call.Args) <= msgArg || (len(call.Args)-msgArg)%2 != 1 && !spread {
+	if len(call.Args) <= msgArg || ((len(call.Args)-msgArg)%2 != 1 && !spread) {
 		return "", 0
 	}
 	return level, msgArg

@@ -193,15 +193,17 @@ func (r *Run) raftLeaderMark(ctx context.Context, m string) string {
 }
 
 // reportFenceMargin records the least time to the fence deadline the
-// leader logged since fault (none failed: no figure): at the first failed
-// renewal of a run ("renewal failed ... fence_in=", a warning), at the
-// later ones (the same at debug level, or a warning every few seconds), and
-// at the run's end ("renewals recovered ... least_fence_in=").
+// leader logged since fault (none failed: no figure; negative: past it): at
+// the first failed renewal of a run ("renewal failed ... fence_in=", a
+// warning), at the later ones (the same at debug level, or a warning every
+// few seconds), and at the run's end ("renewals recovered" or "renewals
+// never recovered" ... least_fence_in=). Runs are counted per lease.
 func (r *Run) reportFenceMargin(ctx context.Context, fault time.Time) {
-	least, runs := time.Duration(-1), 0
+	var least time.Duration
+	found, runs := false, 0
 	for _, line := range strings.Split(r.JournalSince(ctx, r.Leader, lab.SupervisorUnit, fault), "\n") {
 		_, rest, ok := strings.Cut(line, "fence_in=") // least_fence_in= too
-		if !ok || !strings.Contains(line, "renewal failed") && !strings.Contains(line, "renewals recovered") {
+		if !ok || !strings.Contains(line, "renewal failed") && !strings.Contains(line, "renewals recovered") && !strings.Contains(line, "renewals never recovered") {
 			continue
 		}
 		d, err := time.ParseDuration(strings.Fields(rest + " ")[0])
@@ -211,13 +213,13 @@ func (r *Run) reportFenceMargin(ctx context.Context, fault time.Time) {
 		if strings.Contains(line, "renewal failed") && slices.Contains(strings.Fields(line), "failed=1") {
 			runs++
 		}
-		if least < 0 || d < least {
-			least = d
+		if !found || d < least {
+			least, found = d, true
 		}
 	}
-	if least >= 0 {
+	if found {
 		r.Metric("least_fence_in", least)
-		r.Notef("%s logged %d run(s) of failed renewals; the least time left to its fence deadline was %s (TTL %s)", r.Leader, runs, least, r.Profile.TTL)
+		r.Notef("%s logged %d run(s) of failed renewals (per lease); the least time left to its fence deadline was %s (TTL %s)", r.Leader, runs, least, r.Profile.TTL)
 	}
 }
 
