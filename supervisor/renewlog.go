@@ -59,22 +59,25 @@ func (s *Supervisor) logRenewFailure(r renewal) {
 // a run that ends in a fence would show only its first warning, with the
 // most time left.
 func (s *Supervisor) endRenewStreak(name, why string) {
-	st := s.loop.renewStreaks[name]
-	if st == nil {
-		return
+	if run := s.takeRenewStreak(name); run != nil {
+		s.log.Warn("renewals never recovered", append([]any{"lease", name, "ended_by", why}, run...)...)
 	}
-	delete(s.loop.renewStreaks, name)
-	s.log.Warn("renewals never recovered", "lease", name, "ended_by", why, "failed", st.failed,
-		"for", deadlineNow().Sub(st.since).Round(time.Millisecond), "least_fence_in", st.least)
 }
 
 // logRenewRecovered ends a run of failed renewals with one line.
 func (s *Supervisor) logRenewRecovered(name string) {
+	if run := s.takeRenewStreak(name); run != nil {
+		s.log.Info("renewals recovered", append([]any{"lease", name}, run...)...)
+	}
+}
+
+// takeRenewStreak ends the lease's open run, if any, and gives its summary
+// as log attributes (nil: no run was open).
+func (s *Supervisor) takeRenewStreak(name string) []any {
 	st := s.loop.renewStreaks[name]
 	if st == nil {
-		return
+		return nil
 	}
 	delete(s.loop.renewStreaks, name)
-	s.log.Info("renewals recovered", "lease", name, "failed", st.failed,
-		"for", deadlineNow().Sub(st.since).Round(time.Millisecond), "least_fence_in", st.least)
+	return []any{"failed", st.failed, "for", deadlineNow().Sub(st.since).Round(time.Millisecond), "least_fence_in", st.least}
 }
