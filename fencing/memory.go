@@ -24,6 +24,7 @@ type Memory struct {
 	direct   int           // KillDirect calls that killed something
 	execs    map[string][]string
 	binds    map[string]Binding
+	stopped  map[string]bool // its processes stopped (SIGSTOP) until it is stopped or killed
 	Events   []Event
 }
 
@@ -43,6 +44,7 @@ func NewMemory() *Memory {
 		failing:  map[string]bool{},
 		sub:      map[string]string{},
 		killed:   map[string]chan struct{}{},
+		stopped:  map[string]bool{},
 	}
 }
 
@@ -128,6 +130,7 @@ func (m *Memory) Stop(ctx context.Context, unit string) error {
 	if m.state[unit] == "active" || m.state[unit] == "deactivating" || m.state[unit] == "activating" {
 		m.state[unit] = "inactive"
 		delete(m.sub, unit)
+		delete(m.stopped, unit)
 		m.record(unit, "stopped")
 	}
 	return nil
@@ -142,6 +145,7 @@ func (m *Memory) Kill(ctx context.Context, unit string) error {
 	defer m.mu.Unlock()
 	if m.state[unit] == "active" {
 		m.state[unit] = "inactive"
+		delete(m.stopped, unit)
 		m.record(unit, "killed")
 	}
 	if ch := m.killed[unit]; ch != nil {
@@ -172,6 +176,17 @@ func (m *Memory) States(ctx context.Context, units []string) ([]UnitState, error
 // SetStubborn makes unit ignore graceful stops (like a process ignoring
 // SIGTERM) until it is killed.
 func (m *Memory) SetStubborn(unit string, v bool) { m.mu.Lock(); m.stubborn[unit] = v; m.mu.Unlock() }
+
+// SetStopped makes unit's processes stopped, as SIGSTOP does, until the
+// unit is stopped or killed (StopReader).
+func (m *Memory) SetStopped(unit string, v bool) { m.mu.Lock(); m.stopped[unit] = v; m.mu.Unlock() }
+
+// Stopped implements StopReader: a running unit marked with SetStopped.
+func (m *Memory) Stopped(unit string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopped[unit] && m.state[unit] == "active", nil
+}
 
 // SetFailing makes starts of unit fail.
 func (m *Memory) SetFailing(unit string, v bool) { m.mu.Lock(); m.failing[unit] = v; m.mu.Unlock() }

@@ -50,6 +50,17 @@ type DirectKiller interface {
 	KillDirect(ctx context.Context, unit string) error
 }
 
+// StopReader is implemented by Units that can tell a unit whose processes
+// cannot run (stopped by SIGSTOP or a debugger, or frozen by the cgroup
+// freezer) from one that is only slow (Systemd does, from the unit's cgroup
+// and /proc). The health probes use it to call such a unit hung without
+// waiting for their timeouts; it proves nothing to the fence.
+type StopReader interface {
+	// Stopped reports whether every process of unit is stopped or its
+	// control group frozen; false for a unit without processes.
+	Stopped(unit string) (bool, error)
+}
+
 // ExecReader is implemented by Units that can say which executables each
 // unit runs (systemd's ExecStart), so that copies of them started outside
 // the units can be looked for.

@@ -152,13 +152,60 @@ func TestHungUnitIsRestartedInPlace(t *testing.T) {
 	t.Logf("frozen probe to the restarted scheduler running: %s (probe every 200 ms, 2 in a row)", restarted.Sub(frozenAt))
 }
 
+// A scheduler stopped by SIGSTOP (its processes stopped, as the units tell
+// from its control group) is hung at once: the leader restarts it after
+// two probe intervals of it stopped and unanswered, without waiting for a
+// probe's timeout (here 30 s, so none can fail within the test), keeps its
+// term, and the other member never takes over (issue 21 item 4: lab 49).
+func TestStoppedUnitIsRestartedWithoutWaitingForTheProbesTimeout(t *testing.T) {
+	hz, leader, standby := probingPair(t, func(c *config.Config) { c.Health.Timeout = 30 * time.Second })
+	token := leader.Sup.Status().Token
+
+	frozenAt := time.Now()
+	hz[leader.Name].frozen.Store(true)
+	leader.Units.SetStopped(units[1], true)
+	waitFor(t, "the stopped scheduler to be restarted", 10*time.Second, func() bool {
+		if leader.State() != group.Active || standby.State() != group.Standby {
+			t.Fatalf("leadership moved instead of a restart in place: %s is %s, %s is %s",
+				leader.Name, leader.State(), standby.Name, standby.State())
+		}
+		return stops(leader, units[1], frozenAt) > 0
+	})
+	took := time.Since(frozenAt)
+	hz[leader.Name].frozen.Store(false)
+	waitFor(t, "the restarted scheduler's probe to be healthy", 10*time.Second, func() bool { return probeState(leader) == health.StateHealthy })
+	st := leader.Sup.Status()
+	if st.Token != token {
+		t.Fatalf("token %d after the restart, %d before: the term must not change", st.Token, token)
+	}
+	for _, r := range st.Health {
+		if r.Unit == units[1] && r.Failures != 0 {
+			t.Fatalf("%d failed probes: the restart was to come from the stopped looks, before any 30 s timeout", r.Failures)
+		}
+	}
+	if n := stops(leader, units[1], frozenAt); n != 1 {
+		t.Fatalf("the scheduler was stopped %d times: want one restart", n)
+	}
+	assertNoOverlap(t, leader, standby)
+	t.Logf("stopped to restarted: %s (probe every 200 ms, timeout 30 s)", took)
+}
+
 // probingPair starts two members whose scheduler probes ask hz, and waits
-// until the leader's probe is healthy.
-func probingPair(t *testing.T) (map[string]*healthz, *supervisortest.Member, *supervisortest.Member) {
+// until the leader's probe is healthy. adjust, if any, changes both
+// members' configuration after the probe's.
+func probingPair(t *testing.T, adjust ...func(*config.Config)) (map[string]*healthz, *supervisortest.Member, *supervisortest.Member) {
 	t.Helper()
 	w := newWorld(t)
 	hz := map[string]*healthz{"m1": newHealthz(t), "m2": newHealthz(t)}
-	a, b := w.Start("m1", hz["m1"].probing), w.Start("m2", hz["m2"].probing)
+	conf := func(h *healthz) func(*config.Config) {
+		return func(c *config.Config) {
+			h.probing(c)
+			for _, f := range adjust {
+				f(c)
+			}
+		}
+	}
+	a, b := w.Start("m1", conf(hz["m1"])), w.Start("m2", conf(hz["m2"]))
 	leader, others := leaderOf(t, a, b)
 	waitFor(t, "the leader's scheduler probe to be healthy", 15*time.Second, func() bool { return probeState(leader) == health.StateHealthy })
 	return hz, leader, others[0]

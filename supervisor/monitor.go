@@ -98,14 +98,21 @@ func (s *Supervisor) hungUnits(now time.Time) []string {
 		}
 		p.Disarm()
 		hung = append(hung, u)
+		if last.Stopped {
+			s.failed(now, fmt.Sprintf("%s is stopped, not answering its health probe: %s", u, last.Error))
+			continue
+		}
 		s.failed(now, fmt.Sprintf("%s failed its health probe (%d in a row, threshold %d): %s",
 			u, last.InARow, s.cfg.Health.FailureThreshold, last.Error))
 	}
 	return hung
 }
 
-// newHealthSet builds the probes the configuration names (nil: none).
-func newHealthSet(c config.Config) (*health.Set, error) {
+// newHealthSet builds the probes the configuration names (nil: none). When
+// units can tell a stopped or frozen unit (fencing.StopReader: systemd, from
+// the unit's control group), the probes call such a unit hung after two
+// intervals instead of timeout + (threshold-1) x interval.
+func newHealthSet(c config.Config, units fencing.Units) (*health.Set, error) {
 	probes, err := c.Health.ProbeList()
 	if err != nil || len(probes) == 0 {
 		return nil, err
@@ -113,6 +120,9 @@ func newHealthSet(c config.Config) (*health.Set, error) {
 	h := c.Health
 	set := health.Settings{TLS: health.TLS{Insecure: h.Insecure}, Interval: h.Interval, Timeout: h.Timeout,
 		Threshold: h.FailureThreshold, Grace: h.Grace}
+	if sr, ok := units.(fencing.StopReader); ok {
+		set.Stopped = sr.Stopped
+	}
 	if h.CA != "" {
 		pem, err := os.ReadFile(h.CA)
 		if err != nil {

@@ -240,7 +240,7 @@ func New(o Options) (*Supervisor, error) {
 	// request_timeout.
 	s.leases = leases{pool: o.Pool, timeout: s.opTimeout(), log: s.log}
 	s.election = electionKey{leases: s.leases, keys: s.keys, node: c.Node, timeout: s.opTimeout()}
-	hs, err := newHealthSet(c)
+	hs, err := newHealthSet(c, s.units)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}

@@ -693,6 +693,25 @@ func (s *Units) KillDirect(ctx context.Context, unit string) error {
 	return nil
 }
 
+// Stopped implements fencing.StopReader from the unit's control group (the
+// one systemd reported while the unit ran, else its default place in
+// system.slice): see cgroup.FS.Stopped. It asks systemd nothing, so a busy
+// service manager cannot delay a probe's verdict.
+func (s *Units) Stopped(unit string) (bool, error) {
+	if s.cgroups == nil {
+		return false, errors.New("systemd: no cgroup root to read")
+	}
+	g := s.group(unit)
+	if g == "" {
+		g = "/system.slice/" + unit
+	}
+	st, err := s.cgroups.Stopped(g)
+	if err != nil {
+		return false, fmt.Errorf("systemd: %s: %w", unit, err)
+	}
+	return st, nil
+}
+
 // Executables implements fencing.ExecReader from each service's ExecStart property
 // (D-Bus type a(sasbttttuii): the first field is the executable's path).
 func (s *Units) Executables(ctx context.Context, units []string) (map[string][]string, error) {

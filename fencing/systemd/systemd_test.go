@@ -81,6 +81,8 @@ RestartSec=100ms
 	"kt-sd-reexec.service":    "[Service]\nExecStart=/bin/sleep infinity\n",
 	"kt-sd-dbus.service":      "[Service]\nExecStart=/bin/sleep infinity\n",
 	"kt-sd-frozenbus.service": "[Service]\nExecStart=/bin/sleep infinity\n",
+	// A unit with a child, for Stopped: both processes must be stopped.
+	"kt-sd-sigstop.service": "[Service]\nExecStart=/bin/sh -c 'sleep infinity & exec sleep infinity'\n",
 	// For a frozen PID 1: a main process with a child, and Restart= that
 	// would bring it back once PID 1 runs again if no stop job were queued.
 	"kt-sd-frozen1.service": "[Service]\nExecStart=/bin/sh -c 'sleep infinity & exec sleep infinity'\n",

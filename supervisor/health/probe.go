@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -16,7 +17,19 @@ type Spec struct {
 	// passed, because a component answers /healthz only some seconds after
 	// its start.
 	Grace time.Duration
+	// Stopped, when set, says whether the unit's processes are all stopped
+	// (SIGSTOP, a debugger) or frozen (fencing.StopReader). A unit seen so
+	// at stoppedLooks looks in a row, one per Interval, with no probe
+	// answered meanwhile, is hung without waiting for the probes' timeouts:
+	// such a process cannot answer, however long it is given.
+	Stopped func() (bool, error)
 }
+
+// stoppedLooks is how many looks in a row (an Interval apart) must find the
+// unit stopped: a stop shorter than two intervals (0.5 s under the fast
+// profiles, 4 s under the default) is ridden out, as a debugger's or a
+// core dump's brief one should be.
+const stoppedLooks = 3
 
 // States of a probe, as Report shows them.
 const (
@@ -39,6 +52,10 @@ type Report struct {
 	// HealthySince is when the probe last went from not healthy to
 	// healthy while armed (zero if it has not since it was armed).
 	HealthySince time.Time `json:"healthy_since,omitzero"`
+	// StoppedLookError: the last look at whether the unit's processes are
+	// stopped failed (no control group to read, say); the probes' timeouts
+	// still find a hang, only later.
+	StoppedLookError string `json:"stopped_look_error,omitempty"`
 }
 
 // Probe probes one unit while armed. Its methods are safe for concurrent
@@ -59,6 +76,10 @@ type Probe struct {
 	probes, bad  int64
 	last         *Result
 	healthySince time.Time
+	stopped      int       // looks in a row that found the unit stopped, since the last answer
+	stoppedAt    time.Time // the first of them
+	hung         bool      // called hung from the looks; cleared by an answer or a re-arm
+	lookErr      string    // the last look's error, "" once a look succeeds
 }
 
 // NewProbe returns a disarmed probe.
@@ -80,6 +101,7 @@ func (p *Probe) Arm(ctx context.Context) {
 	ctx, p.cancel = context.WithCancel(ctx)
 	p.epoch++
 	p.armedAt, p.started, p.consecutive, p.strikes, p.last, p.healthySince = p.now(), false, 0, 0, nil, time.Time{}
+	p.stopped, p.hung = 0, false
 	go p.run(ctx, p.epoch)
 }
 
@@ -94,6 +116,7 @@ func (p *Probe) Disarm() {
 	p.cancel = nil
 	p.epoch++
 	p.consecutive, p.strikes = 0, 0
+	p.stopped, p.hung = 0, false
 }
 
 // Rearm restarts the grace: the unit's process was replaced.
@@ -103,10 +126,13 @@ func (p *Probe) Rearm(ctx context.Context) {
 }
 
 // Strike is a failed probe that counts against the unit: its result and
-// how many had failed in a row with it.
+// how many had failed in a row with it. Stopped: the unit was called hung
+// because its processes were stopped or frozen (Spec.Stopped), before
+// InARow failures reached the threshold; Result.Error says for how long.
 type Strike struct {
 	Result
-	InARow int
+	InARow  int
+	Stopped bool
 }
 
 // Take returns how many failed probes counted against the unit since the
@@ -126,7 +152,8 @@ func (p *Probe) Report() Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := Report{Unit: p.spec.Unit, URL: p.check.URL(), State: p.stateLocked(), Consecutive: p.consecutive,
-		Threshold: p.spec.Threshold, Probes: p.probes, Failures: p.bad, HealthySince: p.healthySince}
+		Threshold: p.spec.Threshold, Probes: p.probes, Failures: p.bad, HealthySince: p.healthySince,
+		StoppedLookError: p.lookErr}
 	if p.last != nil {
 		l := *p.last
 		r.Last = &l
@@ -138,7 +165,7 @@ func (p *Probe) stateLocked() string {
 	switch {
 	case p.cancel == nil:
 		return StateOff
-	case p.consecutive >= p.spec.Threshold:
+	case p.consecutive >= p.spec.Threshold || p.hung:
 		return StateUnhealthy
 	case !p.started && p.last != nil && !p.last.OK || !p.started && p.last == nil:
 		return StateStarting
@@ -176,7 +203,47 @@ func (p *Probe) run(ctx context.Context, epoch int) {
 			return
 		case <-t.C:
 		}
+		p.look(epoch)
 	}
+}
+
+// look asks Spec.Stopped once, and calls the unit hung when it has found
+// it stopped stoppedLooks times in a row with no probe answered since the
+// first. A look that fails counts as not stopped: the probes' own timeouts
+// still find the hang.
+func (p *Probe) look(epoch int) {
+	if p.spec.Stopped == nil {
+		return
+	}
+	stopped, err := p.spec.Stopped()
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if epoch != p.epoch {
+		return
+	}
+	p.lookErr = ""
+	if err != nil {
+		p.lookErr = err.Error()
+	}
+	if err != nil || !stopped {
+		p.stopped = 0
+		return
+	}
+	if p.stopped == 0 {
+		p.stoppedAt = now
+	}
+	p.stopped++
+	if p.stopped < stoppedLooks || p.hung {
+		return
+	}
+	if !p.started && now.Sub(p.armedAt) < p.spec.Grace {
+		return // still starting: not counted, as a failed probe is not
+	}
+	p.hung = true
+	p.strikes++
+	p.strike = Strike{Result: Result{At: now, Error: fmt.Sprintf("every process stopped or frozen for %s (%d looks %s apart), no answer meanwhile",
+		now.Sub(p.stoppedAt).Round(time.Millisecond), p.stopped, p.spec.Interval)}, InARow: p.consecutive, Stopped: true}
 }
 
 // maxInFlight is how many probes can wait at once: those started within one
@@ -198,10 +265,11 @@ func (p *Probe) record(epoch int, r Result) {
 	p.probes++
 	p.last = &r
 	if r.OK {
-		if !p.started || p.consecutive >= p.spec.Threshold {
+		if !p.started || p.consecutive >= p.spec.Threshold || p.hung {
 			p.healthySince = r.At
 		}
 		p.started, p.consecutive = true, 0
+		p.stopped, p.hung = 0, false
 		return
 	}
 	p.bad++

@@ -18,6 +18,9 @@ type Settings struct {
 	Timeout   time.Duration
 	Threshold int
 	Grace     time.Duration
+	// Stopped, when set, says whether a unit's processes are all stopped or
+	// frozen (Spec.Stopped).
+	Stopped func(unit string) (bool, error)
 }
 
 // Set holds the probes of the units that have one, in the given order. A
@@ -34,7 +37,12 @@ func NewSet(targets []Target, s Settings) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
-		set.probes = append(set.probes, NewProbe(Spec{Unit: t.Unit, Interval: s.Interval, Threshold: s.Threshold, Grace: s.Grace}, c))
+		spec := Spec{Unit: t.Unit, Interval: s.Interval, Threshold: s.Threshold, Grace: s.Grace}
+		if s.Stopped != nil {
+			unit := t.Unit
+			spec.Stopped = func() (bool, error) { return s.Stopped(unit) }
+		}
+		set.probes = append(set.probes, NewProbe(spec, c))
 	}
 	return set, nil
 }

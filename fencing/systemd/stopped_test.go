@@ -1,0 +1,54 @@
+package systemd_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Stopped reads a real unit's control group in the container: a unit whose
+// main process alone is stopped still runs (its child can work); SIGSTOP of
+// both makes it stopped; systemctl kill -s SIGCONT resumes it; a unit that
+// is down is not stopped. The supervisor reads the group without systemd, so
+// this is what its health probes see of a kube-scheduler under SIGSTOP.
+func TestStoppedReadsARealUnitsProcesses(t *testing.T) {
+	c := container(t)
+	s, _ := newPrivateSystemd(t, c)
+	const u = "kt-sd-sigstop.service"
+	if err := s.Start(bg(t, 20*time.Second), u); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Stop(bg(t, 20*time.Second), u) })
+	want := func(what string, stopped bool) {
+		t.Helper()
+		var got bool
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			got, err = s.Stopped(u)
+			if err != nil {
+				t.Fatalf("%s: Stopped(%s): %v", what, u, err)
+			}
+			if got == stopped || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got != stopped {
+			t.Fatalf("%s: Stopped(%s) = %v, want %v", what, u, got, stopped)
+		}
+	}
+	waitFor(t, "the unit's two processes", 20*time.Second, func() bool {
+		return len(exec(t, c, "systemctl", "show", "-p", "MainPID", "--value", u)) > 0 &&
+			len(strings.Fields(exec(t, c, "sh", "-c", "cat /sys/fs/cgroup/systemd/system.slice/"+u+"/cgroup.procs 2>/dev/null || cat /sys/fs/cgroup/system.slice/"+u+"/cgroup.procs"))) == 2
+	})
+	want("running", false)
+	exec(t, c, "systemctl", "kill", "--kill-whom=main", "-s", "SIGSTOP", u)
+	want("main process stopped, its child running", false)
+	exec(t, c, "systemctl", "kill", "-s", "SIGSTOP", u)
+	want("every process stopped", true)
+	exec(t, c, "systemctl", "kill", "-s", "SIGCONT", u)
+	want("resumed", false)
+	if err := s.Stop(bg(t, 20*time.Second), u); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	want("down", false)
+}
