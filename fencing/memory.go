@@ -143,9 +143,9 @@ func (m *Memory) Kill(ctx context.Context, unit string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.stopped, unit)
 	if m.state[unit] == "active" {
 		m.state[unit] = "inactive"
-		delete(m.stopped, unit)
 		m.record(unit, "killed")
 	}
 	if ch := m.killed[unit]; ch != nil {
@@ -176,6 +176,8 @@ func (m *Memory) States(ctx context.Context, units []string) ([]UnitState, error
 // SetStubborn makes unit ignore graceful stops (like a process ignoring
 // SIGTERM) until it is killed.
 func (m *Memory) SetStubborn(unit string, v bool) { m.mu.Lock(); m.stubborn[unit] = v; m.mu.Unlock() }
+
+var _ StopReader = (*Memory)(nil)
 
 // SetStopped makes unit's processes stopped, as SIGSTOP does, until the
 // unit is stopped or killed (StopReader).

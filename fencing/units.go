@@ -57,7 +57,8 @@ type DirectKiller interface {
 // waiting for their timeouts; it proves nothing to the fence.
 type StopReader interface {
 	// Stopped reports whether every process of unit is stopped or its
-	// control group frozen; false for a unit without processes.
+	// control group frozen; false for a unit without processes, and an
+	// error when it cannot tell (the verdict is then left to the probes).
 	Stopped(unit string) (bool, error)
 }
 

@@ -110,8 +110,8 @@ func (s *Supervisor) hungUnits(now time.Time) []string {
 
 // newHealthSet builds the probes the configuration names (nil: none). When
 // units can tell a stopped or frozen unit (fencing.StopReader: systemd, from
-// the unit's control group), the probes call such a unit hung after two
-// intervals instead of timeout + (threshold-1) x interval.
+// the unit's control group), the probes call such a unit hung after two to
+// three intervals instead of timeout + (threshold-1) x interval.
 func newHealthSet(c config.Config, units fencing.Units) (*health.Set, error) {
 	probes, err := c.Health.ProbeList()
 	if err != nil || len(probes) == 0 {

@@ -82,12 +82,25 @@ func (f FS) dirs(group string) (dirs []string, ok bool, err error) {
 // a killed process counts as gone even while its parent (PID 1) has not
 // reaped it.
 func (f FS) Procs(group string) ([]int, error) {
+	l, err := f.list(group)
+	return l.pids, err
+}
+
+// listing is what one read of a group found: the live processes visible
+// from here, and how many entries named a process outside this PID
+// namespace (cgroup.procs lists those as 0).
+type listing struct {
+	pids   []int
+	hidden int
+}
+
+func (f FS) list(group string) (listing, error) {
 	dirs, _, err := f.dirs(group)
 	if err != nil {
-		return nil, err
+		return listing{}, err
 	}
 	seen := map[int]bool{}
-	var out []int
+	var l listing
 	for _, d := range dirs {
 		err := filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
 			if err != nil {
@@ -99,35 +112,35 @@ func (f FS) Procs(group string) ([]int, error) {
 			if !e.IsDir() {
 				return nil
 			}
-			pids, err := readProcs(filepath.Join(p, "cgroup.procs"))
+			pids, hidden, err := readProcs(filepath.Join(p, "cgroup.procs"))
 			if err != nil {
 				return err
 			}
+			l.hidden += hidden
 			for _, pid := range pids {
-				if !seen[pid] && !zombie(pid) {
+				if !seen[pid] && !exited(pid) {
 					seen[pid] = true
-					out = append(out, pid)
+					l.pids = append(l.pids, pid)
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("cgroup: read %s: %w", d, err)
+			return listing{}, fmt.Errorf("cgroup: read %s: %w", d, err)
 		}
 	}
-	return out, nil
+	return l, nil
 }
 
-func readProcs(path string) ([]int, error) {
+func readProcs(path string) (pids []int, hidden int, err error) {
 	fh, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer fh.Close()
-	var pids []int
 	sc := bufio.NewScanner(fh)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -136,26 +149,48 @@ func readProcs(path string) ([]int, error) {
 		}
 		pid, err := strconv.Atoi(line)
 		if err != nil {
-			return nil, fmt.Errorf("%s: bad PID %q", path, line)
+			return nil, 0, fmt.Errorf("%s: bad PID %q", path, line)
 		}
-		if pid > 0 { // 0: a process outside our PID namespace
+		if pid > 0 {
 			pids = append(pids, pid)
+		} else {
+			hidden++ // 0: a process outside our PID namespace
 		}
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, syscall.ENODEV) {
-		return nil, err
+		return nil, 0, err
 	}
-	return pids, nil
+	return pids, hidden, nil
 }
 
-// zombie reports whether pid has exited and waits to be reaped.
-func zombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// exited reports whether pid has ended: gone from /proc, or a zombie
+// waiting to be reaped. A process whose first thread exited while others
+// run shows Z in its own stat (ps: Zl) and is alive: its threads decide.
+func exited(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid)
+	st, err := procState(dir + "/stat")
 	if err != nil {
-		return errors.Is(err, fs.ErrNotExist) // gone altogether
+		return gone(err)
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+	if st != 'Z' && st != 'X' {
+		return false
+	}
+	ents, err := os.ReadDir(dir + "/task")
+	if err != nil {
+		return gone(err)
+	}
+	for _, e := range ents {
+		if ts, err := procState(dir + "/task/" + e.Name() + "/stat"); err == nil && ts != 'Z' && ts != 'X' {
+			return false
+		}
+	}
+	return true
+}
+
+// gone reports whether err from reading /proc says the process or thread
+// no longer exists (ESRCH: it ended between the open and the read).
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // KillOnce sends SIGKILL to every process in group once (and writes

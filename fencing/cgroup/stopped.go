@@ -2,11 +2,10 @@ package cgroup
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -15,13 +14,26 @@ import (
 // resumes them: the cgroup v2 freezer holds the group (its cgroup.events says
 // "frozen 1", as after `systemctl freeze`), or the group has a process and
 // every thread of every process in it and its sub-groups is stopped (state T,
-// as after SIGSTOP, or t, a debugger's stop). A group without a process is not
-// stopped: it is down, which the unit's state says.
+// as after SIGSTOP, or t, a debugger's stop). A group without a live process
+// is not stopped, frozen or not: it is down, which the unit's state says.
+// A process this reader cannot see (outside its PID namespace, or hidden by
+// /proc's hidepid) is an error, not a guess: the caller falls back on other
+// evidence.
 //
 // It is a hint for the health probes, not a proof for the fence: a process
 // that is only waiting (on a lock, on the network) is not stopped, and one
 // that a debugger has stopped may be resumed the next instant.
 func (f FS) Stopped(group string) (bool, error) {
+	l, err := f.list(group)
+	if err != nil {
+		return false, err
+	}
+	if l.hidden > 0 {
+		return false, fmt.Errorf("cgroup: %s has %d processes outside this PID namespace: cannot tell whether they run", group, l.hidden)
+	}
+	if len(l.pids) == 0 {
+		return false, nil
+	}
 	dirs, _, err := f.dirs(group)
 	if err != nil {
 		return false, err
@@ -31,25 +43,41 @@ func (f FS) Stopped(group string) (bool, error) {
 			return true, nil
 		}
 	}
-	pids, err := f.Procs(group)
-	if err != nil {
-		return false, err
-	}
-	seen := 0
-	for _, pid := range pids {
+	var unread []int
+	for _, pid := range l.pids {
 		st, n, err := threadsStopped(pid)
 		if err != nil {
 			return false, err
 		}
 		if n == 0 {
-			continue // exited since the group was read
+			unread = append(unread, pid)
+			continue
 		}
 		if !st {
 			return false, nil
 		}
-		seen++
 	}
-	return seen > 0, nil
+	if len(unread) == 0 {
+		return true, nil
+	}
+	// A process listed but unreadable has exited since, or /proc hides it
+	// (hidepid): only a second read of the group tells which.
+	again, err := f.list(group)
+	if err != nil {
+		return false, err
+	}
+	for _, pid := range unread {
+		if slices.Contains(again.pids, pid) {
+			return false, fmt.Errorf("cgroup: %s lists process %d, whose threads /proc does not show", group, pid)
+		}
+	}
+	return len(unread) < len(l.pids), nil
+}
+
+// Exists reports whether group has a directory in any hierarchy.
+func (f FS) Exists(group string) (bool, error) {
+	dirs, _, err := f.dirs(group)
+	return len(dirs) > 0, err
 }
 
 // frozen reads a cgroup v2 cgroup.events file: "frozen 1" once every
@@ -75,7 +103,7 @@ func frozen(events string) bool {
 func threadsStopped(pid int) (bool, int, error) {
 	taskDir := filepath.Join("/proc", strconv.Itoa(pid), "task")
 	ents, err := os.ReadDir(taskDir)
-	if errors.Is(err, fs.ErrNotExist) {
+	if gone(err) {
 		return false, 0, nil
 	}
 	if err != nil {
@@ -84,7 +112,7 @@ func threadsStopped(pid int) (bool, int, error) {
 	n := 0
 	for _, e := range ents {
 		s, err := procState(filepath.Join(taskDir, e.Name(), "stat"))
-		if errors.Is(err, fs.ErrNotExist) {
+		if gone(err) {
 			continue // the thread ended
 		}
 		if err != nil {

@@ -1,9 +1,12 @@
 package cgroup_test
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,13 +44,26 @@ func TestStoppedNeedsEveryProcessStopped(t *testing.T) {
 			t.Fatalf("%s: Stopped = %v, want %v", what, got, stopped)
 		}
 	}
-	want("both running", false)
+	// "false" is only worth asserting once the signalled process really is
+	// in state T: right after kill(2) it may not be yet.
+	holds := func(what string) {
+		t.Helper()
+		for range 5 {
+			if st, err := fs.Stopped(g); err != nil || st {
+				t.Fatalf("%s: Stopped = %v, %v; want false", what, st, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	holds("both running")
 	signal(t, a.Process.Pid, syscall.SIGSTOP)
-	want("one of two stopped", false)
+	waitState(t, a.Process.Pid, 'T')
+	holds("one of two stopped (the other in a sub-group)")
 	signal(t, b.Process.Pid, syscall.SIGSTOP)
 	want("both stopped", true)
 	signal(t, a.Process.Pid, syscall.SIGCONT)
-	want("one resumed", false)
+	waitNotState(t, a.Process.Pid, 'T')
+	holds("one resumed")
 	signal(t, b.Process.Pid, syscall.SIGCONT)
 
 	empty := fakeTree(t, ".", g, map[string][]int{".": nil})
@@ -59,6 +75,52 @@ func TestStoppedNeedsEveryProcessStopped(t *testing.T) {
 	}
 	if _, err := fs.Stopped("/"); err == nil {
 		t.Fatal("Stopped(\"/\") did not refuse the root group")
+	}
+	// A process outside this PID namespace (listed as 0) could be running:
+	// say so rather than guess.
+	hidden := fakeTree(t, ".", g, map[string][]int{".": {0}, "sub": {b.Process.Pid}})
+	signal(t, b.Process.Pid, syscall.SIGSTOP)
+	waitState(t, b.Process.Pid, 'T')
+	if st, err := (cgroup.FS{Root: hidden}).Stopped(g); err == nil || st {
+		t.Fatalf("a process outside the namespace beside a stopped one: Stopped = %v, %v; want an error", st, err)
+	}
+	signal(t, b.Process.Pid, syscall.SIGCONT)
+}
+
+// A process whose first thread has exited while another runs shows Z in
+// its own /proc stat (ps: Zl) and is alive: Procs lists it, so that the
+// fence's direct kill signals it and does not confirm the group empty
+// while it runs; Stopped looks at its live thread, and so does a SIGSTOP.
+func TestAProcessWithItsFirstThreadGoneIsAlive(t *testing.T) {
+	testenv.RequireCommands(t, "python3")
+	cmd := exec.Command("python3", "-c", `import ctypes, threading, time
+threading.Thread(target=lambda: time.sleep(600)).start()
+ctypes.CDLL(None).pthread_exit(None)`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitState(t, pid, 'Z') // the first thread is gone, the sleeping one is not
+	const g = "/system.slice/kube-scheduler.service"
+	fs := cgroup.FS{Root: fakeTree(t, ".", g, map[string][]int{".": {pid}})}
+	got, err := fs.Procs(g)
+	if err != nil || !slices.Equal(got, []int{pid}) {
+		t.Fatalf("Procs = %v, %v; want [%d]: a process with a live thread is alive", got, err, pid)
+	}
+	if st, err := fs.Stopped(g); err != nil || st {
+		t.Fatalf("running: Stopped = %v, %v; want false", st, err)
+	}
+	signal(t, pid, syscall.SIGSTOP)
+	waitStopped(t, fs, g, true)
+	signal(t, pid, syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fs.Kill(ctx, g); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("python3 %d: %v, want killed", pid, err)
 	}
 }
 
@@ -152,6 +214,39 @@ func waitStopped(t *testing.T, fs cgroup.FS, group string, want bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// waitState waits until pid's /proc stat shows state.
+func waitState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if procState(pid) == state {
+			return
+		}
+	}
+	t.Fatalf("process %d not in state %c after 5 s (%c)", pid, state, procState(pid))
+}
+
+func waitNotState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if procState(pid) != state {
+			return
+		}
+	}
+	t.Fatalf("process %d still in state %c after 5 s", pid, state)
+}
+
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return '?'
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return '?'
+	}
+	return b[i+2]
 }
 
 func signal(t *testing.T, pid int, sig syscall.Signal) {

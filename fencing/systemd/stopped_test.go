@@ -40,9 +40,25 @@ func TestStoppedReadsARealUnitsProcesses(t *testing.T) {
 		return len(exec(t, c, "systemctl", "show", "-p", "MainPID", "--value", u)) > 0 &&
 			len(strings.Fields(exec(t, c, "sh", "-c", "cat /sys/fs/cgroup/systemd/system.slice/"+u+"/cgroup.procs 2>/dev/null || cat /sys/fs/cgroup/system.slice/"+u+"/cgroup.procs"))) == 2
 	})
-	want("running", false)
+	// "false" is only worth asserting once the main process really is in
+	// state T (read inside the container, where MainPID means it).
+	holds := func(what string) {
+		t.Helper()
+		for range 5 {
+			if st, err := s.Stopped(u); err != nil || st {
+				t.Fatalf("%s: Stopped(%s) = %v, %v; want false", what, u, st, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	mainState := func() string {
+		pid := show(t, c, u, "MainPID")
+		return exec(t, c, "sh", "-c", "cut -d' ' -f3 /proc/"+pid+"/stat")
+	}
+	holds("running")
 	exec(t, c, "systemctl", "kill", "--kill-whom=main", "-s", "SIGSTOP", u)
-	want("main process stopped, its child running", false)
+	waitFor(t, "the main process in state T", 5*time.Second, func() bool { return mainState() == "T" })
+	holds("main process stopped, its child running")
 	exec(t, c, "systemctl", "kill", "-s", "SIGSTOP", u)
 	want("every process stopped", true)
 	exec(t, c, "systemctl", "kill", "-s", "SIGCONT", u)

@@ -693,6 +693,8 @@ func (s *Units) KillDirect(ctx context.Context, unit string) error {
 	return nil
 }
 
+var _ fencing.StopReader = (*Units)(nil)
+
 // Stopped implements fencing.StopReader from the unit's control group (the
 // one systemd reported while the unit ran, else its default place in
 // system.slice): see cgroup.FS.Stopped. It asks systemd nothing, so a busy
@@ -703,7 +705,12 @@ func (s *Units) Stopped(unit string) (bool, error) {
 	}
 	g := s.group(unit)
 	if g == "" {
+		// Never read from systemd: its default place, if it is there. A
+		// unit in another slice must not read as "not stopped" for ever.
 		g = "/system.slice/" + unit
+		if ok, err := s.cgroups.Exists(g); err != nil || !ok {
+			return false, fmt.Errorf("systemd: %s: control group never read and %s not found (%v)", unit, g, err)
+		}
 	}
 	st, err := s.cgroups.Stopped(g)
 	if err != nil {

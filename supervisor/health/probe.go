@@ -27,8 +27,8 @@ type Spec struct {
 
 // stoppedLooks is how many looks in a row (an Interval apart) must find the
 // unit stopped: a stop shorter than two intervals (0.5 s under the fast
-// profiles, 4 s under the default) is ridden out, as a debugger's or a
-// core dump's brief one should be.
+// profiles, 4 s under the default) is ridden out, as a debugger's brief
+// look at the process should be; a longer one costs a restart.
 const stoppedLooks = 3
 
 // States of a probe, as Report shows them.
@@ -101,7 +101,7 @@ func (p *Probe) Arm(ctx context.Context) {
 	ctx, p.cancel = context.WithCancel(ctx)
 	p.epoch++
 	p.armedAt, p.started, p.consecutive, p.strikes, p.last, p.healthySince = p.now(), false, 0, 0, nil, time.Time{}
-	p.stopped, p.hung = 0, false
+	p.stopped, p.hung, p.lookErr = 0, false, ""
 	go p.run(ctx, p.epoch)
 }
 
@@ -116,7 +116,7 @@ func (p *Probe) Disarm() {
 	p.cancel = nil
 	p.epoch++
 	p.consecutive, p.strikes = 0, 0
-	p.stopped, p.hung = 0, false
+	p.stopped, p.hung, p.lookErr = 0, false, ""
 }
 
 // Rearm restarts the grace: the unit's process was replaced.
@@ -234,7 +234,10 @@ func (p *Probe) look(epoch int) {
 		p.stoppedAt = now
 	}
 	p.stopped++
-	if p.stopped < stoppedLooks || p.hung {
+	// Looks, and the time they span: a tick delayed behind a slow look
+	// comes at once after it, and three looks must still cover two
+	// intervals (less a quarter for the ticks' own jitter).
+	if p.stopped < stoppedLooks || now.Sub(p.stoppedAt) < time.Duration(stoppedLooks-1)*p.spec.Interval-p.spec.Interval/4 || p.hung {
 		return
 	}
 	if !p.started && now.Sub(p.armedAt) < p.spec.Grace {
@@ -271,6 +274,9 @@ func (p *Probe) record(epoch int, r Result) {
 		p.started, p.consecutive = true, 0
 		p.stopped, p.hung = 0, false
 		return
+	}
+	if r.Code != 0 {
+		p.stopped = 0 // it answered, if not healthy: it runs
 	}
 	p.bad++
 	if !p.started && p.now().Sub(p.armedAt) < p.spec.Grace {
