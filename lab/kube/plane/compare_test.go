@@ -69,6 +69,9 @@ func TestComparisonRatiosAndRobustnessAreTheRunsOwn(t *testing.T) {
 // mode is slower than le-tuned, and those by less than the probe's step).
 func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 	for file, wants := range map[string][]string{
+		"sidebyside-20261205T192422.json": {
+			"| 49 scheduler frozen (SIGSTOP) on the leader | scheduler back | 1.05 s (0.17x) | 6.07 s |",
+		},
 		"sidebyside-20261205T173506.json": {
 			"| 49 scheduler frozen (SIGSTOP) on the leader | scheduler back | 1.14 s (0.19x) | 5.92 s |",
 			"| 69 flapping partition of the leader's rack | scheduler back | 4.05 s (1.27x) | 3.19 s |",
