@@ -264,20 +264,7 @@ func TestSavedRunsPooledOn45GiveTheQuotedFigures(t *testing.T) {
 		"kha-fast-kill": "30 trials, 0.23 s [0.20-8.96], 8 above 1 s",
 		"le-tuned":      "25 trials, 0.22 s [0.20-8.85], 5 above 1 s",
 	}
-	all, err := filepath.Glob(filepath.Join("testdata", "sidebyside-*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	for _, p := range all {
-		if filepath.Base(p) <= "sidebyside-20261205T072352.json" {
-			paths = append(paths, p)
-		}
-	}
-	rs, err := report.LoadTrials(paths...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := savedTrialsUpTo(t, "sidebyside-20261205T072352.json")
 	resumed := map[string][]float64{}
 	for _, r := range rs {
 		if r.ID == 45 {
@@ -298,6 +285,28 @@ func TestSavedRunsPooledOn45GiveTheQuotedFigures(t *testing.T) {
 	}
 }
 
+// savedTrialsUpTo loads the trials of every saved side-by-side run up to
+// and including last: a pooled figure a document quotes must not move when
+// a later run is saved.
+func savedTrialsUpTo(t *testing.T, last string) []report.Result {
+	t.Helper()
+	all, err := filepath.Glob(filepath.Join("testdata", "sidebyside-*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, p := range all {
+		if filepath.Base(p) <= last {
+			paths = append(paths, p)
+		}
+	}
+	rs, err := report.LoadTrials(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
 // 45 and 71 pooled over every saved run up to the evening of 5 December
 // (docs/failure-modes.md, "a stopped scheduler found by its state"): the
 // medians that say this run's ratios on them are draws, and how often each
@@ -309,20 +318,7 @@ func TestSavedRunsPooledOn45And71GiveTheQuotedFigures(t *testing.T) {
 		"71 kha-fast-kill": "45 trials, scheduler back 2.42 s, 25 under 2.5 s",
 		"71 le-tuned":      "45 trials, scheduler back 3.12 s, 14 under 2.5 s",
 	}
-	all, err := filepath.Glob(filepath.Join("testdata", "sidebyside-*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	for _, p := range all {
-		if filepath.Base(p) <= "sidebyside-20261205T173506.json" {
-			paths = append(paths, p)
-		}
-	}
-	rs, err := report.LoadTrials(paths...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := savedTrialsUpTo(t, "sidebyside-20261205T173506.json")
 	resumed, sched := map[string][]float64{}, map[string][]float64{}
 	for _, r := range rs {
 		k := fmt.Sprintf("%d %s", r.ID, r.Mode)
