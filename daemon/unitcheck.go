@@ -29,7 +29,8 @@ type UnitCheck struct {
 // CheckInstalled applies to the installed units the rules the fence window
 // needs beyond the configuration file: the supervisor unit's WatchdogSec
 // must leave two renew intervals (the margin after S_max is
-// max(lease.slack, WatchdogSec)), and every managed unit's TimeoutStopSec
+// max(lease.slack, WatchdogSec); under a backstop the same span is how long
+// its pings last after a renewal), and every managed unit's TimeoutStopSec
 // must not exceed units.stop_timeout (when the supervisor is gone, systemd
 // alone stops them, and a longer timeout would let them outlive the lease).
 // check-config and run both call it, so they refuse alike and with the same
@@ -69,8 +70,10 @@ func (uc *UnitCheck) supervisor(cfg config.Config, r systemd.UnitReader) error {
 	w.Watchdog = st.Watchdog
 	renew := cfg.Lease.RenewInterval
 	if err := w.Validate(renew); err != nil {
+		// min(Span, PingSpan) is the formula's value under a backstop too,
+		// where it is how long the pings last after a renewal.
 		return fmt.Errorf("%s: WatchdogSec=%s (%s) gives fence window %s = lease.ttl %s * (1 - %g) - S_max %s - max(lease.slack %s, WatchdogSec %s), under two renew intervals (2 x lease.renew_interval %s); run refuses to start. Fix: %s",
-			unit, span(st.Watchdog), st.From, w.Span(w.TTL), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), renew,
+			unit, span(st.Watchdog), st.From, min(w.Span(w.TTL), w.PingSpan(w.TTL)), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), renew,
 			watchdogFix(cfg, w, renew, st.WatchdogFile))
 	}
 	uc.stall(cfg, st)

@@ -100,22 +100,37 @@ func TestInstalledAndRunningChecksAgreeOnTimeoutStop(t *testing.T) {
 }
 
 // The installed WatchdogSec, not only the profile's, must leave a fence
-// window that outlasts a stock etcd leader election: fast-kill's window
-// under a WatchdogSec=2s (the packaged unit's, install-dropins never run)
-// still passes the two-renewal rule (1.66 s > 0.5 s) but fences a healthy
-// leader at the first stall of the etcd leader (G = 2.6 s). A warning with
-// the fix, not a refusal: an upgrade must not stop a running leader.
+// window that outlasts a stock etcd leader election: fast's window under a
+// WatchdogSec=3s (install-dropins never run, an old drop-in) still passes
+// the two-renewal rule (1.44 s > 1 s) but fences a healthy leader at the
+// first stall of the etcd leader (G = 3.1 s). A warning with the fix, not a
+// refusal: an upgrade must not stop a running leader. Under fast-kill the
+// watchdog is the backstop and costs the window nothing: a 2 s one passes
+// without a warning (its pings still cover two renewals), and one that
+// leaves its pings less than two renewals is refused.
 func TestInstalledWatchdogMustOutlastAnEtcdElection(t *testing.T) {
-	cfg := loadConfig(t, "node = \"m1\"\nprofile = \"fast-kill\"\n")
-	units := func(wd time.Duration) fixedUnits {
-		return fixedUnits{Found: true, Watchdog: wd, TimeoutStop: cfg.Units.StopTimeout, From: "test"}
-	}
-	if uc := CheckInstalled(cfg, units(cfg.SelectedProfile().Watchdog)); uc.Refusal != nil || len(uc.Warnings) > 0 {
-		t.Fatalf("the profile's own WatchdogSec: refusal %v, warnings %q", uc.Refusal, uc.Warnings)
-	}
-	uc := CheckInstalled(cfg, units(2*time.Second))
-	w := strings.Join(uc.Warnings, "\n")
-	if uc.Refusal != nil || !strings.Contains(w, "WatchdogSec=2s") || !strings.Contains(w, "etcd leader election") || !strings.Contains(w, "install-dropins") {
-		t.Fatalf("fast-kill under WatchdogSec=2s: refusal %v, warnings %q: want a warning naming the watchdog, the etcd election and the fix", uc.Refusal, uc.Warnings)
+	for _, tc := range []struct {
+		profile  string
+		watchdog time.Duration
+		warn     string // "" none
+		refuse   bool
+	}{
+		{"fast", config.Profiles["fast"].Watchdog, "", false},
+		{"fast", 3 * time.Second, "WatchdogSec=3s", false},
+		{"fast-kill", config.Profiles["fast-kill"].Watchdog, "", false},
+		{"fast-kill", 2 * time.Second, "", false},
+		{"fast-kill", 3200 * time.Millisecond, "", true},
+	} {
+		cfg := loadConfig(t, "node = \"m1\"\nprofile = \""+tc.profile+"\"\n")
+		uc := CheckInstalled(cfg, fixedUnits{Found: true, Watchdog: tc.watchdog, TimeoutStop: cfg.Units.StopTimeout, From: "test"})
+		w := strings.Join(uc.Warnings, "\n")
+		switch {
+		case tc.refuse != (uc.Refusal != nil):
+			t.Errorf("%s under WatchdogSec=%s: refusal %v, want refused %v", tc.profile, tc.watchdog, uc.Refusal, tc.refuse)
+		case tc.warn == "" && len(uc.Warnings) > 0:
+			t.Errorf("%s under WatchdogSec=%s: warnings %q, want none", tc.profile, tc.watchdog, uc.Warnings)
+		case tc.warn != "" && (!strings.Contains(w, tc.warn) || !strings.Contains(w, "etcd leader election") || !strings.Contains(w, "install-dropins")):
+			t.Errorf("%s under WatchdogSec=%s: warnings %q: want one naming the watchdog, the etcd election and the fix", tc.profile, tc.watchdog, uc.Warnings)
+		}
 	}
 }

@@ -21,22 +21,62 @@ import (
 // detection.
 //
 // Watchdog covers a supervisor that freezes (SIGSTOP, livelock) after its
-// renewals began to fail: its last watchdog ping came at most at fence_at,
-// systemd kills it at most Watchdog later (WatchdogSec with
-// WatchdogSignal=SIGKILL), and BindsTo= stops the units within StopMax. So
-// the margin after StopMax must cover the larger of Slack and Watchdog:
+// renewals began to fail: systemd kills it Watchdog after its last ping
+// (WatchdogSec with WatchdogSignal=SIGKILL), and BindsTo= stops the units
+// within StopMax. A ping is therefore a promise: sent at p, it says the units
+// are down by p + W + S_max even if this process freezes right after it.
+// Every ping must keep it, so no ping leaves after
+//
+//	ping_by = t_s + TTL*(1-rho) - S_max - W          (PingSpan)
+//
+// (Deadline.PingBy). When the loop pings up to its fence instant, as it
+// always did, that forces the margin after StopMax to cover the larger of
+// Slack and Watchdog:
 //
 //	fence_at = t_s + TTL*(1-rho) - S_max - max(delta, W)
+//
+// With Backstop the pings stop at ping_by instead, and the watchdog becomes
+// the backstop for a fence that comes late: the loop fences at
+//
+//	fence_at = t_s + TTL*(1-rho) - S_max - delta
+//
+// and, if it is frozen or late there, systemd's kill lands by t_s +
+// TTL*(1-rho) - S_max all the same. A fence that began after ping_by sends
+// no ping until its units are confirmed down (docs/architecture.md, "The
+// watchdog as the backstop").
 type Window struct {
 	TTL       time.Duration // lease TTL granted by etcd
 	ClockRate float64       // rho: worst relative clock-rate error, e.g. 0.01
 	StopMax   time.Duration // S_max: worst-case time to stop every managed unit
 	Slack     time.Duration // delta: scheduling and detection slack
 	Watchdog  time.Duration // W: systemd's WatchdogSec when it kills with SIGKILL; 0 without a watchdog
+	// Backstop makes the watchdog the backstop for a late fence: pings stop
+	// at PingSpan, and the margin after StopMax is Slack alone.
+	Backstop bool
 }
 
-// Margin is what is kept free after StopMax: max(Slack, Watchdog).
-func (w Window) Margin() time.Duration { return max(w.Slack, w.Watchdog) }
+// Margin is what is kept free after StopMax: max(Slack, Watchdog), or Slack
+// alone when the watchdog is the backstop.
+func (w Window) Margin() time.Duration {
+	if w.Backstop && w.Watchdog > 0 {
+		return w.Slack
+	}
+	return max(w.Slack, w.Watchdog)
+}
+
+// Backstopped reports whether the watchdog, not the margin, covers the end
+// of the window: pings stop before the fence instant.
+func (w Window) Backstopped() bool { return w.Watchdog > w.Margin() }
+
+// PingSpan is ping_by - t_s: how long after a renewal was sent a watchdog
+// ping still promises that systemd's kill and the units' stop land before
+// the lease could lapse. Without a watchdog it is the Span.
+func (w Window) PingSpan(ttl time.Duration) time.Duration {
+	if w.Watchdog <= 0 {
+		return w.Span(ttl)
+	}
+	return w.Span(ttl) + w.Margin() - w.Watchdog
+}
 
 // Span is fence_at - t_s: how long after a renewal was sent the node may keep
 // its units running without a newer successful renewal.
@@ -66,7 +106,10 @@ func (w Window) Validate(renew time.Duration) error {
 	}
 	// span/2 < renew rather than span < 2*renew: no overflow for absurd
 	// renew intervals.
-	if span := w.Span(w.TTL); span < 0 || span/2 < renew {
+	// Under a backstop the pings stop PingSpan after a renewal: it must
+	// cover two renew intervals as well, or a lost renewal gets a healthy
+	// leader killed by its watchdog.
+	if span := min(w.Span(w.TTL), w.PingSpan(w.TTL)); span < 0 || span/2 < renew {
 		margin := fmt.Sprintf("slack %s", w.Slack)
 		if w.Watchdog > w.Slack {
 			margin = fmt.Sprintf("systemd WatchdogSec %s", w.Watchdog)
@@ -135,6 +178,35 @@ func (d *Deadline) at() (at time.Time, ok bool) {
 		}
 	}
 	return at, ok
+}
+
+// PingBy is the last instant, as a time.Now() instant, at which a watchdog
+// ping keeps its promise (Window.PingSpan): the fence instant moved by
+// Margin - Watchdog, for the earliest tracked lease. ok is false when no
+// lease is tracked: nothing runs on this node's behalf, and a ping promises
+// nothing.
+func (d *Deadline) PingBy() (by time.Time, ok bool) {
+	at, ok := d.at()
+	if !ok {
+		return time.Time{}, false
+	}
+	if d.w.Watchdog > 0 {
+		at = at.Add(d.w.Margin() - d.w.Watchdog)
+	}
+	return d.clock.Out(at), true
+}
+
+// MayPing reports whether a watchdog ping sent at now keeps its promise:
+// true when no lease is tracked, else now is not past PingBy.
+func (d *Deadline) MayPing(now time.Time) bool {
+	at, ok := d.at()
+	if !ok {
+		return true
+	}
+	if d.w.Watchdog > 0 {
+		at = at.Add(d.w.Margin() - d.w.Watchdog)
+	}
+	return !d.clock.Present(now).After(at)
 }
 
 // Left is how long until the fence instant, as seen at now (negative once

@@ -23,6 +23,10 @@ func TestSpan(t *testing.T) {
 		{"lease gone", defaults, 0, 0},
 		{"watchdog longer than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 2 * time.Second}, 10 * time.Second, 4900 * ms},
 		{"watchdog shorter than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 200 * ms}, 10 * time.Second, 6400 * ms},
+		{"fast-kill, the watchdog the backstop", fastKill, 4 * time.Second, 3460 * ms},
+		{"fast-kill, the watchdog in the margin", noBackstop(fastKill), 4 * time.Second, 3160 * ms},
+		{"backstop without a watchdog", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Backstop: true}, 4 * time.Second, 3510 * ms},
+		{"backstop with a watchdog under slack", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Watchdog: 100 * ms, Backstop: true}, 4 * time.Second, 3510 * ms},
 	} {
 		if got := tc.w.Span(tc.ttl); got != tc.want {
 			t.Errorf("%s: Span(%s) = %s, want %s", tc.name, tc.ttl, got, tc.want)
@@ -49,6 +53,11 @@ func TestValidate(t *testing.T) {
 		{"zero renew", defaults, 0, "renew interval"},
 		{"fast profile with a 2s watchdog", Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 1500 * ms, Slack: 500 * ms, Watchdog: 2 * time.Second}, 500 * ms, "WatchdogSec 2s"},
 		{"fast profile with a 1s watchdog", Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 1500 * ms, Slack: 500 * ms, Watchdog: time.Second}, 500 * ms, ""},
+		{"fast-kill", fastKill, 250 * ms, ""},
+		// Under a backstop the window does not shrink with the watchdog,
+		// but the pings must still cover two renewals.
+		{"fast-kill with a 3.16s watchdog", withWatchdog(fastKill, 3160*ms), 250 * ms, ""},
+		{"fast-kill with a 3.2s watchdog", withWatchdog(fastKill, 3200*ms), 250 * ms, "WatchdogSec 3.2s"},
 	} {
 		err := tc.w.Validate(tc.renew)
 		switch {
@@ -106,5 +115,77 @@ func TestDeadline(t *testing.T) {
 func TestValidateHugeRenewDoesNotOverflow(t *testing.T) {
 	if err := defaults.Validate(time.Duration(1<<62) + 1); err == nil {
 		t.Fatal("a renew interval of ~146 years must be refused, not wrap around")
+	}
+}
+
+// fast-kill's window: TTL 4 s, S_max 0.3 s, slack 0.2 s, WatchdogSec 0.5 s
+// as the backstop.
+var fastKill = Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 300 * time.Millisecond, Slack: 200 * time.Millisecond, Watchdog: 500 * time.Millisecond, Backstop: true}
+
+func noBackstop(w Window) Window                    { w.Backstop = false; return w }
+func withWatchdog(w Window, d time.Duration) Window { w.Watchdog = d; return w }
+
+// A ping is a promise that systemd's kill and the units' stop land before
+// the lease could lapse: ping_by = t_s + TTL*(1-rho) - S_max - W. Without a
+// backstop the margin covers W and the pings may go on to the fence
+// instant; with one they stop W - delta before it.
+func TestPingSpanAndPingBy(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name           string
+		w              Window
+		span, pingSpan time.Duration
+		margin         time.Duration
+		backstopped    bool
+	}{
+		{"fast-kill", fastKill, 3460 * ms, 3160 * ms, 200 * ms, true},
+		{"fast-kill without the backstop", noBackstop(fastKill), 3160 * ms, 3160 * ms, 500 * ms, false},
+		{"default under its 2s watchdog", withWatchdog(defaults, 2*time.Second), 4900 * ms, 4900 * ms, 2 * time.Second, false},
+		{"watchdog under slack", withWatchdog(defaults, 200*ms), 6400 * ms, 6700 * ms, 500 * ms, false},
+		{"no watchdog", defaults, 6400 * ms, 6400 * ms, 500 * ms, false},
+		{"backstop, watchdog under slack", withWatchdog(Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Backstop: true}, 100*ms), 3510 * ms, 3610 * ms, 200 * ms, false},
+	} {
+		w := tc.w
+		if got := w.Span(w.TTL); got != tc.span {
+			t.Errorf("%s: Span = %s, want %s", tc.name, got, tc.span)
+		}
+		if got := w.PingSpan(w.TTL); got != tc.pingSpan {
+			t.Errorf("%s: PingSpan = %s, want %s", tc.name, got, tc.pingSpan)
+		}
+		if got := w.Margin(); got != tc.margin {
+			t.Errorf("%s: Margin = %s, want %s", tc.name, got, tc.margin)
+		}
+		if got := w.Backstopped(); got != tc.backstopped {
+			t.Errorf("%s: Backstopped = %v, want %v", tc.name, got, tc.backstopped)
+		}
+		// Whatever the mode, a ping never promises more than the lease
+		// holds: ping_by + W + S_max <= t_s + TTL*(1-rho).
+		if w.Watchdog > 0 {
+			if end := w.PingSpan(w.TTL) + w.Watchdog + w.StopMax; end > w.Span(w.TTL)+w.StopMax+w.Margin() {
+				t.Errorf("%s: a ping at PingSpan is killed at %s + S_max, past the lease's guaranteed end %s", tc.name, end, w.Span(w.TTL)+w.StopMax+w.Margin())
+			}
+		}
+
+		d := NewDeadlineClock(w, IdentityClock{})
+		if !d.MayPing(time.Now()) {
+			t.Errorf("%s: MayPing false with no lease tracked", tc.name)
+		}
+		if _, ok := d.PingBy(); ok {
+			t.Errorf("%s: PingBy ok with no lease tracked", tc.name)
+		}
+		sent := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+		d.Renewed("election", sent, w.TTL)
+		by, ok := d.PingBy()
+		if !ok || !by.Equal(sent.Add(tc.pingSpan)) {
+			t.Errorf("%s: PingBy = %s, %v; want t_s + %s", tc.name, by.Sub(sent), ok, tc.pingSpan)
+		}
+		if !d.MayPing(by) || d.MayPing(by.Add(time.Nanosecond)) {
+			t.Errorf("%s: MayPing at PingBy %v, just after %v; want true, false", tc.name, d.MayPing(by), d.MayPing(by.Add(time.Nanosecond)))
+		}
+		// The earliest lease decides.
+		d.Renewed("member", sent.Add(-time.Second), w.TTL)
+		if by2, _ := d.PingBy(); !by2.Equal(by.Add(-time.Second)) {
+			t.Errorf("%s: with an older member lease PingBy = t_s + %s, want t_s + %s", tc.name, by2.Sub(sent), by.Add(-time.Second).Sub(sent))
+		}
 	}
 }

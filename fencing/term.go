@@ -32,7 +32,7 @@ type Term struct {
 	StopMax time.Duration
 
 	fenceAt time.Time     // the fence instant on clock; zero: none (not holding)
-	lapse   time.Duration // fence instant to the lease's guaranteed end: S_max + max(delta, W)
+	lapse   time.Duration // fence instant to the lease's guaranteed end: S_max + Window.Margin()
 	clock   Clock
 }
 
@@ -61,7 +61,7 @@ func (t Term) FenceIn(now time.Time) time.Duration {
 }
 
 // LeaseLeft is how long the lease itself is still guaranteed valid at now:
-// FenceIn + S_max + max(delta, W) (zero without a fence instant).
+// FenceIn + S_max + Window.Margin() (zero without a fence instant).
 func (t Term) LeaseLeft(now time.Time) time.Duration {
 	if t.fenceAt.IsZero() {
 		return 0
@@ -72,7 +72,7 @@ func (t Term) LeaseLeft(now time.Time) time.Duration {
 // MayAct is the one predicate: the term is open, has a token, and its fence
 // instant has not come. A unit started (or a request sent) while it holds
 // is stopped by the fence that begins at the fence instant at the latest,
-// within S_max, so before the lease could lapse with max(delta, W) to
+// within S_max, so before the lease could lapse with the margin to
 // spare.
 func (t Term) MayAct(now time.Time) bool { return t.Closed(now) == "" }
 

@@ -49,27 +49,32 @@ func (s *Supervisor) fence(bg context.Context, kind, reason string) error {
 		return &FenceError{Reason: reason, Incomplete: err}
 	}
 	s.term.unitsMayRun.Store(false)
+	// The units are down: a watchdog kill can no longer do harm, so ping at
+	// once (under a backstop none has gone out since the term's PingBy, and
+	// the kill is due lease.slack after the fence instant) and on through
+	// the bounded epilogue rather than lose its work.
+	pctx, stopPing := context.WithCancel(bg)
+	go s.pingUntil(pctx, time.Time{})
+	defer stopPing()
 	s.log.Error("fenced: units stopped", "reason", reason, "took", took.Round(time.Millisecond), "stop_budget", s.timeout.StopMax())
 	for _, name := range []string{electionLease, memberLease} {
 		s.endRenewStreak(name, "fence")
 	}
 	s.resetConnections()
-	// The units are down: a watchdog kill can no longer do harm, so keep
-	// pinging through the bounded epilogue rather than lose its work.
-	pctx, stopPing := context.WithCancel(bg)
-	go s.pingUntil(pctx, time.Time{})
-	defer stopPing()
 	s.fenceEpilogue(bg, kind, took)
 	return &FenceError{Reason: reason}
 }
 
 // fenceUnits stops, kills and confirms, all before hard (the second look
-// gets at least secondLookMin). The watchdog is fed until hard and no later:
-// a fence stuck on a hung manager must let systemd kill this process.
+// gets at least secondLookMin). The watchdog is fed until hard and no later
+// (under a backstop, not past the term's PingBy either): a fence stuck on a
+// hung manager must let systemd kill this process.
 func (s *Supervisor) fenceUnits(bg context.Context, hard time.Time) error {
 	pctx, stopPing := context.WithCancel(bg)
 	defer stopPing()
-	go s.pingUntil(pctx, hard)
+	if until, ok := s.fencePingsUntil(hard); ok {
+		go s.pingUntil(pctx, until)
+	}
 
 	ctx, cancel := context.WithDeadline(bg, hard)
 	err := fencing.Fence(ctx, s.units, s.cfg.Units.Managed, s.timeout)
@@ -141,22 +146,49 @@ func (s *Supervisor) resetConnections() {
 	s.log.Info("fenced: connections to etcd reset", "destroyed", n, "took", took)
 }
 
+// fencePingsUntil is how long the fence may feed the watchdog before its
+// units are confirmed down: until hard, and under a backstop
+// (fencing.Window) never past the term's PingBy. A fence that began after
+// it (a deadline fence always does) sends no ping until the units are down:
+// frozen or late, it is then killed by systemd in time (BindsTo= stops the
+// units), and on time it is done before that.
+// ok is false when it may not ping at all (no lease tracked under a
+// backstop: nothing proves the window).
+func (s *Supervisor) fencePingsUntil(hard time.Time) (until time.Time, ok bool) {
+	if !s.window.Backstopped() {
+		return hard, true
+	}
+	by, ok := s.term.deadline.PingBy()
+	if !ok {
+		return time.Time{}, false
+	}
+	return earlier(by, hard), true
+}
+
 // pingUntil feeds the watchdog every tick until ctx ends or, when until is
-// set, until that instant.
+// set, until that instant (each ping carries it, so that one queued in time
+// but sent after it is dropped).
 func (s *Supervisor) pingUntil(ctx context.Context, until time.Time) {
 	t := time.NewTicker(tickFor(s.window.Watchdog))
 	defer t.Stop()
-	for {
+	for now := time.Now(); ; {
+		if !until.IsZero() && !now.Before(until) {
+			return
+		}
+		s.notes.queue(note{msg: "WATCHDOG=1", by: until})
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			if !until.IsZero() && !now.Before(until) {
-				return
-			}
-			s.notify("WATCHDOG=1")
+		case now = <-t.C:
 		}
 	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func later(a, b time.Time) time.Time {

@@ -9,6 +9,7 @@ import (
 	"github.com/kha-supervisor/kha-supervisor/group"
 	"github.com/kha-supervisor/kha-supervisor/internal/supervisortest"
 	"github.com/kha-supervisor/kha-supervisor/supervisor"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // fenceClock records when a member entered Fencing and when it last pinged
@@ -172,5 +173,89 @@ func TestFenceResetsTheConnectionsToEtcdOnceTheUnitsAreDown(t *testing.T) {
 	}
 	if c := calls[0]; len(c.running) != 0 || c.state != group.Fencing {
 		t.Fatalf("reset while %v still ran, in state %s: want the units down, still fencing", c.running, c.state)
+	}
+}
+
+// pingsBefore is every ping sent before t.
+func (c *fenceClock) pingsBefore(t time.Time) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Time
+	for _, p := range c.pings {
+		if p.Before(t) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestBackstopPingsStopBeforeTheFenceInstant: under fast-kill the watchdog
+// is the backstop (fencing.Window.Backstop). A leader cut off from etcd
+// keeps its units past the old fence instant t_s + TTL*(1-rho) - S_max -
+// max(delta, W) (3.16 s) up to t_s + 3.46 s, and keeps the promise every
+// watchdog ping makes: none leaves after t_s + TTL*(1-rho) - S_max - W
+// (3.16 s), so that had it frozen after its last ping, systemd's kill (W
+// later) and the units' stop (S_max) would still land before the lease
+// could lapse. Once its units are down it pings again, through the
+// epilogue.
+func TestBackstopPingsStopBeforeTheFenceInstant(t *testing.T) {
+	const watchdog = 500 * time.Millisecond
+	w := newWorld(t)
+	clk := &fenceClock{}
+	w.Options = func(name string, o *supervisor.Options) {
+		o.Observer, o.Notify, o.Watchdog = clk.observe, clk.notify, watchdog
+	}
+	var cfg config.Config
+	a := w.Start("m1", func(c *config.Config) {
+		if err := c.UseProfile("fast-kill"); err != nil {
+			t.Fatal(err)
+		}
+		cfg = *c
+	})
+	leaderOf(t, a)
+	win := cfg.Window()
+	win.Watchdog = watchdog
+	if !win.Backstopped() {
+		t.Fatalf("fast-kill window %+v: the watchdog is not the backstop", win)
+	}
+	span, pingSpan := win.Span(win.TTL), win.PingSpan(win.TTL)
+	time.Sleep(time.Second) // steady renewals and pings
+
+	cut := time.Now()
+	a.Cut(true)
+	var fe *supervisor.FenceError
+	if err := a.WaitExit(t, 30*time.Second, "fence"); !errors.As(err, &fe) {
+		t.Fatalf("Run returned %v, want a FenceError", err)
+	}
+	fencedAt := clk.fenced()
+	before := clk.pingsBefore(fencedAt)
+	if len(before) == 0 {
+		t.Fatal("no watchdog ping before the fence")
+	}
+	last := before[len(before)-1]
+	after := len(clk.pingsBefore(time.Now().Add(time.Hour))) - len(before)
+	t.Logf("cut at 0; last ping %s, fence %s (window %s, pings for %s after t_s); %d pings after the fence began",
+		last.Sub(cut).Round(time.Millisecond), fencedAt.Sub(cut).Round(time.Millisecond), span, pingSpan, after)
+
+	// t_s, the last renewal's send time, lies within a renew interval (and
+	// 100 ms for a late renewal) before the cut, so the fence instant lies
+	// in (cut + span - renew - 100 ms, cut + span]. The old margin fenced
+	// 300 ms earlier.
+	early := cut.Add(span - cfg.Lease.RenewInterval - 100*time.Millisecond)
+	if fencedAt.Before(early) || fencedAt.After(cut.Add(span+200*time.Millisecond)) {
+		t.Errorf("fence %s after the cut; want within (%s, %s]", fencedAt.Sub(cut), early.Sub(cut), span+200*time.Millisecond)
+	}
+	// The pings stop W - delta (300 ms) before the fence instant; a tick
+	// (100 ms) may separate the last one from that instant.
+	if gap, want := fencedAt.Sub(last), span-pingSpan; gap < want-20*time.Millisecond {
+		t.Errorf("last ping %s before the fence instant; want at least %s: a ping after t_s + %s promises a kill after the lease could lapse", gap, want, pingSpan)
+	}
+	if after == 0 {
+		t.Error("no ping after the fence began: the epilogue, with the units down, must feed the watchdog")
+	}
+	for _, u := range units {
+		if a.Units.Running(u) {
+			t.Fatalf("%s still runs after the fence", u)
+		}
 	}
 }

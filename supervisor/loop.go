@@ -150,4 +150,17 @@ func (s *Supervisor) resetFenceTimer() {
 		left = 0
 	}
 	s.loop.fenceTimer.Reset(left)
+	// Under a backstop the pings stop before the fence instant: wake the
+	// loop just before the last one allowed, so that the watchdog's kill,
+	// should this process freeze after it, comes as late as it safely can
+	// and an orderly fence has all of lease.slack to finish first.
+	if s.window.Backstopped() && s.loop.pingTimer != nil {
+		if by, ok := s.term.deadline.PingBy(); ok {
+			s.loop.pingTimer.Reset(max(time.Until(by)-lastPingEarly, 0))
+		}
+	}
 }
+
+// lastPingEarly is how long before the term's PingBy the loop wakes for its
+// last ping: enough for the pass to reach the ping before the instant.
+const lastPingEarly = 5 * time.Millisecond

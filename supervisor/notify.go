@@ -46,7 +46,23 @@ func (s *Supervisor) notify(msg string) {
 		// counts from now.
 		s.notes.last = statusNote{key: s.statusKey(), at: s.now()}
 	}
-	s.notes.queue(msg)
+	s.notes.queue(note{msg: msg})
+}
+
+// pingWatchdog feeds systemd's watchdog from the loop with a ping that keeps
+// its promise (fencing.Window): while this node holds a term, only up to the
+// term's PingBy, and the ping carries that instant so that the notifier
+// drops it rather than send it late.
+func (s *Supervisor) pingWatchdog() {
+	if !s.loop.state.Holding() {
+		s.notes.queue(note{msg: "WATCHDOG=1"})
+		return
+	}
+	by, ok := s.term.deadline.PingBy()
+	if !ok || time.Now().After(by) {
+		return
+	}
+	s.notes.queue(note{msg: "WATCHDOG=1", by: by})
 }
 
 // notifier owns the sd_notify queue: the loop queues, its own goroutine
@@ -55,12 +71,20 @@ func (s *Supervisor) notify(msg string) {
 type notifier struct {
 	send  func(string) // Options.Notify; nil: no notifications
 	log   *slog.Logger
-	notes chan string
+	notes chan note
 	last  statusNote // what STATUS= last said (loop-owned)
 }
 
+// note is one queued sd_notify message. A watchdog ping may carry by, the
+// last instant at which it keeps its promise (Deadline.PingBy): the
+// notifier drops it after that instead of sending it late.
+type note struct {
+	msg string
+	by  time.Time
+}
+
 func newNotifier(send func(string), log *slog.Logger) notifier {
-	return notifier{send: send, log: log, notes: make(chan string, 32)}
+	return notifier{send: send, log: log, notes: make(chan note, 32)}
 }
 
 func (n *notifier) on() bool { return n.send != nil }
@@ -70,14 +94,17 @@ func (n *notifier) on() bool { return n.send != nil }
 // queue is full, and the loop must keep its fence clock running meanwhile.
 // Watchdog pings are the ones dropped when the queue backs up; a reexec
 // that long is covered by systemd re-arming the watchdog when it comes back.
-func (n *notifier) queue(msg string) {
-	if msg == "WATCHDOG=1" && len(n.notes) > cap(n.notes)/2 {
+func (n *notifier) queue(m note) {
+	if !n.on() {
+		return
+	}
+	if m.msg == "WATCHDOG=1" && len(n.notes) > cap(n.notes)/2 {
 		return
 	}
 	select {
-	case n.notes <- msg:
+	case n.notes <- m:
 	default:
-		n.log.Warn("sd_notify queue full; message dropped", "msg", msg)
+		n.log.Warn("sd_notify queue full; message dropped", "msg", m.msg)
 	}
 }
 
@@ -87,8 +114,11 @@ func (n *notifier) run(bg context.Context) {
 		select {
 		case <-bg.Done():
 			return
-		case msg := <-n.notes:
-			n.send(msg)
+		case m := <-n.notes:
+			if !m.by.IsZero() && time.Now().After(m.by) {
+				continue // a ping that could no longer keep its promise
+			}
+			n.send(m.msg)
 		}
 	}
 }

@@ -175,6 +175,7 @@ type loopState struct {
 	shutting      bool
 	retryAt       time.Time // earliest next start-up attempt after a failure
 	fenceTimer    *time.Timer
+	pingTimer     *time.Timer // under a backstop: the term's last ping (Deadline.PingBy)
 	stopRenew     map[string]context.CancelFunc
 	renewStreaks  map[string]*renewStreak // per lease: its current run of failed renewals (renewlog.go; made at the first)
 	fenceNow      string                  // set by a handler that saw the lease lost: fence at once
@@ -304,6 +305,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	s.loop.fenceTimer = time.NewTimer(time.Hour)
 	s.loop.fenceTimer.Stop()
+	s.loop.pingTimer = time.NewTimer(time.Hour)
+	s.loop.pingTimer.Stop()
 	tick := time.NewTicker(tickFor(s.window.Watchdog))
 	defer tick.Stop()
 
@@ -341,6 +344,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 		case <-s.loop.fenceTimer.C:
 			// handled by the deadline check below
+		case <-s.loop.pingTimer.C:
+			// the last ping the term allows, at the end of this pass
 		}
 		if s.loop.state.Holding() && s.term.deadline.Expired(deadlineNow()) {
 			s.drainRenewals()
@@ -354,6 +359,6 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.step(bg)
 		s.updateSnapshot()
 		s.refreshStatus(s.now())
-		s.notify("WATCHDOG=1")
+		s.pingWatchdog()
 	}
 }

@@ -208,5 +208,9 @@ func (c Config) Window() fencing.Window {
 		ClockRate: c.Lease.ClockRate,
 		StopMax:   c.Timeouts().StopMax(),
 		Slack:     c.Lease.Slack,
+		// The watchdog is the backstop only where the fence is short: a
+		// unit's SIGKILL must come within lease.slack of the fence instant,
+		// or an orderly fence would be cut short by the watchdog.
+		Backstop: c.SelectedProfile().WatchdogBackstop && c.Units.StopTimeout < c.Lease.Slack,
 	}
 }

@@ -39,10 +39,19 @@ type Profile struct {
 	// be found and restarted in place.
 	HealthInterval time.Duration // health.interval
 	HealthTimeout  time.Duration // health.timeout
+	// Slack is delta, what the fence instant keeps free after S_max for the
+	// loop's own lateness (lease.slack).
+	Slack time.Duration
 	// Watchdog is the supervisor unit's WatchdogSec: not a key of this file
 	// but of kha-supervisor.service, written by install-dropins and read
 	// back by check-config and at start-up. It enters the fence window.
 	Watchdog time.Duration
+	// WatchdogBackstop makes the watchdog the backstop for a late fence
+	// (fencing.Window.Backstop): the pings stop W + S_max before the lease
+	// could lapse, and the fence instant keeps only lease.slack after S_max.
+	// Only where the fence is short: Config.Window turns it off when a file
+	// makes units.stop_timeout reach lease.slack.
+	WatchdogBackstop bool
 }
 
 // Profiles are the shipped profiles by name. Their numbers are argued in
@@ -63,6 +72,7 @@ var Profiles = map[string]Profile{
 		PollInterval:    1 * time.Second,
 		HealthInterval:  2 * time.Second,
 		HealthTimeout:   1 * time.Second,
+		Slack:           500 * time.Millisecond,
 		Watchdog:        2 * time.Second,
 	},
 	"fast": {
@@ -90,32 +100,33 @@ var Profiles = map[string]Profile{
 		// 1 s sequential probes (3-4 s) were slower than a lease.
 		HealthInterval: 250 * time.Millisecond,
 		HealthTimeout:  1250 * time.Millisecond,
+		Slack:          500 * time.Millisecond,
 		Watchdog:       1 * time.Second,
 	},
 	// "fast" with the units killed at once instead of stopped gracefully,
 	// for components that hold no lease of their own (kube-scheduler and
 	// kube-controller-manager with --leader-elect=false): the stop budget
 	// and the watchdog that "fast" spends 2.5 s of its window on shrink to
-	// 0.3 s and 0.5 s, renewals go out every 250 ms, and the lease shrinks
-	// with them to 4 s, so a rack cut costs less than with --leader-elect
-	// tuned 5/3/1 (issue 21).
+	// 0.3 s and 0.2 s (the watchdog, 500 ms, becomes the backstop),
+	// renewals go out every 250 ms, and the lease shrinks with them to 4 s,
+	// so a rack cut costs less than with --leader-elect tuned 5/3/1 (issue
+	// 21).
 	"fast-kill": {
 		Name:    "fast-kill",
-		Summary: "takeover about 4 s after a failure; units killed at once; rides out 3.16 s without a renewal",
+		Summary: "takeover about 4 s after a failure; units killed at once; rides out 3.46 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
 		ElectionTimeout: time.Second,
 		// A renewal is answered within 250 ms or retried: a healthy etcd
 		// answers in milliseconds; one that is slower than this for the
-		// whole window (3.16 s) fences the leader, as le-tuned's leader
-		// gives up after 3 s.
+		// whole window (3.46 s) fences the leader.
 		RequestTimeout: 250 * time.Millisecond,
 		// 4 s: the shortest whole-second TTL that keeps at least the
 		// 0.34 s margin "fast" has over a stock etcd election's renewal
 		// gap, here 2 x 0.25 + 2 x 1 + 0.1 = 2.6 s: X = 3.96 - 0.3 -
-		// max(0.5, 0.5) = 3.16 s, margin 0.56 s (3 s would leave X =
-		// 2.17 s). A 500 ms renew interval would leave 4 s a margin of
-		// 0.06 s and need 5 s, the slower side of le-tuned's 5 s lease.
+		// 0.2 = 3.46 s, margin 0.86 s (3 s would leave X = 2.47 s). The
+		// window also rides a 3 s cut of the leader's rack: its renewal
+		// gap measured 3.25-3.38 s on a quiet machine (issue 21, 69).
 		TTL:           4 * time.Second,
 		RenewInterval: 250 * time.Millisecond,
 		// Killed at once: SIGTERM, SIGKILL 100 ms later (the units'
@@ -128,9 +139,16 @@ var Profiles = map[string]Profile{
 		// The probes as "fast" times them.
 		HealthInterval: 250 * time.Millisecond,
 		HealthTimeout:  1250 * time.Millisecond,
-		// Not above lease.slack, so it costs the window nothing; the loop
-		// pings every WatchdogSec/5 (supervisor.tickFor).
-		Watchdog: 500 * time.Millisecond,
+		// The fence instant keeps 200 ms after S_max for its own lateness
+		// (the fence timer, the start gate's 150 ms wait for a start in
+		// flight); the watchdog (500 ms, pinged every 100 ms by the loop,
+		// supervisor.tickFor) is the backstop for a fence later than that:
+		// its pings stop at t_s + 3.96 - 0.3 - 0.5 = t_s + 3.16 s, so a
+		// frozen or late loop is killed by t_s + 3.66 s and its units are
+		// down by t_s + 3.96 s.
+		Slack:            200 * time.Millisecond,
+		Watchdog:         500 * time.Millisecond,
+		WatchdogBackstop: true,
 	},
 }
 
@@ -158,6 +176,7 @@ var profileKeys = []struct {
 	{"units.poll_interval", func(p Profile) time.Duration { return p.PollInterval }},
 	{"health.interval", func(p Profile) time.Duration { return p.HealthInterval }},
 	{"health.timeout", func(p Profile) time.Duration { return p.HealthTimeout }},
+	{"lease.slack", func(p Profile) time.Duration { return p.Slack }},
 }
 
 // ProfileKeys lists the dotted keys a profile sets.
