@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kha-supervisor/kha-supervisor/group"
+	"github.com/kha-supervisor/kha-supervisor/supervisor/config"
 )
 
 // readerWith is a member with lease ttl, S_max stopMax and slack 0.5 s
@@ -139,5 +140,26 @@ func TestPeerCheckNotesOtherTimings(t *testing.T) {
 	s.checkTimings(pc, map[string]group.Record{"m1": {Node: "m1"}}, now.Add(2*time.Second))
 	if len(pc.timing) != 1 {
 		t.Fatalf("a record of an older version (no timing) is not reported: %v", pc.timing)
+	}
+}
+
+// legacyProofMargin, assumed for a holder whose timing is unknown, must be
+// the smallest proof margin a shipped profile publishes: a larger one would
+// take a lease with that much left for proof that such a holder is past its
+// fence instant while it may still run its units.
+func TestLegacyProofMarginIsTheSmallestShippedOne(t *testing.T) {
+	least := time.Duration(-1)
+	for _, name := range config.ProfileNames() {
+		c := config.Default()
+		if err := c.UseProfile(name); err != nil {
+			t.Fatal(err)
+		}
+		w := c.Window()
+		if m := w.StopMax + w.Slack; least < 0 || m < least {
+			least = m
+		}
+	}
+	if legacyProofMargin != least {
+		t.Errorf("legacyProofMargin %s, want the smallest shipped S_max + lease.slack, %s", legacyProofMargin, least)
 	}
 }
