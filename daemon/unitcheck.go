@@ -72,8 +72,8 @@ func (uc *UnitCheck) supervisor(cfg config.Config, r systemd.UnitReader) error {
 	if err := w.Validate(renew); err != nil {
 		// min(Span, PingSpan) is the formula's value under a backstop too,
 		// where it is how long the pings last after a renewal.
-		return fmt.Errorf("%s: WatchdogSec=%s (%s) gives fence window %s = lease.ttl %s * (1 - %g) - S_max %s - max(lease.slack %s, WatchdogSec %s), under two renew intervals (2 x lease.renew_interval %s); run refuses to start. Fix: %s",
-			unit, span(st.Watchdog), st.From, min(w.Span(w.TTL), w.PingSpan(w.TTL)), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), renew,
+		return fmt.Errorf("%s: WatchdogSec=%s (%s) gives fence window %s = lease.ttl %s * (1 - %g) - S_max %s - max(lease.slack %s, WatchdogSec %s + %s for its timer), under two renew intervals (2 x lease.renew_interval %s); run refuses to start. Fix: %s",
+			unit, span(st.Watchdog), st.From, min(w.Span(w.TTL), w.PingSpan(w.TTL)), w.TTL, w.ClockRate, w.StopMax, w.Slack, span(st.Watchdog), fencing.WatchdogAccuracy, renew,
 			watchdogFix(cfg, w, renew, st.WatchdogFile))
 	}
 	uc.stall(cfg, st)
@@ -147,7 +147,9 @@ func watchdogFix(cfg config.Config, w fencing.Window, renew time.Duration, file 
 	w.Watchdog = want
 	profileFits := w.Validate(renew) == nil
 	w.Watchdog = 0
-	most := w.Span(w.TTL) - 2*renew + w.Slack
+	// W plus the watchdog timer's lateness must fit what two renewals
+	// leave.
+	most := w.Span(w.TTL) - 2*renew + w.Slack - fencing.WatchdogAccuracy
 	ours := writtenByUs(file)
 	switch {
 	case profileFits && ours:

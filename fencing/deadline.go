@@ -21,19 +21,20 @@ import (
 // detection.
 //
 // Watchdog covers a supervisor that freezes (SIGSTOP, livelock) after its
-// renewals began to fail: systemd kills it Watchdog after its last ping
-// (WatchdogSec with WatchdogSignal=SIGKILL), and BindsTo= stops the units
-// within StopMax. A ping is therefore a promise: sent at p, it says the units
-// are down by p + W + S_max even if this process freezes right after it.
-// Every ping must keep it, so no ping leaves after
+// renewals began to fail: systemd kills it Watchdog after its last ping, and
+// up to WatchdogAccuracy later (WatchdogSec with WatchdogSignal=SIGKILL), and
+// BindsTo= stops the units within StopMax. A ping is therefore a promise:
+// sent at p, it says the units are down by p + W + A + S_max even if this
+// process freezes right after it. Every ping must keep it, so no ping leaves
+// after
 //
-//	ping_by = t_s + TTL*(1-rho) - S_max - W          (PingSpan)
+//	ping_by = t_s + TTL*(1-rho) - S_max - W - A      (PingSpan)
 //
 // (Deadline.PingBy). When the loop pings up to its fence instant, as it
 // always did, that forces the margin after StopMax to cover the larger of
-// Slack and Watchdog:
+// Slack and Watchdog + A:
 //
-//	fence_at = t_s + TTL*(1-rho) - S_max - max(delta, W)
+//	fence_at = t_s + TTL*(1-rho) - S_max - max(delta, W + A)
 //
 // With Backstop the pings stop at ping_by instead, and the watchdog becomes
 // the backstop for a fence that comes late: the loop fences at
@@ -43,7 +44,9 @@ import (
 // and, if it is frozen or late there, systemd's kill lands by t_s +
 // TTL*(1-rho) - S_max all the same. A fence that began after ping_by sends
 // no ping until its units are confirmed down (docs/architecture.md, "The
-// watchdog as the backstop").
+// watchdog as the backstop"). delta should exceed A by the fence's own
+// length: systemd may fire as early as ping_by + W = t_s + TTL*(1-rho) -
+// S_max - A, and a fence it cuts short loses its epilogue.
 type Window struct {
 	TTL       time.Duration // lease TTL granted by etcd
 	ClockRate float64       // rho: worst relative clock-rate error, e.g. 0.01
@@ -55,27 +58,38 @@ type Window struct {
 	Backstop bool
 }
 
-// Margin is what is kept free after StopMax: max(Slack, Watchdog), or Slack
-// alone when the watchdog is the backstop.
+// WatchdogAccuracy (A) is how late systemd may fire a service's watchdog:
+// it arms the timer with sd-event's default accuracy (service.c passes 0,
+// which sd_event_add_time takes as 250 ms), and sd-event fires a timer
+// anywhere between its due time and that much later, to coalesce wake-ups.
+// So the kill after a ping at p comes between p + W and p + W + A.
+const WatchdogAccuracy = 250 * time.Millisecond
+
+// Margin is what is kept free after StopMax: max(Slack, Watchdog +
+// WatchdogAccuracy), Slack without a watchdog, and Slack alone when the
+// watchdog is the backstop.
 func (w Window) Margin() time.Duration {
-	if w.Backstop && w.Watchdog > 0 {
+	if w.Watchdog <= 0 || w.Backstop {
 		return w.Slack
 	}
-	return max(w.Slack, w.Watchdog)
+	return max(w.Slack, w.Watchdog+WatchdogAccuracy)
 }
 
 // Backstopped reports whether the watchdog, not the margin, covers the end
 // of the window: pings stop before the fence instant.
-func (w Window) Backstopped() bool { return w.Watchdog > w.Margin() }
+func (w Window) Backstopped() bool {
+	return w.Watchdog > 0 && w.Watchdog+WatchdogAccuracy > w.Margin()
+}
 
 // PingSpan is ping_by - t_s: how long after a renewal was sent a watchdog
-// ping still promises that systemd's kill and the units' stop land before
-// the lease could lapse. Without a watchdog it is the Span.
+// ping still promises that systemd's kill (at most Watchdog +
+// WatchdogAccuracy later) and the units' stop land before the lease could
+// lapse. Without a watchdog it is the Span.
 func (w Window) PingSpan(ttl time.Duration) time.Duration {
 	if w.Watchdog <= 0 {
 		return w.Span(ttl)
 	}
-	return w.Span(ttl) + w.Margin() - w.Watchdog
+	return w.Span(ttl) + w.Margin() - w.Watchdog - WatchdogAccuracy
 }
 
 // Span is fence_at - t_s: how long after a renewal was sent the node may keep
@@ -111,8 +125,8 @@ func (w Window) Validate(renew time.Duration) error {
 	// leader killed by its watchdog.
 	if span := min(w.Span(w.TTL), w.PingSpan(w.TTL)); span < 0 || span/2 < renew {
 		margin := fmt.Sprintf("slack %s", w.Slack)
-		if w.Watchdog > w.Slack {
-			margin = fmt.Sprintf("systemd WatchdogSec %s", w.Watchdog)
+		if w.Watchdog > 0 && w.Watchdog+WatchdogAccuracy > w.Slack {
+			margin = fmt.Sprintf("systemd WatchdogSec %s + %s for its timer", w.Watchdog, WatchdogAccuracy)
 		}
 		return fmt.Errorf("fence window %s (TTL %s x (1-%g) - stop %s - %s) is under two renew intervals (2 x %s)",
 			span, w.TTL, w.ClockRate, w.StopMax, margin, renew)
@@ -182,7 +196,7 @@ func (d *Deadline) at() (at time.Time, ok bool) {
 
 // PingBy is the last instant, as a time.Now() instant, at which a watchdog
 // ping keeps its promise (Window.PingSpan): the fence instant moved by
-// Margin - Watchdog, for the earliest tracked lease. ok is false when no
+// Margin - Watchdog - WatchdogAccuracy, for the earliest tracked lease. ok is false when no
 // lease is tracked: nothing runs on this node's behalf, and a ping promises
 // nothing.
 func (d *Deadline) PingBy() (by time.Time, ok bool) {
@@ -191,7 +205,7 @@ func (d *Deadline) PingBy() (by time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	if d.w.Watchdog > 0 {
-		at = at.Add(d.w.Margin() - d.w.Watchdog)
+		at = at.Add(d.w.Margin() - d.w.Watchdog - WatchdogAccuracy)
 	}
 	return d.clock.Out(at), true
 }
@@ -204,7 +218,7 @@ func (d *Deadline) MayPing(now time.Time) bool {
 		return true
 	}
 	if d.w.Watchdog > 0 {
-		at = at.Add(d.w.Margin() - d.w.Watchdog)
+		at = at.Add(d.w.Margin() - d.w.Watchdog - WatchdogAccuracy)
 	}
 	return !d.clock.Present(now).After(at)
 }

@@ -21,12 +21,13 @@ func TestSpan(t *testing.T) {
 		{"no clock error", Window{StopMax: 3 * time.Second, Slack: 500 * ms}, 10 * time.Second, 6500 * ms},
 		{"server granted a shorter TTL than asked", defaults, 8 * time.Second, 4420 * ms},
 		{"lease gone", defaults, 0, 0},
-		{"watchdog longer than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 2 * time.Second}, 10 * time.Second, 4900 * ms},
+		// The watchdog's kill may come WatchdogAccuracy (250 ms) late.
+		{"watchdog longer than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 2 * time.Second}, 10 * time.Second, 4650 * ms},
 		{"watchdog shorter than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 200 * ms}, 10 * time.Second, 6400 * ms},
-		{"fast-kill, the watchdog the backstop", fastKill, 4 * time.Second, 3460 * ms},
-		{"fast-kill, the watchdog in the margin", noBackstop(fastKill), 4 * time.Second, 3160 * ms},
+		{"fast-kill, the watchdog the backstop", fastKill, 4 * time.Second, 3310 * ms},
+		{"fast-kill, the watchdog in the margin", noBackstop(fastKill), 4 * time.Second, 2910 * ms},
 		{"backstop without a watchdog", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Backstop: true}, 4 * time.Second, 3510 * ms},
-		{"backstop with a watchdog under slack", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Watchdog: 100 * ms, Backstop: true}, 4 * time.Second, 3510 * ms},
+		{"backstop with a watchdog", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Watchdog: 100 * ms, Backstop: true}, 4 * time.Second, 3510 * ms},
 	} {
 		if got := tc.w.Span(tc.ttl); got != tc.want {
 			t.Errorf("%s: Span(%s) = %s, want %s", tc.name, tc.ttl, got, tc.want)
@@ -56,8 +57,8 @@ func TestValidate(t *testing.T) {
 		{"fast-kill", fastKill, 250 * ms, ""},
 		// Under a backstop the window does not shrink with the watchdog,
 		// but the pings must still cover two renewals.
-		{"fast-kill with a 3.16s watchdog", withWatchdog(fastKill, 3160*ms), 250 * ms, ""},
-		{"fast-kill with a 3.2s watchdog", withWatchdog(fastKill, 3200*ms), 250 * ms, "WatchdogSec 3.2s"},
+		{"fast-kill with a 2.91s watchdog", withWatchdog(fastKill, 2910*ms), 250 * ms, ""},
+		{"fast-kill with a 3s watchdog", withWatchdog(fastKill, 3000*ms), 250 * ms, "WatchdogSec 3s"},
 	} {
 		err := tc.w.Validate(tc.renew)
 		switch {
@@ -118,17 +119,18 @@ func TestValidateHugeRenewDoesNotOverflow(t *testing.T) {
 	}
 }
 
-// fast-kill's window: TTL 4 s, S_max 0.3 s, slack 0.2 s, WatchdogSec 0.5 s
+// fast-kill's window: TTL 4 s, S_max 0.3 s, slack 0.35 s, WatchdogSec 0.5 s
 // as the backstop.
-var fastKill = Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 300 * time.Millisecond, Slack: 200 * time.Millisecond, Watchdog: 500 * time.Millisecond, Backstop: true}
+var fastKill = Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 300 * time.Millisecond, Slack: 350 * time.Millisecond, Watchdog: 500 * time.Millisecond, Backstop: true}
 
 func noBackstop(w Window) Window                    { w.Backstop = false; return w }
 func withWatchdog(w Window, d time.Duration) Window { w.Watchdog = d; return w }
 
-// A ping is a promise that systemd's kill and the units' stop land before
-// the lease could lapse: ping_by = t_s + TTL*(1-rho) - S_max - W. Without a
-// backstop the margin covers W and the pings may go on to the fence
-// instant; with one they stop W - delta before it.
+// A ping is a promise that systemd's kill (W, and up to A = 250 ms more)
+// and the units' stop land before the lease could lapse: ping_by = t_s +
+// TTL*(1-rho) - S_max - W - A. Without a backstop the margin covers W + A
+// and the pings may go on to the fence instant; with one they stop W + A -
+// delta before it.
 func TestPingSpanAndPingBy(t *testing.T) {
 	ms := time.Millisecond
 	for _, tc := range []struct {
@@ -138,12 +140,12 @@ func TestPingSpanAndPingBy(t *testing.T) {
 		margin         time.Duration
 		backstopped    bool
 	}{
-		{"fast-kill", fastKill, 3460 * ms, 3160 * ms, 200 * ms, true},
-		{"fast-kill without the backstop", noBackstop(fastKill), 3160 * ms, 3160 * ms, 500 * ms, false},
-		{"default under its 2s watchdog", withWatchdog(defaults, 2*time.Second), 4900 * ms, 4900 * ms, 2 * time.Second, false},
-		{"watchdog under slack", withWatchdog(defaults, 200*ms), 6400 * ms, 6700 * ms, 500 * ms, false},
+		{"fast-kill", fastKill, 3310 * ms, 2910 * ms, 350 * ms, true},
+		{"fast-kill without the backstop", noBackstop(fastKill), 2910 * ms, 2910 * ms, 750 * ms, false},
+		{"default under its 2s watchdog", withWatchdog(defaults, 2*time.Second), 4650 * ms, 4650 * ms, 2250 * ms, false},
+		{"watchdog and its timer under slack", withWatchdog(defaults, 200*ms), 6400 * ms, 6450 * ms, 500 * ms, false},
 		{"no watchdog", defaults, 6400 * ms, 6400 * ms, 500 * ms, false},
-		{"backstop, watchdog under slack", withWatchdog(Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Backstop: true}, 100*ms), 3510 * ms, 3610 * ms, 200 * ms, false},
+		{"backstop, watchdog and its timer under slack", withWatchdog(Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 250 * ms, Slack: 400 * ms, Backstop: true}, 100*ms), 3310 * ms, 3360 * ms, 400 * ms, false},
 	} {
 		w := tc.w
 		if got := w.Span(w.TTL); got != tc.span {
@@ -159,9 +161,9 @@ func TestPingSpanAndPingBy(t *testing.T) {
 			t.Errorf("%s: Backstopped = %v, want %v", tc.name, got, tc.backstopped)
 		}
 		// Whatever the mode, a ping never promises more than the lease
-		// holds: ping_by + W + S_max <= t_s + TTL*(1-rho).
+		// holds: ping_by + W + A + S_max <= t_s + TTL*(1-rho).
 		if w.Watchdog > 0 {
-			if end := w.PingSpan(w.TTL) + w.Watchdog + w.StopMax; end > w.Span(w.TTL)+w.StopMax+w.Margin() {
+			if end := w.PingSpan(w.TTL) + w.Watchdog + WatchdogAccuracy + w.StopMax; end > w.Span(w.TTL)+w.StopMax+w.Margin() {
 				t.Errorf("%s: a ping at PingSpan is killed at %s + S_max, past the lease's guaranteed end %s", tc.name, end, w.Span(w.TTL)+w.StopMax+w.Margin())
 			}
 		}

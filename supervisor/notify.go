@@ -59,7 +59,7 @@ func (s *Supervisor) pingWatchdog() {
 		return
 	}
 	by, ok := s.term.deadline.PingBy()
-	if !ok || time.Now().After(by) {
+	if !ok || !s.term.deadline.MayPing(time.Now()) {
 		return
 	}
 	s.notes.queue(note{msg: "WATCHDOG=1", by: by})

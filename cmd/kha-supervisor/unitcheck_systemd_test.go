@@ -81,7 +81,7 @@ func TestCheckConfigReadsRealSystemd(t *testing.T) {
 	write(cfg, "node = \"m1\"\nprofile = \"fast\"\n[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n", 0o600)
 
 	// Before install-dropins: the packaged WatchdogSec=2s fits the fast
-	// profile's 6s lease (2.44s), but the managed units still have
+	// profile's 6s lease (2.19s), but the managed units still have
 	// systemd's default TimeoutStopSec.
 	out, code := exe(bin, "check-config", "-c", cfg)
 	if code != exitConfig || !strings.Contains(out, "TimeoutStopSec=1m30s (systemd: ") || !strings.Contains(out, "Fix: kha-supervisor install-dropins") {
@@ -92,7 +92,7 @@ func TestCheckConfigReadsRealSystemd(t *testing.T) {
 	}
 	out, code = exe(bin, "check-config", "-c", cfg)
 	for _, want := range []string{
-		"kha-supervisor.service: WatchdogSec=1s (systemd: /etc/systemd/system/kha-supervisor.service, /etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf): fence window 3.44s, ok",
+		"kha-supervisor.service: WatchdogSec=1s (systemd: /etc/systemd/system/kha-supervisor.service, /etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf): fence window 3.19s, ok",
 		"kube-scheduler.service: TimeoutStopSec=1s (systemd: ",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
@@ -108,7 +108,7 @@ func TestCheckConfigReadsRealSystemd(t *testing.T) {
 	out, code = exe(bin, "check-config", "-c", cfg)
 	const refusal = "kha-supervisor.service: WatchdogSec=4s (systemd: "
 	fix := `Fix: remove WatchdogSec= from /etc/systemd/system/kha-supervisor.service.d/90-local.conf (then kha-supervisor install-dropins: profile "fast" writes WatchdogSec=1s)`
-	if code != exitConfig || !strings.Contains(out, refusal) || !strings.Contains(out, "gives fence window 440ms") || !strings.Contains(out, fix) {
+	if code != exitConfig || !strings.Contains(out, refusal) || !strings.Contains(out, "gives fence window 190ms") || !strings.Contains(out, fix) {
 		t.Fatalf("WatchdogSec=4s: exit %d, want %d and %q:\n%s", code, exitConfig, refusal, out)
 	}
 	t.Logf("check-config with WatchdogSec=4s: %s", strings.TrimSpace(out))

@@ -262,15 +262,15 @@ func refusals() []refusal {
 			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"is under two renew intervals", `units.stop_timeout = "8s" (line 3)`, `units.kill_grace = "1s" (from profile "default")`}},
 		{name: "window under the etcd election the profile rides through", toml: text("profile = \"fast\"\n[lease]\nttl = \"4s\"\n"),
 			key: "lease.ttl", value: `"4s"`, line: 3, msg: []string{
-				"fence window 1.46s under the profile's WatchdogSec=1s does not outlast the 3.1s without a renewal that an etcd leader election takes",
+				"fence window 1.21s under the profile's WatchdogSec=1s does not outlast the 3.1s without a renewal that an etcd leader election takes",
 				"raise lease.ttl to at least 6s", "lease.accept_short_window = true",
 				`lease.ttl = "4s" (line 3)`, `lease.renew_interval = "500ms" (from profile "fast")`, `profile = "fast" (line 1)`}},
 		{name: "fast-kill window under the etcd election", toml: text("profile = \"fast-kill\"\n[lease]\nttl = \"3s\"\n"),
 			key: "lease.ttl", value: `"3s"`, line: 3, msg: []string{
-				"fence window 2.47s under the profile's WatchdogSec=500ms does not outlast the 2.6s", `lease.renew_interval = "250ms" (from profile "fast-kill")`,
+				"fence window 2.32s under the profile's WatchdogSec=500ms does not outlast the 2.6s", `lease.renew_interval = "250ms" (from profile "fast-kill")`,
 				"raise lease.ttl to at least 4s", `units.stop_timeout = "100ms" (from profile "fast-kill")`}},
 		{name: "window under the etcd election from a changed stop budget", toml: text("[units]\nstop_timeout = \"3s\"\nkill_grace = \"2s\"\n"),
-			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window 2.9s under the profile's WatchdogSec=2s", "the 4.1s",
+			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window 2.65s under the profile's WatchdogSec=2s", "the 4.1s",
 				`units.stop_timeout = "3s" (line 2)`, `units.kill_grace = "2s" (line 3)`, "at least 12s"}},
 		{name: "fence window wraps around", toml: text("[units]\nstop_timeout = \"2562047h\"\nkill_grace = \"2562047h\"\n[lease]\nslack = \"2562047h\"\n"),
 			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"is under two renew intervals"}},
@@ -543,7 +543,7 @@ func TestLoadAcceptsShortWindowWithWarning(t *testing.T) {
 		t.Errorf("log.level = %q, want \"warn\"", c.Log.Level)
 	}
 	w := strings.Join(c.Warnings(), "\n")
-	for _, want := range []string{"lease.accept_short_window = true: the fence window 1.46s (under WatchdogSec=1s) is shorter than the 3.1s",
+	for _, want := range []string{"lease.accept_short_window = true: the fence window 1.21s (under WatchdogSec=1s) is shorter than the 3.1s",
 		"etcd.endpoints http://10.0.0.1:2379 use plain http://"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings lack %q:\n%s", want, w)

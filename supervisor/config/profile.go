@@ -60,7 +60,7 @@ type Profile struct {
 var Profiles = map[string]Profile{
 	"default": {
 		Name:    "default",
-		Summary: "takeover about 10 s after a failure; rides out 4.9 s without a renewal",
+		Summary: "takeover about 10 s after a failure; rides out 4.65 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
 		ElectionTimeout: time.Second,
@@ -77,12 +77,12 @@ var Profiles = map[string]Profile{
 	},
 	"fast": {
 		Name:    "fast",
-		Summary: "takeover about 6 s after a failure; rides out 3.4 s without a renewal",
+		Summary: "takeover about 6 s after a failure; rides out 3.19 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
 		ElectionTimeout: time.Second,
 		RequestTimeout:  500 * time.Millisecond,
-		// 6 s, not 4 s: with WatchdogSec=1s a 4 s lease leaves a 1.46 s
+		// 6 s, not 4 s: with WatchdogSec=1s a 4 s lease leaves a 1.21 s
 		// fence window, less than a stock etcd election can take (up to
 		// 2 s) plus the renewal cadence on both sides of it (1 s).
 		TTL:           6 * time.Second,
@@ -106,27 +106,25 @@ var Profiles = map[string]Profile{
 	// "fast" with the units killed at once instead of stopped gracefully,
 	// for components that hold no lease of their own (kube-scheduler and
 	// kube-controller-manager with --leader-elect=false): the stop budget
-	// and the watchdog that "fast" spends 2.5 s of its window on shrink to
-	// 0.3 s and 0.2 s (the watchdog, 500 ms, becomes the backstop),
+	// and the watchdog that "fast" spends 2.75 s of its window on shrink to
+	// 0.3 s and 0.35 s (the watchdog, 500 ms, becomes the backstop),
 	// renewals go out every 250 ms, and the lease shrinks with them to 4 s,
 	// so a rack cut costs less than with --leader-elect tuned 5/3/1 (issue
 	// 21).
 	"fast-kill": {
 		Name:    "fast-kill",
-		Summary: "takeover about 4 s after a failure; units killed at once; rides out 3.46 s without a renewal",
+		Summary: "takeover about 4 s after a failure; units killed at once; rides out 3.31 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
 		ElectionTimeout: time.Second,
 		// A renewal is answered within 250 ms or retried: a healthy etcd
 		// answers in milliseconds; one that is slower than this for the
-		// whole window (3.46 s) fences the leader.
+		// whole window (3.31 s) fences the leader.
 		RequestTimeout: 250 * time.Millisecond,
 		// 4 s: the shortest whole-second TTL that keeps at least the
 		// 0.34 s margin "fast" has over a stock etcd election's renewal
 		// gap, here 2 x 0.25 + 2 x 1 + 0.1 = 2.6 s: X = 3.96 - 0.3 -
-		// 0.2 = 3.46 s, margin 0.86 s (3 s would leave X = 2.47 s). The
-		// window also rides a 3 s cut of the leader's rack: its renewal
-		// gap measured 3.25-3.38 s on a quiet machine (issue 21, 69).
+		// 0.35 = 3.31 s, margin 0.71 s (3 s would leave X = 2.32 s).
 		TTL:           4 * time.Second,
 		RenewInterval: 250 * time.Millisecond,
 		// Killed at once: SIGTERM, SIGKILL 100 ms later (the units'
@@ -139,14 +137,16 @@ var Profiles = map[string]Profile{
 		// The probes as "fast" times them.
 		HealthInterval: 250 * time.Millisecond,
 		HealthTimeout:  1250 * time.Millisecond,
-		// The fence instant keeps 200 ms after S_max for its own lateness
-		// (the fence timer, the start gate's 150 ms wait for a start in
-		// flight); the watchdog (500 ms, pinged every 100 ms by the loop,
-		// supervisor.tickFor) is the backstop for a fence later than that:
-		// its pings stop at t_s + 3.96 - 0.3 - 0.5 = t_s + 3.16 s, so a
-		// frozen or late loop is killed by t_s + 3.66 s and its units are
-		// down by t_s + 3.96 s.
-		Slack:            200 * time.Millisecond,
+		// The watchdog (500 ms, pinged every 100 ms by the loop,
+		// supervisor.tickFor) is the backstop for a frozen or late loop:
+		// its pings stop at t_s + 3.96 - 0.3 - 0.5 - 0.25 = t_s + 2.91 s
+		// (0.25 s: how late systemd may fire it, fencing.WatchdogAccuracy),
+		// so such a loop is killed between t_s + 3.41 s and t_s + 3.66 s and
+		// its units are down by t_s + 3.96 s. The fence instant keeps 350 ms
+		// after S_max: the 250 ms by which systemd may fire early within
+		// that, and 100 ms for the fence itself to confirm the units down
+		// before it.
+		Slack:            350 * time.Millisecond,
 		Watchdog:         500 * time.Millisecond,
 		WatchdogBackstop: true,
 	},
