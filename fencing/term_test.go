@@ -6,7 +6,7 @@ import (
 )
 
 // TestTermOneFormula: a Term's figures are the Deadline's, and the lease
-// outlasts the fence instant by exactly S_max + max(delta, W).
+// outlasts the fence instant by exactly S_max + Window.Margin().
 func TestTermOneFormula(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	w := Window{TTL: 10 * time.Second, ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * time.Millisecond, Watchdog: 2 * time.Second}
@@ -26,7 +26,7 @@ func TestTermOneFormula(t *testing.T) {
 			t.Errorf("LeaseLeft(%v) = %v, Deadline.LeaseLeft %v", now.Sub(t0), got, want)
 		}
 		if got, want := tm.LeaseLeft(now)-tm.FenceIn(now), w.StopMax+w.Margin(); got != want {
-			t.Errorf("LeaseLeft - FenceIn = %v, want S_max + max(delta, W) = %v", got, want)
+			t.Errorf("LeaseLeft - FenceIn = %v, want S_max + Margin() = %v", got, want)
 		}
 	}
 	// Renewals after the snapshot do not move it: it is immutable.
@@ -56,7 +56,7 @@ func TestTermMayAct(t *testing.T) {
 		{"open, 1ns before", open, fenceAt.Add(-time.Nanosecond), true},
 		{"open, at the fence instant", open, fenceAt, false},
 		// The guard's old threshold (lease left >= S_max) admitted starts
-		// up to max(delta, W) after the fence instant.
+				// up to the margin after the fence instant.
 		{"open, within the margin after it", open, fenceAt.Add(w.Margin()), false},
 		{"closed", d.Term(Term{State: "promoting", Token: 7}), t0, false},
 		{"no token", d.Term(Term{State: "active", Open: true}), t0, false},

@@ -66,7 +66,9 @@ var supervisorText = template.Must(template.New("supervisor").Parse(`{{.Marker}}
 
 [Service]
 # The watchdog enters the fence window:
-#   fence_at = t_s + TTL*(1-rho) - S_max - max(lease.slack, WatchdogSec)
+#   fence_at = t_s + TTL*(1-rho) - S_max - max(lease.slack, WatchdogSec + 250ms)
+# (profile fast-kill: - lease.slack, its pings stopping WatchdogSec + 250ms
+# before the margin would begin)
 # so the profile's lease and this value are chosen together.
 WatchdogSec={{.WatchdogSec}}
 {{- if .StartTimeout}}
