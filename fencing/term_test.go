@@ -56,7 +56,7 @@ func TestTermMayAct(t *testing.T) {
 		{"open, 1ns before", open, fenceAt.Add(-time.Nanosecond), true},
 		{"open, at the fence instant", open, fenceAt, false},
 		// The guard's old threshold (lease left >= S_max) admitted starts
-				// up to the margin after the fence instant.
+		// up to the margin after the fence instant.
 		{"open, within the margin after it", open, fenceAt.Add(w.Margin()), false},
 		{"closed", d.Term(Term{State: "promoting", Token: 7}), t0, false},
 		{"no token", d.Term(Term{State: "active", Open: true}), t0, false},

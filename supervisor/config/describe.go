@@ -116,7 +116,7 @@ func (c Config) describeWindow(w io.Writer) {
 		}
 		p("  renewals: X / lease.renew_interval = %s / %s = %d renew intervals fit (at least 2 required: %s)", span, renew, max(fit, 0), verdict)
 	}
-		// Under systemd's watchdog the margin after S_max is max(delta, W + A), or
+	// Under systemd's watchdog the margin after S_max is max(delta, W + A), or
 	// delta where the watchdog is the backstop; W is the profile's, which
 	// install-dropins writes into the unit.
 	ww := win
@@ -128,10 +128,10 @@ func (c Config) describeWindow(w io.Writer) {
 	if ww.Backstopped() {
 		p("  under systemd WatchdogSec=%s (profile %s), the backstop: X = TTL*(1-rho) - S_max - delta = %s (%s);",
 			ww.Watchdog, quote(c.Profile), ww.Span(ww.TTL), verdict)
-				p("    pings stop at t_s + TTL*(1-rho) - S_max - W - 250ms = t_s + %s, so a frozen or late loop is killed by t_s + %s",
+		p("    pings stop at t_s + TTL*(1-rho) - S_max - W - 250ms = t_s + %s, so a frozen or late loop is killed by t_s + %s",
 			ww.PingSpan(ww.TTL), ww.PingSpan(ww.TTL)+ww.Watchdog+fencing.WatchdogAccuracy)
 	} else {
-				p("  under systemd WatchdogSec=%s (profile %s): X = TTL*(1-rho) - S_max - max(delta, W + 250ms) = %s (%s)",
+		p("  under systemd WatchdogSec=%s (profile %s): X = TTL*(1-rho) - S_max - max(delta, W + 250ms) = %s (%s)",
 			ww.Watchdog, quote(c.Profile), ww.Span(ww.TTL), verdict)
 	}
 	st := c.Stall()
