@@ -138,13 +138,28 @@ type rawUser struct {
 // Parse reads one apiserver's JSON-lines audit log. Only ResponseComplete
 // events count (a request is judged by its answer). A line that is not an
 // audit event is an error naming the line: a log the lab cannot read must
-// not pass as a log without overlap.
+// not pass as a log without overlap. The one exception is a last line
+// without its newline: the apiserver is writing it as the log is read
+// (its backend writes whole lines, each ending in a newline), and it is
+// left for the next read.
 func Parse(r io.Reader, server string) ([]Event, error) {
 	var out []Event
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	split := bufio.ScanLines
+	ended := true
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := split(data, atEOF)
+		if tok != nil {
+			ended = adv > len(tok) // a newline was consumed with it
+		}
+		return adv, tok, err
+	})
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
+		if !ended {
+			break // the last line, still being written
+		}
 		if line == "" {
 			continue
 		}

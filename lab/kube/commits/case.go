@@ -31,7 +31,7 @@ type Case struct {
 func (c Case) Events() ([]audit.Event, error) {
 	var evs []audit.Event
 	for _, m := range slices.Sorted(maps.Keys(c.Audit)) {
-		e, err := audit.Parse(strings.NewReader(strings.Join(c.Audit[m], "\n")), m)
+		e, err := audit.Parse(strings.NewReader(strings.Join(c.Audit[m], "\n")+"\n"), m)
 		if err != nil {
 			return nil, err
 		}

@@ -527,7 +527,7 @@ func TestJudgeNoRequestAnsweredBeforeTheKeysEarlierWrite(t *testing.T) {
 	dropped := 0
 	for m, lines := range c.Audit {
 		c.Audit[m] = slices.DeleteFunc(slices.Clone(lines), func(l string) bool {
-			evs, err := audit.Parse(strings.NewReader(l), m)
+			evs, err := audit.Parse(strings.NewReader(l+"\n"), m)
 			gone := err == nil && len(evs) == 1 && evs[0].RV == k.Write.Rev && evs[0].Name == k.Object.Name
 			if gone {
 				dropped++
@@ -590,7 +590,7 @@ func TestJudgeNoRequestAnsweredBeforeTheKeysWriteBeforeTheRecording(t *testing.T
 	})
 	for m, lines := range c.Audit {
 		c.Audit[m] = slices.DeleteFunc(slices.Clone(lines), func(l string) bool {
-			evs, err := audit.Parse(strings.NewReader(l), m)
+			evs, err := audit.Parse(strings.NewReader(l+"\n"), m)
 			return err == nil && len(evs) == 1 && evs[0].RV == k.Write.Rev && evs[0].Name == k.Object.Name
 		})
 	}

@@ -36,7 +36,7 @@ func recorded(t *testing.T, name string, mode Mode) report.Result {
 	}
 	var evs []audit.Event
 	for m, lines := range c.Audit {
-		e, err := audit.Parse(strings.NewReader(strings.Join(lines, "\n")), m)
+		e, err := audit.Parse(strings.NewReader(strings.Join(lines, "\n")+"\n"), m)
 		if err != nil {
 			t.Fatal(err)
 		}
