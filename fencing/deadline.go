@@ -67,13 +67,24 @@ const WatchdogAccuracy = 250 * time.Millisecond
 
 // Margin is what is kept free after StopMax: max(Slack, Watchdog +
 // WatchdogAccuracy), Slack without a watchdog, and Slack alone when the
-// watchdog is the backstop.
+// watchdog is the backstop. A backstop without a watchdog is none: its
+// Slack, sized for a loop that systemd kills when late, must then also
+// cover the loop's own lateness without one (a tick of 250 ms and the
+// start gate's 200 ms wait), as the default 500 ms does.
 func (w Window) Margin() time.Duration {
-	if w.Watchdog <= 0 || w.Backstop {
+	switch {
+	case w.Watchdog <= 0 && w.Backstop:
+		return max(w.Slack, unwatchedSlack)
+	case w.Watchdog <= 0 || w.Backstop:
 		return w.Slack
 	}
 	return max(w.Slack, w.Watchdog+WatchdogAccuracy)
 }
+
+// unwatchedSlack is the least delta for a loop no watchdog watches: a tick
+// (250 ms without a watchdog) and the start gate's wait (200 ms) may pass
+// between the fence instant and the fence's first stop.
+const unwatchedSlack = 500 * time.Millisecond
 
 // Backstopped reports whether the watchdog, not the margin, covers the end
 // of the window: pings stop before the fence instant.

@@ -26,7 +26,10 @@ func TestSpan(t *testing.T) {
 		{"watchdog shorter than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 200 * ms}, 10 * time.Second, 6400 * ms},
 		{"fast-kill, the watchdog the backstop", fastKill, 4 * time.Second, 3310 * ms},
 		{"fast-kill, the watchdog in the margin", noBackstop(fastKill), 4 * time.Second, 2910 * ms},
-		{"backstop without a watchdog", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Backstop: true}, 4 * time.Second, 3510 * ms},
+		// A backstop without a watchdog is none: the slack a loop
+		// without a watchdog needs (500 ms) applies.
+		{"backstop without a watchdog", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Backstop: true}, 4 * time.Second, 3210 * ms},
+		{"fast-kill without a watchdog", withWatchdog(fastKill, 0), 4 * time.Second, 3160 * ms},
 		{"backstop with a watchdog", Window{ClockRate: 0.01, StopMax: 250 * ms, Slack: 200 * ms, Watchdog: 100 * ms, Backstop: true}, 4 * time.Second, 3510 * ms},
 	} {
 		if got := tc.w.Span(tc.ttl); got != tc.want {

@@ -96,15 +96,20 @@ func (c Config) describeWindow(w io.Writer) {
 	win := c.Window()
 	renew := c.Lease.RenewInterval
 	span := win.Span(win.TTL)
-	safe := span + win.StopMax + win.Slack // TTL*(1-rho), rounded exactly as Span rounds it
+	margin := win.Margin()              // lease.slack; under a backstop without a watchdog at least 500ms
+	safe := span + win.StopMax + margin // TTL*(1-rho), rounded exactly as Span rounds it
 	p := func(format string, args ...any) { fmt.Fprintf(w, "# "+format+"\n", args...) }
 	fmt.Fprintln(w)
 	p("Fence window (docs/architecture.md). t_s = when the last successful renewal was SENT;")
 	p("no other node can win the lease before t_s + lease.ttl, or t_s + TTL*(1-rho) on this clock.")
 	p("  S_max    = units.stop_timeout + units.kill_grace = %s + %s = %s", c.Units.StopTimeout, c.Units.KillGrace, win.StopMax)
-	p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - slack   (rho = lease.clock_rate_error, slack = lease.slack)")
-	p("         X = %s*(1-%g) - %s - %s", win.TTL, win.ClockRate, win.StopMax, win.Slack)
-	p("           = %s - %s - %s = %s", safe, win.StopMax, win.Slack, span)
+	if margin == win.Slack {
+		p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - slack   (rho = lease.clock_rate_error, slack = lease.slack)")
+	} else {
+		p("  fence_at = t_s + X,  X = TTL*(1-rho) - S_max - max(slack, 500ms)   (without a watchdog the backstop is none; slack = lease.slack)")
+	}
+	p("         X = %s*(1-%g) - %s - %s", win.TTL, win.ClockRate, win.StopMax, margin)
+	p("           = %s - %s - %s = %s", safe, win.StopMax, margin, span)
 	switch {
 	case renew <= 0:
 		p("  renewals: lease.renew_interval %s is not positive", renew)
