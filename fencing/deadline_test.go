@@ -24,7 +24,7 @@ func TestSpan(t *testing.T) {
 		// The watchdog's kill may come WatchdogAccuracy (250 ms) late.
 		{"watchdog longer than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 2 * time.Second}, 10 * time.Second, 4650 * ms},
 		{"watchdog shorter than slack", Window{ClockRate: 0.01, StopMax: 3 * time.Second, Slack: 500 * ms, Watchdog: 200 * ms}, 10 * time.Second, 6400 * ms},
-		{"fast-kill, the watchdog the backstop", fastKill, 4 * time.Second, 3310 * ms},
+		{"fast-kill, the watchdog the backstop", fastKill, 4 * time.Second, 3210 * ms},
 		{"fast-kill, the watchdog in the margin", noBackstop(fastKill), 4 * time.Second, 2910 * ms},
 		// A backstop without a watchdog is none: the slack a loop
 		// without a watchdog needs (500 ms) applies.
@@ -122,9 +122,9 @@ func TestValidateHugeRenewDoesNotOverflow(t *testing.T) {
 	}
 }
 
-// fast-kill's window: TTL 4 s, S_max 0.3 s, slack 0.35 s, WatchdogSec 0.5 s
+// fast-kill's window: TTL 4 s, S_max 0.3 s, slack 0.45 s, WatchdogSec 0.5 s
 // as the backstop.
-var fastKill = Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 300 * time.Millisecond, Slack: 350 * time.Millisecond, Watchdog: 500 * time.Millisecond, Backstop: true}
+var fastKill = Window{TTL: 4 * time.Second, ClockRate: 0.01, StopMax: 300 * time.Millisecond, Slack: 450 * time.Millisecond, Watchdog: 500 * time.Millisecond, Backstop: true}
 
 func noBackstop(w Window) Window                    { w.Backstop = false; return w }
 func withWatchdog(w Window, d time.Duration) Window { w.Watchdog = d; return w }
@@ -143,7 +143,7 @@ func TestPingSpanAndPingBy(t *testing.T) {
 		margin         time.Duration
 		backstopped    bool
 	}{
-		{"fast-kill", fastKill, 3310 * ms, 2910 * ms, 350 * ms, true},
+		{"fast-kill", fastKill, 3210 * ms, 2910 * ms, 450 * ms, true},
 		{"fast-kill without the backstop", noBackstop(fastKill), 2910 * ms, 2910 * ms, 750 * ms, false},
 		{"default under its 2s watchdog", withWatchdog(defaults, 2*time.Second), 4650 * ms, 4650 * ms, 2250 * ms, false},
 		{"watchdog and its timer under slack", withWatchdog(defaults, 200*ms), 6400 * ms, 6450 * ms, 500 * ms, false},

@@ -193,7 +193,7 @@ func (c *fenceClock) pingsBefore(t time.Time) []time.Time {
 // is the backstop (fencing.Window.Backstop). A leader cut off from etcd
 // keeps its units past the fence instant t_s + TTL*(1-rho) - S_max -
 // max(delta, W + A) (2.91 s, A = 250 ms for systemd's lateness) up to t_s +
-// 3.31 s, and keeps the promise every watchdog ping makes: none leaves after
+// 3.21 s, and keeps the promise every watchdog ping makes: none leaves after
 // t_s + TTL*(1-rho) - S_max - W - A (2.91 s), so that had it frozen after
 // its last ping, systemd's kill (W, and up to A, later) and the units' stop
 // (S_max) would still land before the lease could lapse. Once its units are down it pings again, through the

@@ -10,12 +10,12 @@ import (
 // legacyProofMargin is the proof margin assumed for a holder whose timing
 // is not known (its record carries none, a version before group.Timing, or
 // was not read): the smallest of the shipped profiles' (fast-kill: S_max
-// 0.3 s + lease.slack 0.35 s since its watchdog became the backstop; 0.8 s
+// 0.3 s + lease.slack 0.45 s since its watchdog became the backstop; 0.8 s
 // before, when lease.slack was 0.5 s). legacyTTL is the lease assumed for a member
 // whose record carries no timing: the longest shipped profile's (default).
 // A member of an older version configured beyond them is not covered.
 const (
-	legacyProofMargin = 650 * time.Millisecond
+	legacyProofMargin = 750 * time.Millisecond
 	legacyTTL         = 10 * time.Second
 	// maxTTL bounds a published lease.ttl, so that a corrupt record cannot
 	// make the blind wait endless.

@@ -20,7 +20,7 @@ import (
 //
 // Scenario 74 is the same with cuts of 4 s: a 3 s cut is exactly
 // --leader-elect tuned 5/3/1's renew deadline (its leader keeps the Lease
-// and binds at the heal) and just beyond fast-kill's fence window (3.31 s
+// and binds at the heal) and just beyond fast-kill's fence window (3.21 s
 // from its last renewal, which may be 250 ms before the cut; the renewal
 // gap of a 3 s cut measured 3.25-3.38 s), so 69 costs fast-kill a failover
 // in most trials and le-tuned none; 74 is just above both windows, where

@@ -267,7 +267,7 @@ func refusals() []refusal {
 				`lease.ttl = "4s" (line 3)`, `lease.renew_interval = "500ms" (from profile "fast")`, `profile = "fast" (line 1)`}},
 		{name: "fast-kill window under the etcd election", toml: text("profile = \"fast-kill\"\n[lease]\nttl = \"3s\"\n"),
 			key: "lease.ttl", value: `"3s"`, line: 3, msg: []string{
-				"fence window 2.32s under the profile's WatchdogSec=500ms does not outlast the 2.6s", `lease.renew_interval = "250ms" (from profile "fast-kill")`,
+				"fence window 2.22s under the profile's WatchdogSec=500ms does not outlast the 2.6s", `lease.renew_interval = "250ms" (from profile "fast-kill")`,
 				"raise lease.ttl to at least 4s", `units.stop_timeout = "100ms" (from profile "fast-kill")`}},
 		{name: "window under the etcd election from a changed stop budget", toml: text("[units]\nstop_timeout = \"3s\"\nkill_grace = \"2s\"\n"),
 			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"fence window 2.65s under the profile's WatchdogSec=2s", "the 4.1s",

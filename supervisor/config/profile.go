@@ -107,24 +107,24 @@ var Profiles = map[string]Profile{
 	// for components that hold no lease of their own (kube-scheduler and
 	// kube-controller-manager with --leader-elect=false): the stop budget
 	// and the watchdog that "fast" spends 2.75 s of its window on shrink to
-	// 0.3 s and 0.35 s (the watchdog, 500 ms, becomes the backstop),
+	// 0.3 s and 0.45 s (the watchdog, 500 ms, becomes the backstop),
 	// renewals go out every 250 ms, and the lease shrinks with them to 4 s,
 	// so a rack cut costs less than with --leader-elect tuned 5/3/1 (issue
 	// 21).
 	"fast-kill": {
 		Name:    "fast-kill",
-		Summary: "takeover about 4 s after a failure; units killed at once; rides out 3.31 s without a renewal",
+		Summary: "takeover about 4 s after a failure; units killed at once; rides out 3.21 s without a renewal",
 		Etcd:    "stock etcd timing (heartbeat 100 ms, election timeout 1 s) or faster",
 
 		ElectionTimeout: time.Second,
 		// A renewal is answered within 250 ms or retried: a healthy etcd
 		// answers in milliseconds; one that is slower than this for the
-		// whole window (3.31 s) fences the leader.
+		// whole window (3.21 s) fences the leader.
 		RequestTimeout: 250 * time.Millisecond,
 		// 4 s: the shortest whole-second TTL that keeps at least the
 		// 0.34 s margin "fast" has over a stock etcd election's renewal
 		// gap, here 2 x 0.25 + 2 x 1 + 0.1 = 2.6 s: X = 3.96 - 0.3 -
-		// 0.35 = 3.31 s, margin 0.71 s (3 s would leave X = 2.32 s).
+		// 0.45 = 3.21 s, margin 0.61 s (3 s would leave X = 2.22 s).
 		TTL:           4 * time.Second,
 		RenewInterval: 250 * time.Millisecond,
 		// Killed at once: SIGTERM, SIGKILL 100 ms later (the units'
@@ -142,11 +142,13 @@ var Profiles = map[string]Profile{
 		// its pings stop at t_s + 3.96 - 0.3 - 0.5 - 0.25 = t_s + 2.91 s
 		// (0.25 s: how late systemd may fire it, fencing.WatchdogAccuracy),
 		// so such a loop is killed between t_s + 3.41 s and t_s + 3.66 s and
-		// its units are down by t_s + 3.96 s. The fence instant keeps 350 ms
+		// its units are down by t_s + 3.96 s. The fence instant keeps 450 ms
 		// after S_max: the 250 ms by which systemd may fire early within
-		// that, and 100 ms for the fence itself to confirm the units down
-		// before it.
-		Slack:            350 * time.Millisecond,
+		// that, and 200 ms for the fence itself to confirm the units down
+		// before it (a unit that outlives SIGTERM is killed after 100 ms;
+		// with 100 ms for the fence, systemd's kill cut 2 of about 15
+		// fences short in the lab, 5 December).
+		Slack:            450 * time.Millisecond,
 		Watchdog:         500 * time.Millisecond,
 		WatchdogBackstop: true,
 	},
