@@ -211,27 +211,26 @@ func (d *Deadline) at() (at time.Time, ok bool) {
 // lease is tracked: nothing runs on this node's behalf, and a ping promises
 // nothing.
 func (d *Deadline) PingBy() (by time.Time, ok bool) {
-	at, ok := d.at()
+	at, ok := d.pingBy()
 	if !ok {
 		return time.Time{}, false
 	}
-	if d.w.Watchdog > 0 {
+	return d.clock.Out(at), true
+}
+
+// pingBy is PingBy on d's clock.
+func (d *Deadline) pingBy() (at time.Time, ok bool) {
+	if at, ok = d.at(); ok && d.w.Watchdog > 0 {
 		at = at.Add(d.w.Margin() - d.w.Watchdog - WatchdogAccuracy)
 	}
-	return d.clock.Out(at), true
+	return at, ok
 }
 
 // MayPing reports whether a watchdog ping sent at now keeps its promise:
 // true when no lease is tracked, else now is not past PingBy.
 func (d *Deadline) MayPing(now time.Time) bool {
-	at, ok := d.at()
-	if !ok {
-		return true
-	}
-	if d.w.Watchdog > 0 {
-		at = at.Add(d.w.Margin() - d.w.Watchdog - WatchdogAccuracy)
-	}
-	return !d.clock.Present(now).After(at)
+	at, ok := d.pingBy()
+	return !ok || !d.clock.Present(now).After(at)
 }
 
 // Left is how long until the fence instant, as seen at now (negative once
