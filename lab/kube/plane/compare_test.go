@@ -731,15 +731,11 @@ func TestSavedFlapsPooledByTheLeaseHolder(t *testing.T) {
 		if _, ok := wants[k]; !ok {
 			continue
 		}
-		h := r.Handoff["kube-scheduler"]
-		holder := r.SchedMS
-		moved := r.Leader != r.NewLeader
-		if moved {
-			if h.FirstOtherMS == nil {
-				continue // the new leader never bound within the trial
-			}
-			holder = *h.FirstOtherMS
+		holder, ok := holderMS(r)
+		if !ok {
+			continue // the new leader never bound within the trial
 		}
+		moved := r.Leader != r.NewLeader
 		p := pools[k]
 		if p == nil {
 			p = &pool{}

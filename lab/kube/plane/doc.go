@@ -78,6 +78,7 @@ var figures = map[string]func(Group) report.Stat{
 	"cm":      func(g Group) report.Stat { return g.CM },
 	"cold":    func(g Group) report.Stat { return g.Cold },
 	"margin":  func(g Group) report.Stat { return g.Margin },
+	"holder":  func(g Group) report.Stat { return g.Holder },
 }
 
 func (s *Section) g(id int, mode string) (Group, bool) { return findGroup(s.gs, id, mode) }
@@ -87,7 +88,7 @@ func (s *Section) g(id int, mode string) (Group, bool) { return findGroup(s.gs, 
 func (s *Section) Fig(id int, mode, figure string) (string, error) {
 	pick, ok := figures[figure]
 	if !ok {
-		return "", fmt.Errorf("plane: no figure %q (want one of sched, unbound, cm, cold, margin)", figure)
+		return "", fmt.Errorf("plane: no figure %q (want one of sched, unbound, cm, cold, margin, holder)", figure)
 	}
 	g, ok := s.g(id, mode)
 	if !ok || pick(g).N == 0 {

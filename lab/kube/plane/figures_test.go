@@ -112,3 +112,34 @@ func TestTTLModeWritesItsTTL(t *testing.T) {
 		t.Errorf("keys marked as the profile's: %v; want lease.ttl not among them, lease.renew_interval among them", c.FromProfile)
 	}
 }
+
+// The lease holder's figure reads a deposed leader's binding at a heal as
+// what it is: the master leading at the end binds later.
+func TestHolderFigureSkipsADeposedLeadersBinding(t *testing.T) {
+	ms := func(v float64) *float64 { return &v }
+	trial := func(leader, newLeader string, sched float64, other *float64) report.Result {
+		r := report.Result{ID: 69, Name: "real: flaps", Mode: "le-tuned", Leader: leader, NewLeader: newLeader, FaultAt: t0, Pass: true}
+		r.SchedMS = sched
+		r.Handoff = map[string]report.ResourceHandoff{"kube-scheduler": {FirstOtherMS: other}}
+		return r
+	}
+	results := []report.Result{
+		trial("m1", "m1", 3100, nil),      // rode the flaps: its own binding
+		trial("m1", "m2", 3200, ms(9100)), // bound at the heal, then lost the Lease: m2 at 9.1 s
+		trial("m1", "m2", 4700, ms(4600)), // a takeover: m2's first write
+		trial("m1", "m2", 3300, nil),      // m2 never wrote: no figure
+		trial("m1", "m1", 0, nil),         // nothing bound: no figure
+		trial("m1", "m2", 3150, ms(8900)), // deposed again
+	}
+	gs := Groups(results)
+	if len(gs) != 1 {
+		t.Fatalf("%d groups, want 1", len(gs))
+	}
+	g := gs[0]
+	if g.Holder.N != 4 || g.Holder.Median != (4600+8900)/2 {
+		t.Errorf("holder figure: %d trials, median %.0f ms; want 4 trials (3.1, 4.6, 8.9, 9.1 s), median 6750 ms", g.Holder.N, g.Holder.Median)
+	}
+	if g.Sched.Median >= g.Holder.Median {
+		t.Errorf("scheduler back %.0f ms, holder %.0f ms: the deposed leader's bindings should make scheduler back the earlier", g.Sched.Median, g.Holder.Median)
+	}
+}

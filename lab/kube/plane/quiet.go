@@ -28,7 +28,8 @@ const (
 
 // quiet waits until every master's apiserver answers consistent reads
 // (resourceVersion "", so served only once etcd was reached) of pods,
-// nodes and leases within quietAnswer, quietRounds rounds in a row: the
+// nodes and leases, and its /readyz, within quietAnswer, quietRounds
+// rounds in a row: the
 // previous trial's fault must not still weigh on the plane the next one
 // measures. It returns a note when the wait was long or did not end.
 func (r *Runner) quiet(ctx context.Context, timeout time.Duration) string {
@@ -44,7 +45,7 @@ func (r *Runner) quiet(ctx context.Context, timeout time.Duration) string {
 		}
 		if passed == quietRounds {
 			if w := time.Since(start); w > quietNoteAt {
-				return fmt.Sprintf("quiet gate: waited %.1f s before the fault until every apiserver answered consistent reads within %s (last slow: %s)", w.Seconds(), quietAnswer, last)
+				return fmt.Sprintf("quiet gate: waited %.1f s before the fault until every apiserver answered consistent reads and /readyz within %s (last slow: %s)", w.Seconds(), quietAnswer, last)
 			}
 			return ""
 		}
@@ -73,6 +74,19 @@ func (r *Runner) slowAPIServers(ctx context.Context) []string {
 		}},
 		{"leases", func(ctx context.Context, c kubernetes.Interface) error {
 			_, err := c.CoordinationV1().Leases(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}},
+		// The apiserver's own verdict, etcd check included: the LISTs can
+		// pass while part of its etcd connections still hang (a 69 trial
+		// on 6 December started 1 s before m1's /readyz stopped timing out
+		// after 50's cut, and its new leader's scheduler, on m1, waited
+		// 5-6 s for its first binding).
+		{"readyz", func(ctx context.Context, c kubernetes.Interface) error {
+			rc := c.Discovery().RESTClient()
+			if rc == nil {
+				return nil // a fake clientset: no server to ask
+			}
+			_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx)
 			return err
 		}},
 	}

@@ -16,6 +16,9 @@ type Group struct {
 	Scenario string // without "real: "
 
 	Sched, Unbound, CM, Cold, Resumed report.Stat
+	// Holder: the scheduler back under the master that leads at the end
+	// of the trial (holderMS).
+	Holder report.Stat
 	// Margin: the scheduler's handoff at the resource, other master's
 	// first write - old master's last (only trials with both).
 	Margin                       report.Stat
@@ -41,7 +44,7 @@ func Groups(results []report.Result) []Group {
 func group(rg report.Group) Group {
 	g := Group{Group: rg, Scenario: strings.TrimPrefix(rg.Name, "real: ")}
 	rs := rg.Trials
-	var sched, unb, cm, cold, res, margin []float64
+	var sched, unb, cm, cold, res, margin, holder []float64
 	for _, r := range rs {
 		if r.FaultAt.IsZero() {
 			// Its setup failed: no fault, no figures; only the verdict.
@@ -50,6 +53,9 @@ func group(rg report.Group) Group {
 		}
 		if r.SchedMS > 0 {
 			sched = append(sched, r.SchedMS)
+		}
+		if h, ok := holderMS(r); ok {
+			holder = append(holder, h)
 		}
 		unb = append(unb, r.UnboundMS)
 		if r.CMMS > 0 {
@@ -85,7 +91,28 @@ func group(rg report.Group) Group {
 	}
 	sum := report.Summarize
 	g.Sched, g.Unbound, g.CM, g.Cold, g.Resumed, g.Margin = sum(sched), sum(unb), sum(cm), sum(cold), sum(res), sum(margin)
+	g.Holder = sum(holder)
 	return g
+}
+
+// holderMS is fault -> the first scheduler write of the master that leads
+// at the end of the trial: "scheduler back" when the leadership stayed,
+// else the other master's first accepted scheduler write after the fault.
+// It tells a takeover from a deposed leader that binds again at a heal and
+// then loses its lease (the flaps under leader election), whose "scheduler
+// back" is followed by an outage that figure does not show. Under leader
+// election that first write is the new leader's Lease update, a little
+// before its first binding, so the figure flatters leader election. False
+// when the new leader never wrote within the trial.
+func holderMS(r report.Result) (float64, bool) {
+	if r.NewLeader == "" || r.NewLeader == r.Leader {
+		return r.SchedMS, r.SchedMS > 0
+	}
+	first := r.Handoff[audit.Scheduler].FirstOtherMS
+	if first == nil {
+		return 0, false
+	}
+	return *first, true
 }
 
 // PassCell is the pass column: passed/runs, and leader election's
