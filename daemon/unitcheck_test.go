@@ -57,7 +57,7 @@ func TestWatchdogFix(t *testing.T) {
 		file string
 		want string
 	}{
-		{"ours", fast, "/etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf", `kha-supervisor install-dropins (profile "fast" writes WatchdogSec=1s)`},
+		{"ours", fast, "/etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf", `kha-supervisor install-dropins (profile "fast" writes WatchdogSec=750ms)`},
 		{"packaged unit", fast, "/usr/lib/systemd/system/kha-supervisor.service", "kha-supervisor install-dropins"},
 		{"the administrator's", fast, "/etc/systemd/system/kha-supervisor.service.d/90-local.conf", "remove WatchdogSec= from /etc/systemd/system/kha-supervisor.service.d/90-local.conf"},
 		{"profile's does not fit", tightCfg, "", "lower WatchdogSec to at most 1210ms"}, // 1460ms less the 250 ms systemd may fire late

@@ -8,7 +8,7 @@ import (
 )
 
 // The issue's case: profile "fast" with ttl = "4s" leaves a 1.46 s window
-// under the profile's WatchdogSec=1s, shorter than the 3.1 s a stock etcd
+// under the profile's WatchdogSec=750ms, shorter than the 3.1 s a stock etcd
 // leader election can leave without a renewal: refused, naming every key
 // of the relation with its line or origin.
 func TestCheckConfigRefusesWindowUnderEtcdElection(t *testing.T) {
@@ -18,7 +18,7 @@ func TestCheckConfigRefusesWindowUnderEtcdElection(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want %d and nothing on stdout", code, out, errs, exitConfig)
 	}
 	for _, want := range []string{
-		"kha-supervisor: " + file + `:4: lease.ttl = "4s": fence window 1.21s under the profile's WatchdogSec=1s does not outlast the 3.1s`,
+		"kha-supervisor: " + file + `:4: lease.ttl = "4s": fence window 1.46s under the profile's WatchdogSec=750ms does not outlast the 3.1s`,
 		"raise lease.ttl to at least 6s", "lease.accept_short_window = true",
 		`lease.ttl = "4s" (line 4)`, `lease.renew_interval = "500ms" (from profile "fast")`, `profile = "fast" (line 2)`,
 	} {
@@ -39,11 +39,11 @@ func TestCheckConfigAcceptsShortWindowWithWarning(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	if want := "kha-supervisor check-config: warning: lease.accept_short_window = true: the fence window 1.21s"; !strings.Contains(errs, want) {
+	if want := "kha-supervisor check-config: warning: lease.accept_short_window = true: the fence window 1.46s"; !strings.Contains(errs, want) {
 		t.Errorf("stderr lacks %q:\n%s", want, errs)
 	}
 	for _, want := range []string{
-		`# profile "fast": takeover about 4s after a failure; rides out 1.21s without a renewal`,
+		`# profile "fast": takeover about 4s after a failure; rides out 1.46s without a renewal`,
 		"an etcd leader election can leave 3.1s without a renewal (SHORTER",
 		"(the profile alone: takeover about 6 s",
 		"# WARNING: lease.accept_short_window = true",

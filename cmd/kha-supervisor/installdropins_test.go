@@ -119,7 +119,7 @@ func TestInstallDropinsWritesSupervisorWatchdog(t *testing.T) {
 	dir := t.TempDir()
 	sup := dropin.SupervisorPath(dir)
 	for _, tc := range []struct{ profile, want string }{
-		{"fast", "WatchdogSec=1s\n"},
+		{"fast", "WatchdogSec=750ms\n"},
 		{"default", "WatchdogSec=2s\n"},
 	} {
 		cfg := writeConfig(t, "node = \"m1\"\nprofile = \""+tc.profile+"\"\n")

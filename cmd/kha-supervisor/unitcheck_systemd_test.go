@@ -92,7 +92,7 @@ func TestCheckConfigReadsRealSystemd(t *testing.T) {
 	}
 	out, code = exe(bin, "check-config", "-c", cfg)
 	for _, want := range []string{
-		"kha-supervisor.service: WatchdogSec=1s (systemd: /etc/systemd/system/kha-supervisor.service, /etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf): fence window 3.19s, ok",
+		"kha-supervisor.service: WatchdogSec=750ms (systemd: /etc/systemd/system/kha-supervisor.service, /etc/systemd/system/kha-supervisor.service.d/50-kha-supervisor.conf): fence window 3.44s, ok",
 		"kube-scheduler.service: TimeoutStopSec=1s (systemd: ",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
@@ -107,7 +107,7 @@ func TestCheckConfigReadsRealSystemd(t *testing.T) {
 	exe("systemctl", "daemon-reload")
 	out, code = exe(bin, "check-config", "-c", cfg)
 	const refusal = "kha-supervisor.service: WatchdogSec=4s (systemd: "
-	fix := `Fix: remove WatchdogSec= from /etc/systemd/system/kha-supervisor.service.d/90-local.conf (then kha-supervisor install-dropins: profile "fast" writes WatchdogSec=1s)`
+	fix := `Fix: remove WatchdogSec= from /etc/systemd/system/kha-supervisor.service.d/90-local.conf (then kha-supervisor install-dropins: profile "fast" writes WatchdogSec=750ms)`
 	if code != exitConfig || !strings.Contains(out, refusal) || !strings.Contains(out, "gives fence window 190ms") || !strings.Contains(out, fix) {
 		t.Fatalf("WatchdogSec=4s: exit %d, want %d and %q:\n%s", code, exitConfig, refusal, out)
 	}

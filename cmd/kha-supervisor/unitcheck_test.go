@@ -99,7 +99,7 @@ func TestCheckConfigNamesInstallDropins(t *testing.T) {
 	useUnits(t, installed(2*time.Second, time.Second))
 	file := checkConfigFile(t, "node = \"m1\"\nprofile = \"fast\"\n[lease]\nttl = \"4s\"\naccept_short_window = true\n")
 	code, _, errs := runCheckConfig(t, "-c", file)
-	if want := `Fix: kha-supervisor install-dropins (profile "fast" writes WatchdogSec=1s)`; code != exitConfig || !strings.Contains(errs, want) {
+	if want := `Fix: kha-supervisor install-dropins (profile "fast" writes WatchdogSec=750ms)`; code != exitConfig || !strings.Contains(errs, want) {
 		t.Errorf("exit %d stderr %q; want %d and %q", code, errs, exitConfig, want)
 	}
 }
@@ -125,12 +125,12 @@ func TestCheckConfigAcceptsMatchingUnits(t *testing.T) {
 		units      fakeUnits
 		notes      []string
 	}{
-		{"fast profile, its drop-ins installed", "node = \"m1\"\nprofile = \"fast\"\n", installed(time.Second, time.Second),
-			[]string{"kha-supervisor.service: WatchdogSec=1s (fake): fence window 3.19s, ok", "kube-scheduler.service: TimeoutStopSec=1s (fake), ok"}},
+		{"fast profile, its drop-ins installed", "node = \"m1\"\nprofile = \"fast\"\n", installed(750*time.Millisecond, time.Second),
+			[]string{"kha-supervisor.service: WatchdogSec=750ms (fake): fence window 3.44s, ok", "kube-scheduler.service: TimeoutStopSec=1s (fake), ok"}},
 		{"default profile, packaged unit", "node = \"m1\"\n", installed(2*time.Second, 2*time.Second),
 			[]string{"WatchdogSec=2s (fake): fence window 4.65s, ok"}},
 		{"fast profile, still the packaged watchdog", "node = \"m1\"\nprofile = \"fast\"\n", installed(2*time.Second, time.Second),
-			[]string{"fence window 2.19s, ok", `differs from profile "fast"'s 1s`}},
+			[]string{"fence window 2.19s, ok", `differs from profile "fast"'s 750ms`}},
 		{"nothing installed", "node = \"m1\"\n", fakeUnits{},
 			[]string{"kha-supervisor.service is not installed here; WatchdogSec not checked", "kube-controller-manager.service is not installed here"}},
 	} {

@@ -262,7 +262,7 @@ func refusals() []refusal {
 			key: "lease.ttl", value: `"10s"`, line: -1, msg: []string{"is under two renew intervals", `units.stop_timeout = "8s" (line 3)`, `units.kill_grace = "1s" (from profile "default")`}},
 		{name: "window under the etcd election the profile rides through", toml: text("profile = \"fast\"\n[lease]\nttl = \"4s\"\n"),
 			key: "lease.ttl", value: `"4s"`, line: 3, msg: []string{
-				"fence window 1.21s under the profile's WatchdogSec=1s does not outlast the 3.1s without a renewal that an etcd leader election takes",
+				"fence window 1.46s under the profile's WatchdogSec=750ms does not outlast the 3.1s without a renewal that an etcd leader election takes",
 				"raise lease.ttl to at least 6s", "lease.accept_short_window = true",
 				`lease.ttl = "4s" (line 3)`, `lease.renew_interval = "500ms" (from profile "fast")`, `profile = "fast" (line 1)`}},
 		{name: "fast-kill window under the etcd election", toml: text("profile = \"fast-kill\"\n[lease]\nttl = \"3s\"\n"),
@@ -543,7 +543,7 @@ func TestLoadAcceptsShortWindowWithWarning(t *testing.T) {
 		t.Errorf("log.level = %q, want \"warn\"", c.Log.Level)
 	}
 	w := strings.Join(c.Warnings(), "\n")
-	for _, want := range []string{"lease.accept_short_window = true: the fence window 1.21s (under WatchdogSec=1s) is shorter than the 3.1s",
+	for _, want := range []string{"lease.accept_short_window = true: the fence window 1.46s (under WatchdogSec=750ms) is shorter than the 3.1s",
 		"etcd.endpoints http://10.0.0.1:2379 use plain http://"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings lack %q:\n%s", want, w)

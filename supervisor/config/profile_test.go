@@ -123,7 +123,7 @@ func TestDescribeMarksProfileValues(t *testing.T) {
 		`renew_interval = "500ms" # from profile "fast"`,
 		"ttl = \"9s\"\n",
 		`request_timeout = "500ms" # from profile "fast"`,
-		`under systemd WatchdogSec=1s (profile "fast")`,
+		`under systemd WatchdogSec=750ms (profile "fast")`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Describe lacks %q:\n%s", want, out)
