@@ -69,6 +69,13 @@ func TestComparisonRatiosAndRobustnessAreTheRunsOwn(t *testing.T) {
 // mode is slower than le-tuned, and those by less than the probe's step).
 func TestSavedFairRunGivesTheQuotedVerdicts(t *testing.T) {
 	for file, wants := range map[string][]string{
+		"sidebyside-20261205T233913.json": {
+			"| 40 leader's rack cut off | scheduler back | 4.82 s (0.71x) | 6.76 s |",
+			"| 69 flapping partition of the leader's rack | scheduler back | 8.73 s (2.70x) | 3.23 s |",
+			"| 71 etcd raft leader stalled for 3 s (SIGSTOP) | scheduler back | 3.27 s (1.02x) | 3.19 s |",
+			"| kha-fast-kill | 0/5 | 0/5 | 80 | 0 intervals | 2 | 69 scheduler back 2.70x; 69 service resumed 2.41x; 74 scheduler back 1.15x; 76 scheduler back 1.35x | 44 scheduler back 1.14x (+0.12 s); 45 scheduler back 1.04x (+0.06 s); 47 scheduler back 1.42x (+0.06 s); 71 scheduler back 1.02x (+0.07 s); 71 service resumed 1.00x (+0.00 s) |",
+			"| le-tuned | 1/5 | 2/5 | 80 | 3 intervals | 27 | - | - |",
+		},
 		"sidebyside-20261205T192422.json": {
 			"| 49 scheduler frozen (SIGSTOP) on the leader | scheduler back | 1.05 s (0.17x) | 6.07 s |",
 		},
@@ -764,5 +771,79 @@ func TestSavedFlapsPooledByTheLeaseHolder(t *testing.T) {
 		if got != want {
 			t.Errorf("%s pooled: %q, the document quotes %q", k, got, want)
 		}
+	}
+}
+
+// The night of 6 December (docs/failure-modes.md, "the side-by-side on the
+// final supervisors"): 46's late commits in the main run, none with
+// [etcd_fence] right after, and 69's cold start against every other
+// takeover's.
+func TestSavedFinalRunsGiveTheQuotedFigures(t *testing.T) {
+	rs, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261205T233913.json"), filepath.Join("testdata", "sidebyside-20261206T011610.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tally struct {
+		trials, withLate, late, ghosts int
+		sched                          []float64
+	}
+	got := map[string]*tally{}
+	var cold []float64
+	for _, r := range rs {
+		if r.Mode == "kha-fast-kill" && r.ID != 69 && r.ColdMS > 0 {
+			cold = append(cold, r.ColdMS)
+		}
+		if r.ID != 46 || !strings.HasPrefix(r.Mode, "kha-") {
+			continue
+		}
+		g := got[r.Mode]
+		if g == nil {
+			g = &tally{}
+			got[r.Mode] = g
+		}
+		g.trials++
+		g.late += r.LateCommits
+		g.ghosts += r.GhostWrites
+		if r.LateCommits > 0 {
+			g.withLate++
+		}
+		g.sched = append(g.sched, r.SchedMS)
+	}
+	wants := map[string]string{
+		"kha-fast-kill":      "5 trials, 1 with a late commit, 2 late commits, 3 ghost writes, scheduler back 5.29 s [5.03-7.02]",
+		"kha-fast-kill-etcd": "5 trials, 0 with a late commit, 0 late commits, 1 ghost writes, scheduler back 5.46 s [0.15-6.32]",
+	}
+	for mode, want := range wants {
+		g := got[mode]
+		if g == nil {
+			t.Errorf("%s: no trials of 46", mode)
+			continue
+		}
+		s := report.Summarize(g.sched)
+		line := fmt.Sprintf("%d trials, %d with a late commit, %d late commits, %d ghost writes, scheduler back %s", g.trials, g.withLate, g.late, g.ghosts, s.Seconds())
+		if line != want {
+			t.Errorf("%s on 46: %q, the document quotes %q", mode, line, want)
+		}
+	}
+	c := report.Summarize(cold)
+	if line := fmt.Sprintf("%.2f-%.2f s (median %.2f s)", c.Min/1000, c.Max/1000, c.Median/1000); line != "0.35-2.03 s (median 0.56 s)" {
+		t.Errorf("cold starts outside 69: %s, the document quotes 0.35-2.03 s (median 0.56 s)", line)
+	}
+	fence, err := report.LoadTrials(filepath.Join("testdata", "sidebyside-20261206T011913.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var passed, stale, refused, late, overlaps int
+	for _, r := range fence {
+		if r.Pass {
+			passed++
+		}
+		stale += r.Stale
+		refused += r.Refused
+		late += r.LateCommits
+		overlaps += len(r.Overlaps)
+	}
+	if line := fmt.Sprintf("%d of %d passed, %d stale accepted, %d refused, %d late commits, %d overlaps", passed, len(fence), stale, refused, late, overlaps); line != "6 of 6 passed, 0 stale accepted, 285 refused, 0 late commits, 0 overlaps" {
+		t.Errorf("the API fence run: %s, the document quotes 6 of 6 passed, 0 stale accepted, 285 refused, 0 late commits, 0 overlaps", line)
 	}
 }
