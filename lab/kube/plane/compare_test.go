@@ -370,27 +370,12 @@ func TestSavedMinorityBurstRunsGiveTheQuotedFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type tally struct {
-		trials, withLate, late int
-		sched                  []float64
-	}
-	got := map[string]*tally{}
 	for _, r := range rs {
 		if r.ID != 75 {
 			t.Fatalf("scenario %d in the runs of 75", r.ID)
 		}
-		g := got[r.Mode]
-		if g == nil {
-			g = &tally{}
-			got[r.Mode] = g
-		}
-		g.trials++
-		g.late += r.LateCommits
-		if r.LateCommits > 0 {
-			g.withLate++
-		}
-		g.sched = append(g.sched, r.SchedMS)
 	}
+	got := tallyLate(rs, func(report.Result) bool { return true })
 	for mode, want := range wants {
 		g := got[mode]
 		if g == nil {
@@ -783,32 +768,13 @@ func TestSavedFinalRunsGiveTheQuotedFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type tally struct {
-		trials, withLate, late, ghosts int
-		sched                          []float64
-	}
-	got := map[string]*tally{}
 	var cold []float64
 	for _, r := range rs {
 		if r.Mode == "kha-fast-kill" && r.ID != 69 && r.ColdMS > 0 {
 			cold = append(cold, r.ColdMS)
 		}
-		if r.ID != 46 || !strings.HasPrefix(r.Mode, "kha-") {
-			continue
-		}
-		g := got[r.Mode]
-		if g == nil {
-			g = &tally{}
-			got[r.Mode] = g
-		}
-		g.trials++
-		g.late += r.LateCommits
-		g.ghosts += r.GhostWrites
-		if r.LateCommits > 0 {
-			g.withLate++
-		}
-		g.sched = append(g.sched, r.SchedMS)
 	}
+	got := tallyLate(rs, func(r report.Result) bool { return r.ID == 46 && strings.HasPrefix(r.Mode, "kha-") })
 	wants := map[string]string{
 		"kha-fast-kill":      "5 trials, 1 with a late commit, 2 late commits, 3 ghost writes, scheduler back 5.29 s [5.03-7.02]",
 		"kha-fast-kill-etcd": "5 trials, 0 with a late commit, 0 late commits, 1 ghost writes, scheduler back 5.46 s [0.15-6.32]",
@@ -846,4 +812,35 @@ func TestSavedFinalRunsGiveTheQuotedFigures(t *testing.T) {
 	if line := fmt.Sprintf("%d of %d passed, %d stale accepted, %d refused, %d late commits, %d overlaps", passed, len(fence), stale, refused, late, overlaps); line != "6 of 6 passed, 0 stale accepted, 285 refused, 0 late commits, 0 overlaps" {
 		t.Errorf("the API fence run: %s, the document quotes 6 of 6 passed, 0 stale accepted, 285 refused, 0 late commits, 0 overlaps", line)
 	}
+}
+
+// lateTally is one mode's trials as the minority-partition sections quote
+// them: how many, how many had a late commit at etcd, the late commits and
+// ghost writes, and the scheduler back of each.
+type lateTally struct {
+	trials, withLate, late, ghosts int
+	sched                          []float64
+}
+
+// tallyLate tallies the results keep accepts, by mode.
+func tallyLate(rs []report.Result, keep func(report.Result) bool) map[string]*lateTally {
+	got := map[string]*lateTally{}
+	for _, r := range rs {
+		if !keep(r) {
+			continue
+		}
+		g := got[r.Mode]
+		if g == nil {
+			g = &lateTally{}
+			got[r.Mode] = g
+		}
+		g.trials++
+		g.late += r.LateCommits
+		g.ghosts += r.GhostWrites
+		if r.LateCommits > 0 {
+			g.withLate++
+		}
+		g.sched = append(g.sched, r.SchedMS)
+	}
+	return got
 }
