@@ -23,8 +23,17 @@ func worstElectionGap(renew time.Duration) time.Duration {
 	return renew + 2*stockElection + 100*time.Millisecond + renew
 }
 
+// minElectionMargin is what every profile keeps over the worst renewal gap
+// across a stock etcd election (worstElectionGap): a renewal
+// can be late for reasons the gap does not count (the lab's 2-core machine
+// under load added up to 0.07 s to a cut's renewal gap, 5 December), and
+// "fast" had only 0.09 s once systemd's watchdog lateness was counted,
+// until its WatchdogSec went from 1 s to 750 ms.
+const minElectionMargin = 300 * time.Millisecond
+
 // Every profile keeps its leader through an etcd leader election on stock
-// etcd timing, with its own supervisor unit watchdog in the window.
+// etcd timing, with its own supervisor unit watchdog in the window, by at
+// least minElectionMargin.
 func TestProfilesRideOutStockEtcdElection(t *testing.T) {
 	for _, name := range ProfileNames() {
 		p := Profiles[name]
@@ -39,9 +48,9 @@ func TestProfilesRideOutStockEtcdElection(t *testing.T) {
 			t.Errorf("profile %s: refused under its own watchdog: %v", name, err)
 		}
 		span, gap := w.Span(w.TTL), worstElectionGap(c.Lease.RenewInterval)
-		if span < gap {
-			t.Errorf("profile %s: fence window %s (TTL %s, S_max %s, WatchdogSec %s) is shorter than the worst renewal gap across a stock etcd election, %s",
-				name, span, w.TTL, w.StopMax, w.Watchdog, gap)
+		if span < gap+minElectionMargin {
+			t.Errorf("profile %s: fence window %s (TTL %s, S_max %s, WatchdogSec %s) keeps less than %s over the worst renewal gap across a stock etcd election, %s",
+				name, span, w.TTL, w.StopMax, w.Watchdog, minElectionMargin, gap)
 		} else {
 			t.Logf("profile %s: fence window %s, worst gap %s, margin %s", name, span, gap, span-gap)
 		}
