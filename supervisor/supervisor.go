@@ -268,8 +268,8 @@ const tickEvery = 250 * time.Millisecond
 
 // tickFor is the loop's tick under watchdog w (0: none): tickEvery, or a
 // fifth of w when that is shorter, so that a healthy loop pings at least
-// four times per WatchdogSec whatever the profile (the fast profile's
-// WatchdogSec=500ms gives 100 ms).
+// four times per WatchdogSec whatever the profile ("fast-kill"'s
+// WatchdogSec=500ms gives 100 ms, "fast"'s 750ms 150 ms).
 func tickFor(w time.Duration) time.Duration {
 	if w > 0 && w/5 < tickEvery {
 		return max(w/5, 10*time.Millisecond)

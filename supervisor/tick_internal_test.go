@@ -16,6 +16,7 @@ func TestTickAndBlockFollowTheWatchdog(t *testing.T) {
 		{0, 250 * time.Millisecond, 500 * time.Millisecond, 200 * time.Millisecond},
 		{2 * time.Second, 250 * time.Millisecond, 500 * time.Millisecond, 200 * time.Millisecond},
 		{time.Second, 200 * time.Millisecond, 300 * time.Millisecond, 200 * time.Millisecond},
+		{750 * time.Millisecond, 150 * time.Millisecond, 225 * time.Millisecond, 200 * time.Millisecond}, // "fast"
 		{500 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 150 * time.Millisecond},
 		{20 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
 	} {

@@ -725,7 +725,7 @@ func TestSavedFlapsPooledByTheLeaseHolder(t *testing.T) {
 		}
 		holder, ok := holderMS(r)
 		if !ok {
-			continue // the new leader never bound within the trial
+			continue // no leader read at the end, nothing bound, or the new leader never wrote
 		}
 		moved := r.Leader != r.NewLeader
 		p := pools[k]

@@ -80,7 +80,7 @@ func (r *Runner) slowAPIServers(ctx context.Context) []string {
 		// pass while part of its etcd connections still hang (a 69 trial
 		// on 6 December started 1 s before m1's /readyz stopped timing out
 		// after 50's cut, and its new leader's scheduler, on m1, waited
-		// 5-6 s for its first binding).
+		// 6.2 s from its start for its first binding).
 		{"readyz", func(ctx context.Context, c kubernetes.Interface) error {
 			rc := c.Discovery().RESTClient()
 			if rc == nil {

@@ -102,10 +102,16 @@ func group(rg report.Group) Group {
 // then loses its lease (the flaps under leader election), whose "scheduler
 // back" is followed by an outage that figure does not show. Under leader
 // election that first write is the new leader's Lease update, a little
-// before its first binding, so the figure flatters leader election. False
-// when the new leader never wrote within the trial.
+// before its first binding, so the figure flatters leader election. A
+// leadership that moved and came back (A, B, A) reads as kept. False when
+// the leader at the end is not known (the trial failed before it was
+// read), when nothing was bound, or when the new leader never wrote within
+// the trial.
 func holderMS(r report.Result) (float64, bool) {
-	if r.NewLeader == "" || r.NewLeader == r.Leader {
+	if r.NewLeader == "" {
+		return 0, false
+	}
+	if r.NewLeader == r.Leader {
 		return r.SchedMS, r.SchedMS > 0
 	}
 	first := r.Handoff[audit.Scheduler].FirstOtherMS
