@@ -29,9 +29,9 @@ const (
 // quiet waits until every master's apiserver answers consistent reads
 // (resourceVersion "", so served only once etcd was reached) of pods,
 // nodes and leases, and its /readyz, within quietAnswer, quietRounds
-// rounds in a row: the
-// previous trial's fault must not still weigh on the plane the next one
-// measures. It returns a note when the wait was long or did not end.
+// rounds in a row: the previous trial's fault must not still weigh on the
+// plane the next one measures. It returns a note when the wait was long or
+// did not end.
 func (r *Runner) quiet(ctx context.Context, timeout time.Duration) string {
 	start := time.Now()
 	deadline := start.Add(timeout)
